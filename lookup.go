@@ -1,0 +1,380 @@
+package flashserve
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	weakrand "math/rand/v2"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/encode"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/flashserve/caddy-flash-serve/statacc"
+)
+
+// resolved is the outcome of a successful lookup: the file a request maps
+// to and the representation of it that will be sent.
+type resolved struct {
+	// filename is the file the request maps to (after index resolution);
+	// its extension gives the Content-Type.
+	filename string
+	// entry describes filename. Its modification time gives Last-Modified
+	// even when a sidecar is sent, because sidecars are transparent.
+	entry *statacc.Entry
+	// body describes the bytes sent: entry itself or a precompressed sidecar.
+	body *statacc.Entry
+	// file is the open body.
+	file *os.File
+	// encoding is the sidecar's Content-Encoding, "" for the file itself.
+	encoding string
+}
+
+func (res *resolved) release() {
+	if res.file != nil {
+		res.file.Close()
+	}
+}
+
+// Lookup outcomes that are not a file to send.
+var (
+	errNotFound = errors.New("file not found")
+	errBrowse   = errors.New("directory listing")
+)
+
+// redirectTo is the lookup outcome of a non-canonical URI.
+type redirectTo string
+
+func (r redirectTo) Error() string { return "redirect to " + string(r) }
+
+// lookup maps a request to the file and representation to send. It follows
+// file_server step by step, because every difference in order is a
+// difference in answers: index files, then hiding, then the canonical
+// redirect, then precompressed sidecars, then the file itself.
+func (fsrv *FlashServe) lookup(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer) (*resolved, error) {
+	hide := fsrv.hidePaths(repl)
+	root := repl.ReplaceAll(fsrv.Root, ".")
+	// SanitizedPathJoin keeps a trailing slash that Stat would refuse.
+	filename := strings.TrimSuffix(caddyhttp.SanitizedPathJoin(root, r.URL.Path), "/")
+	if c := fsrv.logger.Check(zapcore.DebugLevel, "sanitized path join"); c != nil {
+		c.Write(zap.String("site_root", root), zap.String("request_path", r.URL.Path), zap.String("result", filename))
+	}
+
+	entry, err := statacc.Stat(filename)
+	if err != nil {
+		return nil, statError(err)
+	}
+
+	implicitIndex := false
+	if entry.IsDir() {
+		for _, name := range fsrv.IndexNames {
+			indexPath := caddyhttp.SanitizedPathJoin(filename, repl.ReplaceAll(name, ""))
+			if fileHidden(indexPath, hide) {
+				continue
+			}
+			ie, err := statacc.Stat(indexPath)
+			if err != nil {
+				continue
+			}
+			entry, filename, implicitIndex = ie, indexPath, true
+			break
+		}
+	}
+	if entry.IsDir() {
+		if fsrv.Browse != nil && !fileHidden(filename, hide) {
+			return nil, errBrowse
+		}
+		return nil, errNotFound
+	}
+	if fileHidden(filename, hide) {
+		return nil, errNotFound
+	}
+
+	if to, ok := canonicalRedirect(r, implicitIndex, fsrv.CanonicalURIs); ok {
+		return nil, to
+	}
+
+	// A FIFO, socket or device is not a file to serve: opening a FIFO
+	// would block a thread until a writer came. nginx answers 404 too.
+	if !entry.IsRegular() {
+		return nil, errNotFound
+	}
+
+	h := w.Header()
+	// A header directive may have set the ETag; file_server lets it win.
+	etag := headerValue(h, "Etag")
+	// Vary is sent even without a sidecar, so caches key on the encoding
+	// whatever the response (caddy#5849).
+	h["Vary"] = append(h["Vary"], "Accept-Encoding")
+
+	res := &resolved{filename: filename, entry: entry}
+	if len(fsrv.precompressors) > 0 {
+		if err := fsrv.selectSidecar(r, res, hide, &etag); err != nil {
+			return nil, err
+		}
+	}
+	if res.file == nil {
+		f, err := os.Open(filename)
+		if err != nil {
+			return nil, openError(err)
+		}
+		res.file, res.body = f, entry
+		if etag == "" && fsrv.EtagFileExtensions != nil {
+			if etag, err = fsrv.etagFromFile(filename); err != nil {
+				res.release()
+				return nil, err
+			}
+		}
+		if etag == "" {
+			etag = entry.ETag
+		}
+	}
+	if etag != "" {
+		h["Etag"] = []string{etag}
+	}
+	if res.encoding != "" {
+		h["Content-Encoding"] = []string{res.encoding}
+	}
+	if v := headerValue(h, "Content-Type"); v == "" {
+		if entry.ContentType == "" {
+			// An explicit nil stops net/http from sniffing the body.
+			h["Content-Type"] = nil
+		} else {
+			h["Content-Type"] = []string{entry.ContentType}
+		}
+	}
+	return res, nil
+}
+
+// selectSidecar picks the first precompressed sidecar that the client
+// accepts and that exists, and opens it.
+func (fsrv *FlashServe) selectSidecar(r *http.Request, res *resolved, hide []string, etag *string) error {
+	for _, ae := range encode.AcceptedEncodings(r, fsrv.PrecompressedOrder) {
+		pc, ok := fsrv.precompressors[ae]
+		if !ok {
+			continue
+		}
+		sidecar := res.filename + pc.Suffix()
+		if fileHidden(sidecar, hide) {
+			continue
+		}
+		se, err := statacc.Stat(sidecar)
+		if err != nil || !se.IsRegular() {
+			continue
+		}
+		f, err := os.Open(sidecar)
+		if err != nil {
+			err = openError(err)
+			if he, ok := err.(caddyhttp.HandlerError); ok && he.StatusCode == http.StatusServiceUnavailable {
+				return err
+			}
+			fsrv.logger.Warn("opening precompressed file failed", zap.String("filename", sidecar), zap.Error(err))
+			continue
+		}
+		res.file, res.body, res.encoding = f, se, ae
+		if *etag == "" && fsrv.EtagFileExtensions != nil {
+			if *etag, err = fsrv.etagFromFile(sidecar); err != nil {
+				res.release()
+				return err
+			}
+		}
+		if *etag == "" {
+			// The sidecar's own validator: its bytes differ from the file's
+			// (https://caddy.community/t/16793).
+			*etag = se.ETag
+		}
+		return nil
+	}
+	return nil
+}
+
+// lookupFailed answers a request whose lookup found nothing to send.
+func (fsrv *FlashServe) lookupFailed(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, err error) error {
+	var to redirectTo
+	switch {
+	case errors.Is(err, errNotFound):
+		if fsrv.PassThru {
+			return next.ServeHTTP(w, r)
+		}
+		return caddyhttp.Error(http.StatusNotFound, nil)
+	case errors.Is(err, errBrowse):
+		return fsrv.fallback.ServeHTTP(w, r, next)
+	case errors.As(err, &to):
+		return redirect(w, r, string(to))
+	}
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && he.StatusCode == http.StatusServiceUnavailable {
+		// Probably out of file descriptors: spread the clients' retries
+		// over a few seconds so that they do not all come back at once.
+		w.Header().Set("Retry-After", strconv.Itoa(2+weakrand.IntN(4)))
+	}
+	return err
+}
+
+// canonicalRedirect reports where to redirect a request whose path does
+// not follow the convention: a trailing slash for directories, none for
+// files (caddy#2741). It never redirects when a rewrite changed the last
+// path element, which could loop (caddy#4205).
+func canonicalRedirect(r *http.Request, implicitIndex bool, canonical *bool) (redirectTo, bool) {
+	if canonical != nil && !*canonical {
+		return "", false
+	}
+	orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request)
+	if !ok || orig.URL == nil || path.Base(orig.URL.Path) != path.Base(r.URL.Path) {
+		return "", false
+	}
+	p := orig.URL.Path
+	switch hasSlash := strings.HasSuffix(p, "/"); {
+	case implicitIndex && !hasSlash:
+		return redirectTo(p + "/"), true
+	case !implicitIndex && hasSlash:
+		return redirectTo(p[:len(p)-1]), true
+	}
+	return "", false
+}
+
+// redirect answers 308 to a same-origin path, keeping the query.
+func redirect(w http.ResponseWriter, r *http.Request, toPath string) error {
+	// A path that starts with // would be read as another host.
+	for strings.HasPrefix(toPath, "//") {
+		toPath = toPath[1:]
+	}
+	if r.URL.RawQuery != "" {
+		toPath += "?" + r.URL.RawQuery
+	}
+	http.Redirect(w, r, toPath, http.StatusPermanentRedirect)
+	return nil
+}
+
+// statError maps an error from stat(2) to the answer file_server gives.
+func statError(err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		// ENOTDIR: a file used as a directory, as in /index.html/foo.
+		return errNotFound
+	case errors.Is(err, fs.ErrPermission):
+		return caddyhttp.Error(http.StatusForbidden, err)
+	case isFDExhaustion(err):
+		return serviceUnavailable(err)
+	case errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.EINVAL):
+		return caddyhttp.Error(http.StatusBadRequest, err)
+	}
+	return caddyhttp.Error(http.StatusInternalServerError, err)
+}
+
+// openError maps an error from open(2) of a file that stat found.
+func openError(err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		return errNotFound // it vanished since the stat
+	case errors.Is(err, fs.ErrPermission):
+		return caddyhttp.Error(http.StatusForbidden, err)
+	}
+	// Most likely the fd table is full: tell the client to come back.
+	return serviceUnavailable(err)
+}
+
+func isFDExhaustion(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}
+
+// serviceUnavailable is a 503; lookupFailed adds the Retry-After.
+func serviceUnavailable(err error) error {
+	return caddyhttp.Error(http.StatusServiceUnavailable, err)
+}
+
+// etagFromFile reads the ETag from the first sidecar file (name+suffix)
+// that exists. Newlines are dropped; the value is sent as the file holds it.
+func (fsrv *FlashServe) etagFromFile(name string) (string, error) {
+	for _, suffix := range fsrv.EtagFileExtensions {
+		b, err := os.ReadFile(name + suffix)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", caddyhttp.Error(http.StatusInternalServerError,
+				fmt.Errorf("cannot read etag from file %s: %v", name+suffix, err))
+		}
+		return string(bytes.ReplaceAll(b, []byte("\n"), nil)), nil
+	}
+	return "", nil
+}
+
+// hidePaths returns the hide list for this request: the provisioned one,
+// or, if it has placeholders, one built anew.
+func (fsrv *FlashServe) hidePaths(repl *caddy.Replacer) []string {
+	if !fsrv.hideDynamic {
+		return fsrv.hide
+	}
+	hide := make([]string, len(fsrv.hide))
+	for i, h := range fsrv.hide {
+		h = repl.ReplaceAll(h, "")
+		if strings.Contains(h, separator) {
+			if abs, err := caddy.FastAbs(h); err == nil {
+				h = abs
+			}
+		}
+		hide[i] = h
+	}
+	return hide
+}
+
+// fileHidden reports whether filename is hidden by the hide list, with
+// file_server's rules: an entry without a separator matches any path
+// element, an entry with one matches itself and everything below it, and
+// every entry is also tried as a glob against the whole path.
+func fileHidden(filename string, hide []string) bool {
+	if len(hide) == 0 {
+		return false
+	}
+	if abs, err := caddy.FastAbs(filename); err == nil {
+		filename = abs
+	}
+	for _, h := range hide {
+		if !strings.Contains(h, separator) {
+			for rest := filename; ; {
+				elem, after, more := strings.Cut(rest, separator)
+				if ok, _ := filepath.Match(h, elem); ok {
+					return true
+				}
+				if !more {
+					break
+				}
+				rest = after
+			}
+		} else if after, ok := strings.CutPrefix(filename, h); ok && strings.HasPrefix(after, separator) {
+			return true
+		}
+		if ok, _ := filepath.Match(h, filename); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// rejectWindowsPath refuses, on Windows, request paths that could reach a
+// file under another name and so bypass hide: alternate data streams and
+// 8.3 short names.
+func rejectWindowsPath(p string) error {
+	if runtime.GOOS != "windows" {
+		return nil
+	}
+	if strings.Contains(p, ":") {
+		return caddyhttp.Error(http.StatusBadRequest, errors.New("illegal ADS path"))
+	}
+	if caddyhttp.HasWindowsShortName(p) {
+		return caddyhttp.Error(http.StatusBadRequest, errors.New("illegal short name"))
+	}
+	return nil
+}

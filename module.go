@@ -1,0 +1,300 @@
+// Package flashserve is a Caddy HTTP handler that serves static files as
+// file_server does, with its own fast path from the disk to the socket.
+package flashserve
+
+import (
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/encode"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/fileserver"
+	"go.uber.org/zap"
+)
+
+func init() {
+	caddy.RegisterModule(FlashServe{})
+}
+
+// FlashServe serves static files with the same answers as Caddy's
+// file_server: index files, hidden files, canonical redirects, pass-thru,
+// status overrides, precompressed sidecars, ETag, Last-Modified, Range and
+// the conditional headers. It differs from file_server only where the
+// README lists a deliberate difference.
+//
+// A request goes through three steps that can be replaced one at a time:
+// lookup maps the request path to a file, decide sets the status, the
+// headers and the ranges, and transmit moves the body bytes.
+//
+// Directory listings (browse) and filesystems other than the OS's (fs)
+// are delegated to an embedded file_server, so they look exactly like
+// Caddy's own.
+type FlashServe struct {
+	// The name of the file system to serve from, as registered in the
+	// global `filesystem` option. Any file system other than the default OS
+	// one is served by the embedded file_server, without the fast path.
+	// Default: `{http.vars.fs}`, which the `fs` directive sets.
+	FileSystem string `json:"fs,omitempty"`
+
+	// The path to the root of the site. A site root is not a sandbox: links
+	// inside it are followed, wherever they point.
+	// Default: `{http.vars.root}` if set, or the current working directory.
+	Root string `json:"root,omitempty"`
+
+	// Files or folders to hide, as if they did not exist. These are
+	// filesystem paths, not request paths, and accept globs and
+	// placeholders. An entry without a path separator hides every file or
+	// folder of that name, wherever it is. The Caddyfile itself and a
+	// relative data directory are always hidden.
+	// Default: none.
+	Hide []string `json:"hide,omitempty"`
+
+	// The names of the files to try, in order, when a directory is requested.
+	// Default: `index.html`, `index.txt`.
+	IndexNames []string `json:"index_names,omitempty"`
+
+	// Enables directory listings for directories without an index file.
+	// Listings are rendered by Caddy's file_server.
+	// Default: disabled.
+	Browse *fileserver.Browse `json:"browse,omitempty"`
+
+	// Redirect so that directories end in a slash and files do not. No
+	// redirect is made when a rewrite changed the last path element.
+	// Default: true.
+	CanonicalURIs *bool `json:"canonical_uris,omitempty"`
+
+	// Overrides the status code of every response that serves a file,
+	// including 206, 304, 412 and 416. A placeholder may be used.
+	// Default: none (200, 206 and so on, as the request requires).
+	StatusCode caddyhttp.WeakString `json:"status_code,omitempty"`
+
+	// When a file is not found, call the next handler instead of answering 404.
+	// Default: false.
+	PassThru bool `json:"pass_thru,omitempty"`
+
+	// The precompressed sidecar formats to look for (`gzip`, `zstd`, `br`):
+	// `file.txt.gz` is served for `file.txt` to a client that accepts gzip.
+	// Default: none.
+	PrecompressedRaw caddy.ModuleMap `json:"precompressed,omitempty" caddy:"namespace=http.precompressed"`
+
+	// The order of preference among precompressed formats when the client
+	// gives them equal weight.
+	// Default: the order of the client's Accept-Encoding header.
+	PrecompressedOrder []string `json:"precompressed_order,omitempty"`
+
+	// Suffixes of sidecar files that hold a file's ETag, e.g. `.etag`. The
+	// first one that exists is used instead of the computed ETag.
+	// Default: none.
+	EtagFileExtensions []string `json:"etag_file_extensions,omitempty"`
+
+	// The most ranges one request may ask for. A request with more is
+	// answered with the whole file, as if it had no Range header. Zero
+	// disables range requests altogether.
+	// Default: 16.
+	MaxRanges *int `json:"max_ranges,omitempty"`
+
+	precompressors map[string]encode.Precompressed
+	// hide holds Hide with static entries made absolute; hideDynamic is set
+	// when some entry has a placeholder and must be rebuilt per request.
+	hide        []string
+	hideDynamic bool
+	maxRanges   int
+	// fallback is the embedded file_server for browse and non-OS filesystems.
+	fallback *fileserver.FileServer
+	logger   *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (FlashServe) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.flash_serve",
+		New: func() caddy.Module { return new(FlashServe) },
+	}
+}
+
+// Provision implements caddy.Provisioner.
+func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
+	fsrv.logger = ctx.Logger()
+	if fsrv.FileSystem == "" {
+		fsrv.FileSystem = "{http.vars.fs}"
+	}
+	if fsrv.Root == "" {
+		fsrv.Root = "{http.vars.root}"
+	}
+	if fsrv.IndexNames == nil {
+		fsrv.IndexNames = []string{"index.html", "index.txt"}
+	}
+	fsrv.maxRanges = defaultMaxRanges
+	if fsrv.MaxRanges != nil {
+		fsrv.maxRanges = *fsrv.MaxRanges
+	}
+
+	// The embedded file_server gets the same configuration; it must be
+	// built before LoadModule clears PrecompressedRaw.
+	fsrv.fallback = &fileserver.FileServer{
+		FileSystem:         fsrv.FileSystem,
+		Root:               fsrv.Root,
+		Hide:               append([]string(nil), fsrv.Hide...),
+		IndexNames:         fsrv.IndexNames,
+		Browse:             fsrv.Browse,
+		CanonicalURIs:      fsrv.CanonicalURIs,
+		StatusCode:         fsrv.StatusCode,
+		PassThru:           fsrv.PassThru,
+		PrecompressedRaw:   fsrv.PrecompressedRaw,
+		PrecompressedOrder: fsrv.PrecompressedOrder,
+		EtagFileExtensions: fsrv.EtagFileExtensions,
+	}
+	if err := fsrv.fallback.Provision(ctx); err != nil {
+		return fmt.Errorf("provisioning the embedded file_server: %v", err)
+	}
+
+	fsrv.hide = append([]string(nil), fsrv.Hide...)
+	// A relative data directory sits under the working directory, and it
+	// holds private keys: hide it, as file_server does.
+	if dataDir := caddy.AppDataDir(); !filepath.IsAbs(dataDir) {
+		if abs, err := caddy.FastAbs(dataDir); err == nil {
+			fsrv.hide = append(fsrv.hide, abs)
+		}
+	}
+	for i, h := range fsrv.hide {
+		if strings.Contains(h, "{") {
+			fsrv.hideDynamic = true
+			continue
+		}
+		if strings.Contains(h, separator) {
+			if abs, err := caddy.FastAbs(h); err == nil {
+				fsrv.hide[i] = abs
+			}
+		}
+	}
+
+	mods, err := ctx.LoadModule(fsrv, "PrecompressedRaw")
+	if err != nil {
+		return fmt.Errorf("loading precompressed encoders: %v", err)
+	}
+	for name, mod := range mods.(map[string]any) {
+		p, ok := mod.(encode.Precompressed)
+		if !ok {
+			return fmt.Errorf("module %s is not a precompressor", name)
+		}
+		ae, suffix := p.AcceptEncoding(), p.Suffix()
+		if ae == "" || suffix == "" {
+			return fmt.Errorf("precompressor %s has no Accept-Encoding value or no suffix", name)
+		}
+		if _, dup := fsrv.precompressors[ae]; dup {
+			return fmt.Errorf("precompressor already added: %s", ae)
+		}
+		if fsrv.precompressors == nil {
+			fsrv.precompressors = make(map[string]encode.Precompressed)
+		}
+		fsrv.precompressors[ae] = p
+	}
+	return nil
+}
+
+// Validate implements caddy.Validator.
+func (fsrv *FlashServe) Validate() error {
+	if fsrv.MaxRanges != nil && *fsrv.MaxRanges < 0 {
+		return fmt.Errorf("max_ranges must be 0 or more, got %d", *fsrv.MaxRanges)
+	}
+	if code := fsrv.StatusCode.String(); code != "" && !strings.Contains(code, "{") {
+		n, err := strconv.Atoi(code)
+		if err != nil || n < 100 || n > 999 {
+			return fmt.Errorf("status_code must be a number from 100 to 999 or a placeholder, got %q", code)
+		}
+	}
+	for _, enc := range fsrv.PrecompressedOrder {
+		if _, ok := fsrv.precompressors[enc]; !ok {
+			return fmt.Errorf("precompressed_order names %q, which is not among the precompressed formats", enc)
+		}
+	}
+	return nil
+}
+
+// Cleanup implements caddy.CleanerUpper. It runs after a failed Provision
+// too, so it must cope with a half-built handler.
+func (fsrv *FlashServe) Cleanup() error {
+	return nil
+}
+
+// ServeHTTP implements caddyhttp.MiddlewareHandler.
+func (fsrv *FlashServe) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if name := repl.ReplaceAll(fsrv.FileSystem, ""); name != "" && name != "default" {
+		return fsrv.fallback.ServeHTTP(w, r, next)
+	}
+	if err := rejectWindowsPath(r.URL.Path); err != nil {
+		return err
+	}
+
+	// Step 1, lookup: the request path to a file and the representation of
+	// it to send.
+	res, err := fsrv.lookup(w, r, repl)
+	if err != nil || res == nil {
+		return fsrv.lookupFailed(w, r, next, err)
+	}
+	defer res.release()
+
+	// Only GET and HEAD read a file, but inside handle_errors the handler
+	// serves an error page for whatever method failed (caddy#5703).
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		if _, inErrorRoute := r.Context().Value(caddyhttp.ErrorCtxKey).(error); !inErrorRoute {
+			w.Header()["Allow"] = allowGetHead
+			return caddyhttp.Error(http.StatusMethodNotAllowed, nil)
+		}
+	}
+
+	override, err := fsrv.statusOverride(r, repl)
+	if err != nil {
+		return err
+	}
+
+	// Step 2, decide: status, headers and ranges.
+	var p plan
+	decide(&p, w.Header(), r, res, fsrv.maxRanges)
+	if override > 0 {
+		p.status = override
+	}
+
+	// Step 3, transmit: the body.
+	return fsrv.transmit(w, r, res, &p)
+}
+
+// statusOverride returns the status that replaces the usual one: the
+// error's inside handle_errors, or the configured status_code.
+func (fsrv *FlashServe) statusOverride(r *http.Request, repl *caddy.Replacer) (int, error) {
+	code := 0
+	if reqErr, ok := r.Context().Value(caddyhttp.ErrorCtxKey).(error); ok {
+		code = http.StatusInternalServerError
+		if he, ok := reqErr.(caddyhttp.HandlerError); ok && he.StatusCode > 0 {
+			code = he.StatusCode
+		}
+	}
+	if s := fsrv.StatusCode.String(); s != "" {
+		n, err := strconv.Atoi(repl.ReplaceAll(s, ""))
+		if err != nil {
+			return 0, caddyhttp.Error(http.StatusInternalServerError, err)
+		}
+		code = n
+	}
+	return code, nil
+}
+
+const (
+	defaultMaxRanges = 16
+	separator        = string(filepath.Separator)
+)
+
+var allowGetHead = []string{"GET, HEAD"}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*FlashServe)(nil)
+	_ caddy.Validator             = (*FlashServe)(nil)
+	_ caddy.CleanerUpper          = (*FlashServe)(nil)
+	_ caddyhttp.MiddlewareHandler = (*FlashServe)(nil)
+)

@@ -1,0 +1,66 @@
+// Package transmit moves the body bytes of a response from a file to the
+// client.
+package transmit
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// ReadError is a failure to read the file, as opposed to a failure to
+// write to the client. The response can then no longer be completed
+// honestly: the caller must abort the connection rather than pad the body.
+type ReadError struct {
+	Offset int64
+	Err    error
+}
+
+func (e *ReadError) Error() string {
+	return fmt.Sprintf("reading file at offset %d: %v", e.Offset, e.Err)
+}
+
+func (e *ReadError) Unwrap() error { return e.Err }
+
+// ErrTruncated is the ReadError cause when the file ended before the
+// length that the response declared: it was truncated while being sent.
+var ErrTruncated = errors.New("file is shorter than when the response started")
+
+// CopyBufferSize is the size of the pooled copy buffers: large enough that
+// a TLS or HTTP/2 writer gets full records and frames, small enough that
+// thousands of slow clients do not pin much memory.
+const CopyBufferSize = 64 << 10
+
+var bufPool = sync.Pool{New: func() any {
+	b := make([]byte, CopyBufferSize)
+	return &b
+}}
+
+// Copy writes n bytes of f, starting at offset off, to w. It reads with
+// pread (ReadAt), so a descriptor shared by concurrent responses is never
+// moved, and it copies through a pooled buffer.
+func Copy(w io.Writer, f io.ReaderAt, off, n int64) (int64, error) {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	var written int64
+	for written < n {
+		chunk := buf[:min(int64(len(buf)), n-written)]
+		nr, rerr := f.ReadAt(chunk, off+written)
+		if nr > 0 {
+			nw, werr := w.Write(chunk[:nr])
+			written += int64(nw)
+			if werr != nil {
+				return written, werr
+			}
+		}
+		if nr < len(chunk) {
+			if rerr == nil || rerr == io.EOF {
+				rerr = ErrTruncated
+			}
+			return written, &ReadError{Offset: off + written, Err: rerr}
+		}
+	}
+	return written, nil
+}
