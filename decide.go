@@ -33,10 +33,21 @@ type plan struct {
 // fills in the status and body plan. It is net/http's serveContent made
 // into a pure step, so that transmission can be replaced.
 func decide(p *plan, h http.Header, r *http.Request, res *resolved, maxRanges int) {
+	if res.etag != "" {
+		h["Etag"] = []string{res.etag}
+	}
+	if headerValue(h, "Content-Type") == "" {
+		if res.entry.ContentType == "" {
+			// An explicit nil stops net/http from sniffing the body.
+			h["Content-Type"] = nil
+		} else {
+			h["Content-Type"] = []string{res.entry.ContentType}
+		}
+	}
 	if res.entry.LastModified != "" {
 		h["Last-Modified"] = []string{res.entry.LastModified}
 	}
-	v := validators{etag: headerValue(h, "Etag"), modTime: res.entry.ModTime}
+	v := validators{etag: res.etag, modTime: res.entry.ModTime}
 	cond, rangeHeader := checkPreconditions(r.Header, r.Method, v)
 	switch cond {
 	case notModified:

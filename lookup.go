@@ -39,6 +39,9 @@ type resolved struct {
 	file *os.File
 	// encoding is the sidecar's Content-Encoding, "" for the file itself.
 	encoding string
+	// etag is the validator of the body: a header directive's, an ETag
+	// file's, or the computed one of the file or sidecar.
+	etag string
 }
 
 func (res *resolved) release() {
@@ -140,19 +143,9 @@ func (fsrv *FlashServe) lookup(w http.ResponseWriter, r *http.Request, repl *cad
 			etag = entry.ETag
 		}
 	}
-	if etag != "" {
-		h["Etag"] = []string{etag}
-	}
+	res.etag = etag
 	if res.encoding != "" {
 		h["Content-Encoding"] = []string{res.encoding}
-	}
-	if v := headerValue(h, "Content-Type"); v == "" {
-		if entry.ContentType == "" {
-			// An explicit nil stops net/http from sniffing the body.
-			h["Content-Type"] = nil
-		} else {
-			h["Content-Type"] = []string{entry.ContentType}
-		}
 	}
 	return res, nil
 }
