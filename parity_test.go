@@ -118,7 +118,7 @@ func etagOf(info os.FileInfo) string {
 
 // parityServers are the addresses of the four sites.
 type parityServers struct {
-	h1FileServer, h1Flash string // http://127.0.0.1:port
+	h1FileServer, h1Flash   string // http://127.0.0.1:port
 	tlsFileServer, tlsFlash string // 127.0.0.1:port, served as https://localhost
 }
 
@@ -637,11 +637,11 @@ func runParity(t *testing.T, handlerBlock, after string, n int) {
 	corpus := generateCorpus(t, fx, n, validatorsOf)
 
 	protocols := []struct {
-		name             string
-		client           *http.Client
+		name              string
+		client            *http.Client
 		fileServer, flash string
-		host             func(addr string) string
-		proto            int
+		host              func(addr string) string
+		proto             int
 	}{
 		{"HTTP/1.1", c.h1, srv.h1FileServer, srv.h1Flash, func(string) string { return "" }, 1},
 		{"HTTP/2", c.h2, "https://" + srv.tlsFileServer, "https://" + srv.tlsFlash, func(a string) string { return "localhost:" + portOf(a) }, 2},

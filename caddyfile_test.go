@@ -1,0 +1,68 @@
+package flashserve
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite the expected side of the golden adapt tests")
+
+const goldenSeparator = "\n----------\n"
+
+// TestCaddyfileAdapt runs the golden adapt tests in testdata/caddyfile_adapt:
+// each file is a Caddyfile, a line of dashes, then the JSON it adapts to or
+// "error: " and a part of the error it must fail with.
+func TestCaddyfileAdapt(t *testing.T) {
+	files, err := filepath.Glob("testdata/caddyfile_adapt/*.caddyfiletest")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden tests found: %v", err)
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			raw, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			input, want, ok := strings.Cut(string(raw), goldenSeparator)
+			if !ok {
+				t.Fatalf("no %q separator", strings.TrimSpace(goldenSeparator))
+			}
+			got := adaptForTest(input)
+			if *updateGolden {
+				if err := os.WriteFile(file, []byte(input+goldenSeparator+got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if wantErr, isErr := strings.CutPrefix(strings.TrimSpace(want), "error: "); isErr {
+				if !strings.HasPrefix(got, "error: ") || !strings.Contains(got, wantErr) {
+					t.Fatalf("want an error containing %q, got:\n%s", wantErr, got)
+				}
+				return
+			}
+			if strings.TrimSpace(got) != strings.TrimSpace(want) {
+				t.Fatalf("adapted JSON differs.\n--- got:\n%s\n--- want:\n%s", got, want)
+			}
+		})
+	}
+}
+
+// adaptForTest returns the indented JSON of a Caddyfile, or "error: ...".
+func adaptForTest(input string) string {
+	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(input), map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		return "error: " + err.Error() + "\n"
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, cfg, "", "\t"); err != nil {
+		return "error: indenting: " + err.Error() + "\n"
+	}
+	return out.String() + "\n"
+}
