@@ -1,0 +1,345 @@
+// Command harness is the side-by-side benchmark behind bench/run: it
+// starts flash_serve, file_server, Caddy's respond, nginx and lighttpd on
+// 127.0.0.1, measures them interleaved, and writes a Markdown table and an
+// SVG chart.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type config struct {
+	mode            string
+	work, data      string
+	caddy           string
+	nginx, lighttpd string
+	runs            int
+	duration        time.Duration
+	set             dataset
+	syscallRequests int
+	h2Requests      int
+	only            map[string]bool
+	out, svg        string
+	command         string
+}
+
+func (c *config) durationArg() string { return fmt.Sprintf("%ds", int(c.duration.Seconds())) }
+
+// result gathers every run of one workload on one server.
+type result struct {
+	runs     []measurement
+	syscalls float64 // per request; 0 if not measured
+	sysErr   string
+	threads  int
+	rssKB    int
+	err      string
+}
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("bench: ")
+	quick := flag.Bool("quick", false, "about 5 minutes: fewer and shorter runs")
+	smoke := flag.Bool("smoke", false, "one request of every workload per server, small data; for CI")
+	runs := flag.Int("runs", 0, "runs per server and workload (median quoted); default 5, quick 3")
+	dur := flag.Duration("duration", 0, "length of one timed run; default 5s, quick 2s")
+	only := flag.String("workloads", "a,b,c,d,e,f,g,h,i", "workloads to run")
+	out := flag.String("out", "", "Markdown output; default bench/RESULTS.md (smoke: bench/out/RESULTS-smoke.md)")
+	keep := flag.Bool("keep", false, "keep the temporary folder")
+	flag.Parse()
+
+	cfg := &config{
+		mode: "full", runs: 5, duration: 5 * time.Second,
+		set:             dataset{bigSize: 1 << 30, dirs: 100, perDir: 1000, manyFileSize: 8 << 10},
+		syscallRequests: 20000, h2Requests: 100000,
+		out: "bench/RESULTS.md", svg: "bench/results.svg",
+		command: "bench/run " + strings.Join(os.Args[1:], " "),
+	}
+	switch {
+	case *smoke:
+		cfg.mode, cfg.runs = "smoke", 1
+		cfg.set = dataset{bigSize: 16 << 20, dirs: 4, perDir: 50, manyFileSize: 8 << 10}
+		cfg.out, cfg.svg = "bench/out/RESULTS-smoke.md", "bench/out/results-smoke.svg"
+	case *quick:
+		cfg.mode, cfg.runs, cfg.duration = "quick", 3, 2*time.Second
+		cfg.syscallRequests, cfg.h2Requests = 10000, 50000
+	}
+	if *runs > 0 {
+		cfg.runs = *runs
+	}
+	if *dur > 0 {
+		cfg.duration = *dur
+	}
+	if *out != "" {
+		cfg.out = *out
+		cfg.svg = strings.TrimSuffix(*out, filepath.Ext(*out)) + ".svg"
+	}
+	cfg.only = map[string]bool{}
+	for _, w := range strings.Split(*only, ",") {
+		cfg.only[strings.TrimSpace(w)] = true
+	}
+	if runtime.NumCPU() < 2 {
+		log.Fatal("needs 2 CPUs: one for the servers, one for the load")
+	}
+	raiseNoFile()
+
+	var err error
+	cfg.work, err = os.MkdirTemp("", "flash-bench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if !*keep {
+		defer os.RemoveAll(cfg.work)
+	}
+	cfg.data = filepath.Join(cfg.work, "data")
+	os.MkdirAll(cfg.data, 0o755)
+	if err := run(cfg); err != nil {
+		log.Print(err)
+		if !*keep {
+			os.RemoveAll(cfg.work)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(cfg *config) error {
+	for _, port := range []int{portFlash, portFile, portResp, portNginx, portLighty, tlsFlash, tlsFile} {
+		if !portFree(port) {
+			return fmt.Errorf("port %d on 127.0.0.1 is taken; stop what listens there", port)
+		}
+	}
+	log.Printf("building ./xcaddy")
+	cfg.caddy = filepath.Join(cfg.work, "caddy")
+	if out, err := exec.Command("go", "build", "-o", cfg.caddy, "./xcaddy").CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./xcaddy: %v\n%s", err, out)
+	}
+	cfg.nginx = lookPath("nginx")
+	cfg.lighttpd = lookPath("lighttpd")
+	log.Printf("writing data sets under %s", cfg.data)
+	start := time.Now()
+	if err := makeData(cfg.data, cfg.set); err != nil {
+		return err
+	}
+	if err := writeURIs(filepath.Join(cfg.work, "many.uris"), cfg.set, 50000, false, 1); err != nil {
+		return err
+	}
+	if err := writeURIs(filepath.Join(cfg.work, "missing.uris"), cfg.set, 50000, true, 2); err != nil {
+		return err
+	}
+	log.Printf("data written in %s", time.Since(start).Round(time.Second))
+
+	servers, err := startServers(cfg)
+	defer stopServers(servers)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, s := range servers {
+		names = append(names, s.name)
+	}
+	results := map[string]map[string]*result{}
+	var ran []workload
+	for _, w := range workloads(cfg) {
+		if !cfg.only[w.id] && !cfg.only[w.id[:1]] {
+			continue
+		}
+		ran = append(ran, w)
+		results[w.id] = map[string]*result{}
+		if cfg.mode == "smoke" {
+			smokeWorkload(cfg, w, servers, results[w.id])
+			continue
+		}
+		measureWorkload(cfg, w, servers, results[w.id])
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.out), 0o755); err != nil {
+		return err
+	}
+	md := report(cfg, ran, names, results)
+	if err := os.WriteFile(cfg.out, []byte(md), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(cfg.svg, []byte(chart(cfg, ran, names, results)), 0o644); err != nil {
+		return err
+	}
+	fmt.Print(md)
+	log.Printf("wrote %s and %s", cfg.out, cfg.svg)
+	if cfg.mode == "smoke" {
+		for _, w := range ran {
+			for name, r := range results[w.id] {
+				if r.err != "" {
+					return fmt.Errorf("smoke: %s on %s: %s", w.id, name, r.err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// measureWorkload runs w on every server, interleaved (A B C A B C …),
+// then counts syscalls once per server.
+func measureWorkload(cfg *config, w workload, servers []*server, res map[string]*result) {
+	for round := 1; round <= cfg.runs; round++ {
+		for _, s := range servers {
+			if !s.takes(w.id) {
+				continue
+			}
+			r := res[s.name]
+			if r == nil {
+				r = &result{}
+				res[s.name] = r
+			}
+			if w.cold {
+				if _, err := evict(cfg.data); err != nil {
+					r.err = "evicting: " + err.Error()
+					continue
+				}
+			}
+			smp := sample(s.pid)
+			m, err := w.run(cfg, s)
+			th, kb := smp.finish()
+			r.threads, r.rssKB = max(r.threads, th), max(r.rssKB, kb)
+			if err != nil {
+				r.err = firstLine(err.Error())
+				log.Printf("%s %s run %d: %v", w.id, s.name, round, err)
+				continue
+			}
+			r.runs = append(r.runs, m)
+			log.Printf("%-2s %-12s run %d: %10.2f %s  p50 %.2fms p99 %.2fms errors %d",
+				w.id, s.name, round, m.value, w.unit, m.p50, m.p99, m.errors)
+		}
+	}
+	if w.syscalls == nil {
+		return
+	}
+	for _, s := range servers {
+		r := res[s.name]
+		if r == nil {
+			continue
+		}
+		n, err := countSyscalls(cfg, s, w.syscalls(cfg, s), cfg.syscallRequests)
+		if err != nil {
+			r.sysErr = firstLine(err.Error())
+			log.Printf("%s %s syscalls: %v", w.id, s.name, err)
+			continue
+		}
+		r.syscalls = n
+	}
+}
+
+// smokeWorkload checks that every server answers one request of w, with
+// the load generator the workload uses, but no timing.
+func smokeWorkload(cfg *config, w workload, servers []*server, res map[string]*result) {
+	saved := cfg.duration
+	cfg.duration = time.Second
+	defer func() { cfg.duration = saved }()
+	for _, s := range servers {
+		if !s.takes(w.id) {
+			continue
+		}
+		r := &result{}
+		res[s.name] = r
+		if w.cold {
+			if _, err := evict(cfg.data); err != nil {
+				r.err = err.Error()
+				continue
+			}
+		}
+		m, err := w.run(cfg, s)
+		if err != nil {
+			r.err = firstLine(err.Error())
+			continue
+		}
+		if m.value <= 0 {
+			r.err = "no successful request"
+			continue
+		}
+		if m.errors > 0 {
+			r.err = fmt.Sprintf("%d failed requests", m.errors)
+		}
+		r.runs = append(r.runs, m)
+		r.threads, r.rssKB = procStatus(s.pid)
+	}
+}
+
+func lookPath(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, dir := range []string{"/usr/sbin", "/sbin"} {
+		if p := filepath.Join(dir, name); fileExists(p) {
+			return p
+		}
+	}
+	log.Printf("%s not found: it is left out", name)
+	return ""
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+func raiseNoFile() {
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
+		return
+	}
+	want := uint64(65536)
+	if lim.Max < want {
+		lim.Max = want // works as root
+	}
+	lim.Cur = min(want, lim.Max)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+		lim.Cur = lim.Max
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func (r *result) median(f func(measurement) float64) float64 {
+	xs := make([]float64, len(r.runs))
+	for i, m := range r.runs {
+		xs[i] = f(m)
+	}
+	return median(xs)
+}
+
+// spread is (max-min)/median of the primary figure, in percent: how noisy
+// the workload was.
+func (r *result) spread() float64 {
+	if len(r.runs) < 2 {
+		return 0
+	}
+	lo, hi := r.runs[0].value, r.runs[0].value
+	for _, m := range r.runs {
+		lo, hi = min(lo, m.value), max(hi, m.value)
+	}
+	med := r.median(func(m measurement) float64 { return m.value })
+	if med == 0 {
+		return 0
+	}
+	return 100 * (hi - lo) / med
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"fmt"
+	"html"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+)
+
+func machine() string {
+	cpu := "unknown CPU"
+	if raw, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(raw), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	kernel, _ := exec.Command("uname", "-r").Output()
+	mem := ""
+	if raw, err := os.ReadFile("/proc/meminfo"); err == nil {
+		line, _, _ := strings.Cut(string(raw), "\n")
+		mem = strings.Join(strings.Fields(line)[1:], " ")
+	}
+	ver := func(args ...string) string {
+		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+		if err != nil {
+			return "?"
+		}
+		return firstLine(strings.TrimSpace(string(out)))
+	}
+	return fmt.Sprintf("%d × %s, %s RAM, Linux %s, %s; %s; %s; wrk %s",
+		runtime.NumCPU(), cpu, mem, strings.TrimSpace(string(kernel)), runtime.Version(),
+		ver(lookPathOr("nginx"), "-v"), ver(lookPathOr("lighttpd"), "-v"), strings.Fields(ver("wrk", "-v") + " ?")[1])
+}
+
+func lookPathOr(name string) string {
+	if p := lookPath(name); p != "" {
+		return p
+	}
+	return name
+}
+
+func fmtValue(v float64, unit string) string {
+	switch {
+	case v == 0:
+		return "–"
+	case unit == "GB/s":
+		return fmt.Sprintf("%.2f", v)
+	case v >= 1000:
+		return fmt.Sprintf("%.1fk", v/1000)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func ratio(res map[string]*result, a, b string) string {
+	ra, rb := res[a], res[b]
+	if ra == nil || rb == nil {
+		return "–"
+	}
+	va := ra.median(func(m measurement) float64 { return m.value })
+	vb := rb.median(func(m measurement) float64 { return m.value })
+	if va == 0 || vb == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", va/vb)
+}
+
+// report renders the Markdown table.
+func report(cfg *config, ws []workload, names []string, results map[string]map[string]*result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Benchmark results (%s run)\n\n", cfg.mode)
+	fmt.Fprintf(&b, "- Date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(&b, "- Machine: %s\n", machine())
+	fmt.Fprintf(&b, "- Command: `%s`\n", strings.TrimSpace(cfg.command))
+	fmt.Fprintf(&b, "- Servers pinned to CPU 0, load generators to CPU 1; loopback. Each figure is the median of %d "+
+		"runs of %s, servers interleaved (A B C A B C …). Spread is (max−min)/median of those runs.\n",
+		cfg.runs, cfg.duration)
+	fmt.Fprintf(&b, "- Syscalls per request: `perf stat -e raw_syscalls:sys_enter -p PID` over `h2load --h1 -n %d -c 16`. "+
+		"Threads and RSS: the peak sampled from /proc/PID/status during the workload.\n\n", cfg.syscallRequests)
+	if cfg.mode == "smoke" {
+		b.WriteString("Smoke mode: one short request burst per server and workload, small data; the figures mean nothing.\n\n")
+	}
+	b.WriteString("| workload | server | median | unit | MB/s | p50 ms | p99 ms | spread | syscalls/req | peak threads | peak RSS MiB | note |\n")
+	b.WriteString("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, w := range ws {
+		res := results[w.id]
+		for _, name := range names {
+			r := res[name]
+			if r == nil {
+				continue
+			}
+			sys := "–"
+			if r.syscalls > 0 {
+				sys = fmt.Sprintf("%.1f", r.syscalls)
+			} else if r.sysErr != "" {
+				sys = "n/a"
+			}
+			note := r.err
+			errs := 0
+			for _, m := range r.runs {
+				errs += m.errors
+			}
+			if errs > 0 {
+				note = strings.TrimSpace(fmt.Sprintf("%s %d failed responses", note, errs))
+			}
+			lat := func(f func(measurement) float64) string {
+				v := r.median(f)
+				if v == 0 {
+					return "–"
+				}
+				return fmt.Sprintf("%.2f", v)
+			}
+			fmt.Fprintf(&b, "| %s %s | %s | %s | %s | %.0f | %s | %s | %.0f%% | %s | %d | %.0f | %s |\n",
+				w.id, w.title, name,
+				fmtValue(r.median(func(m measurement) float64 { return m.value }), w.unit), w.unit,
+				r.median(func(m measurement) float64 { return m.mbps }),
+				lat(func(m measurement) float64 { return m.p50 }), lat(func(m measurement) float64 { return m.p99 }),
+				r.spread(), sys, r.threads, float64(r.rssKB)/1024, html.EscapeString(note))
+		}
+	}
+	b.WriteString("\n## Ratios (medians of the primary figure)\n\n")
+	b.WriteString("| workload | flash_serve / file_server | flash_serve / respond | flash_serve / nginx | flash_serve / lighttpd |\n")
+	b.WriteString("|---|---:|---:|---:|---:|\n")
+	for _, w := range ws {
+		res := results[w.id]
+		fmt.Fprintf(&b, "| %s %s | %s | %s | %s | %s |\n", w.id, w.title,
+			ratio(res, "flash_serve", "file_server"), ratio(res, "flash_serve", "respond"),
+			ratio(res, "flash_serve", "nginx"), ratio(res, "flash_serve", "lighttpd"))
+	}
+	return b.String()
+}
+
+var serverColours = map[string]string{
+	"flash_serve": "#d9480f", "file_server": "#1c7ed6", "respond": "#868e96", "nginx": "#2b8a3e", "lighttpd": "#7048e8",
+}
+
+// chart renders one group per workload, one bar per server, each group
+// scaled to its best server, with the value written on the bar.
+func chart(cfg *config, ws []workload, names []string, results map[string]map[string]*result) string {
+	const (
+		groupW, barW, top, plotH, left = 150, 24, 60, 260, 40
+	)
+	width := left + groupW*len(ws) + 20
+	height := top + plotH + 90
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", width, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="15" font-weight="bold">flash_serve vs file_server, respond, nginx, lighttpd (%s run, %s)</text>`+"\n",
+		left, cfg.mode, time.Now().UTC().Format("2006-01-02"))
+	fmt.Fprintf(&b, `<text x="%d" y="38" fill="#555">Bars are scaled to the best server of each workload; labels are medians (req/s, or GB/s for c, d, h1).</text>`+"\n", left)
+	for i, name := range names {
+		x := left + i*130
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
+			x, height-22, serverColours[name], x+16, height-12, name)
+	}
+	base := top + plotH
+	fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#333"/>`+"\n", left, base, width-10, base)
+	for gi, w := range ws {
+		res := results[w.id]
+		best := 0.0
+		for _, r := range res {
+			best = max(best, r.median(func(m measurement) float64 { return m.value }))
+		}
+		gx := left + gi*groupW + 10
+		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", gx, base+16, w.id)
+		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#555" font-size="9">%s</text>`+"\n", gx, base+30, html.EscapeString(truncate(w.title, 28)))
+		bi := 0
+		for _, name := range names {
+			r := res[name]
+			if r == nil {
+				continue
+			}
+			v := r.median(func(m measurement) float64 { return m.value })
+			h := 0
+			if best > 0 {
+				h = int(float64(plotH) * v / best)
+			}
+			x := gx + bi*(barW+2)
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"><title>%s %s: %s %s</title></rect>`+"\n",
+				x, base-h, barW, h, serverColours[name], w.id, name, fmtValue(v, w.unit), w.unit)
+			fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="9" transform="rotate(-90 %d %d)">%s</text>`+"\n",
+				x+barW/2+3, base-h-4, x+barW/2+3, base-h-4, fmtValue(v, w.unit))
+			bi++
+		}
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}

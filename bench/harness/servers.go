@@ -1,0 +1,313 @@
+package main
+
+import (
+	"bufio"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// server is one of the servers under test.
+type server struct {
+	name string
+	// port serves cleartext HTTP/1.1; tlsPort (0 if none) serves HTTPS with
+	// HTTP/1.1 and HTTP/2.
+	port, tlsPort int
+	// only lists the workloads it takes part in; "" means all, but the
+	// HTTPS ones (h1, h2) only with a tlsPort.
+	only string
+	cmd  *exec.Cmd
+	pid  int
+}
+
+func (s *server) takes(w string) bool {
+	if s.only != "" {
+		return strings.Contains(s.only, w)
+	}
+	return !strings.HasPrefix(w, "h") || s.tlsPort != 0
+}
+
+func (s *server) url(path string) string { return fmt.Sprintf("http://127.0.0.1:%d%s", s.port, path) }
+func (s *server) tlsURL(path string) string {
+	return fmt.Sprintf("https://127.0.0.1:%d%s", s.tlsPort, path)
+}
+
+const (
+	portFlash  = 18081
+	portFile   = 18082
+	portResp   = 18083
+	portNginx  = 18084
+	portLighty = 18085
+	tlsFlash   = 18443
+	tlsFile    = 18444
+)
+
+// caddyfile is the config of one Caddy process: the same binary serves
+// flash_serve, file_server and respond, each in its own process so that
+// threads, RSS and syscalls are counted per server.
+func caddyfile(work, data, handler string, port, tlsPort int, body1k string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `{
+	admin off
+	persist_config off
+	auto_https disable_redirects
+	skip_install_trust
+	local_certs
+	storage file_system %s
+	log {
+		level ERROR
+	}
+`, filepath.Join(work, "caddydata-"+handler))
+	if handler == "flash_serve" {
+		b.WriteString(flashGlobalOptions)
+	}
+	b.WriteString("}\n")
+	site := func(addr string) {
+		fmt.Fprintf(&b, "%s {\n\tbind 127.0.0.1\n", addr)
+		if strings.HasPrefix(addr, "https") {
+			b.WriteString("\ttls internal\n")
+		}
+		if handler == "respond" {
+			fmt.Fprintf(&b, "\theader Content-Type application/octet-stream\n\trespond %q 200\n}\n", body1k)
+			return
+		}
+		fmt.Fprintf(&b, "\troot * %s\n\t%s\n}\n", data, handler)
+	}
+	site(fmt.Sprintf("http://127.0.0.1:%d", port))
+	if tlsPort != 0 {
+		site(fmt.Sprintf("https://127.0.0.1:%d", tlsPort))
+	}
+	return b.String()
+}
+
+// flashGlobalOptions is what flash_serve's README tells users to add to
+// the global options; empty while the module needs nothing there.
+var flashGlobalOptions = ""
+
+func nginxConf(work, data string, port int) string {
+	return fmt.Sprintf(`worker_processes 1;
+master_process off;
+daemon off;
+worker_rlimit_nofile 65536;
+error_log %[1]s/nginx-error.log error;
+pid %[1]s/nginx.pid;
+events { worker_connections 8192; }
+http {
+	access_log off;
+	sendfile on;
+	tcp_nopush on;
+	keepalive_requests 1000000;
+	open_file_cache max=20000 inactive=60s;
+	open_file_cache_valid 60s;
+	open_file_cache_errors on;
+	client_body_temp_path %[1]s/nginx-body;
+	proxy_temp_path %[1]s/nginx-proxy;
+	fastcgi_temp_path %[1]s/nginx-fastcgi;
+	uwsgi_temp_path %[1]s/nginx-uwsgi;
+	scgi_temp_path %[1]s/nginx-scgi;
+	types { application/octet-stream bin; text/html html; }
+	server {
+		listen 127.0.0.1:%[2]d;
+		root %[3]s;
+	}
+}
+`, work, port, data)
+}
+
+func lighttpdConf(work, data string, port int) string {
+	return fmt.Sprintf(`server.document-root = %q
+server.bind = "127.0.0.1"
+server.port = %d
+server.max-fds = 16384
+server.max-connections = 8192
+server.max-keep-alive-requests = 1000000
+server.errorlog = %q
+mimetype.assign = ( ".bin" => "application/octet-stream", ".html" => "text/html" )
+`, data, port, filepath.Join(work, "lighttpd-error.log"))
+}
+
+// startServers starts every server pinned to CPU 0 and waits until each
+// answers.
+func startServers(cfg *config) ([]*server, error) {
+	body1k := strings.Repeat("x", 1024)
+	specs := []struct {
+		s    *server
+		args []string
+	}{}
+	for _, h := range []struct {
+		name, handler string
+		port, tls     int
+		only          string
+	}{
+		{"flash_serve", "flash_serve", portFlash, tlsFlash, ""},
+		{"file_server", "file_server", portFile, tlsFile, ""},
+		{"respond", "respond", portResp, 0, "a"},
+	} {
+		conf := filepath.Join(cfg.work, h.name+".Caddyfile")
+		if err := os.WriteFile(conf, []byte(caddyfile(cfg.work, cfg.data, h.handler, h.port, h.tls, body1k)), 0o644); err != nil {
+			return nil, err
+		}
+		specs = append(specs, struct {
+			s    *server
+			args []string
+		}{&server{name: h.name, port: h.port, tlsPort: h.tls, only: h.only},
+			[]string{cfg.caddy, "run", "--config", conf, "--adapter", "caddyfile"}})
+	}
+	if cfg.nginx != "" {
+		conf := filepath.Join(cfg.work, "nginx.conf")
+		if err := os.WriteFile(conf, []byte(nginxConf(cfg.work, cfg.data, portNginx)), 0o644); err != nil {
+			return nil, err
+		}
+		specs = append(specs, struct {
+			s    *server
+			args []string
+		}{&server{name: "nginx", port: portNginx}, []string{cfg.nginx, "-p", cfg.work, "-c", conf}})
+	}
+	if cfg.lighttpd != "" {
+		conf := filepath.Join(cfg.work, "lighttpd.conf")
+		if err := os.WriteFile(conf, []byte(lighttpdConf(cfg.work, cfg.data, portLighty)), 0o644); err != nil {
+			return nil, err
+		}
+		specs = append(specs, struct {
+			s    *server
+			args []string
+		}{&server{name: "lighttpd", port: portLighty}, []string{cfg.lighttpd, "-D", "-f", conf}})
+	}
+	var servers []*server
+	for _, sp := range specs {
+		args := append([]string{"-c", "0"}, sp.args...)
+		cmd := exec.Command("taskset", args...)
+		logf, err := os.Create(filepath.Join(cfg.work, sp.s.name+".log"))
+		if err != nil {
+			return servers, err
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			return servers, fmt.Errorf("starting %s: %v", sp.s.name, err)
+		}
+		sp.s.cmd, sp.s.pid = cmd, cmd.Process.Pid // taskset execs, so the pid is the server's
+		servers = append(servers, sp.s)
+	}
+	for _, s := range servers {
+		if err := waitReady(s); err != nil {
+			return servers, err
+		}
+	}
+	return servers, nil
+}
+
+func waitReady(s *server) error {
+	deadline := time.Now().Add(60 * time.Second)
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // a local test CA on loopback
+	}}
+	urls := []string{s.url("/1k.bin")}
+	if s.tlsPort != 0 {
+		urls = append(urls, s.tlsURL("/1k.bin"))
+	}
+	for _, u := range urls {
+		for {
+			resp, err := client.Get(u)
+			if err == nil {
+				resp.Body.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s did not answer %s: %v", s.name, u, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func stopServers(servers []*server) {
+	for _, s := range servers {
+		if s.cmd == nil || s.cmd.Process == nil {
+			continue
+		}
+		syscall.Kill(-s.pid, syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { s.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			syscall.Kill(-s.pid, syscall.SIGKILL)
+			<-done
+		}
+	}
+}
+
+// procStatus reads Threads and VmRSS (KiB) of a process.
+func procStatus(pid int) (threads, rssKiB int) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ":")
+		fields := strings.Fields(v)
+		if len(fields) == 0 {
+			continue
+		}
+		switch k {
+		case "Threads":
+			threads, _ = strconv.Atoi(fields[0])
+		case "VmRSS":
+			rssKiB, _ = strconv.Atoi(fields[0])
+		}
+	}
+	return threads, rssKiB
+}
+
+// sampler records the peak threads and RSS of a process while it runs.
+type sampler struct {
+	stop                chan struct{}
+	done                chan struct{}
+	peakThreads, peakKB int
+}
+
+func sample(pid int) *sampler {
+	s := &sampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(25 * time.Millisecond)
+		defer t.Stop()
+		for {
+			th, kb := procStatus(pid)
+			s.peakThreads, s.peakKB = max(s.peakThreads, th), max(s.peakKB, kb)
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sampler) finish() (threads, rssKB int) {
+	close(s.stop)
+	<-s.done
+	return s.peakThreads, s.peakKB
+}
+
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
