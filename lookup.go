@@ -2,12 +2,12 @@ package flashserve
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	weakrand "math/rand/v2"
 	"net/http"
-	"os"
 	"path"
 	"path/filepath"
 	"runtime"
@@ -35,8 +35,6 @@ type resolved struct {
 	entry *statacc.Entry
 	// body describes the bytes sent: entry itself or a precompressed sidecar.
 	body *statacc.Entry
-	// file is the open body.
-	file *os.File
 	// encoding is the sidecar's Content-Encoding, "" for the file itself.
 	encoding string
 	// etag is the validator of the body: a header directive's, an ETag
@@ -44,9 +42,13 @@ type resolved struct {
 	etag string
 }
 
+// release gives back the cache references the lookup took.
 func (res *resolved) release() {
-	if res.file != nil {
-		res.file.Close()
+	if res.body != nil && res.body != res.entry {
+		res.body.Release()
+	}
+	if res.entry != nil {
+		res.entry.Release()
 	}
 }
 
@@ -74,10 +76,18 @@ func (fsrv *FlashServe) lookup(w http.ResponseWriter, r *http.Request, repl *cad
 		c.Write(zap.String("site_root", root), zap.String("request_path", r.URL.Path), zap.String("result", filename))
 	}
 
-	entry, err := statacc.Stat(filename)
+	ctx := r.Context()
+	entry, err := fsrv.cache.Get(ctx, filename)
 	if err != nil {
 		return nil, statError(err)
 	}
+	// Until res owns it, entry must be released on every way out.
+	owned := false
+	defer func() {
+		if !owned {
+			entry.Release()
+		}
+	}()
 
 	implicitIndex := false
 	if entry.IsDir() {
@@ -86,10 +96,11 @@ func (fsrv *FlashServe) lookup(w http.ResponseWriter, r *http.Request, repl *cad
 			if fileHidden(indexPath, hide) {
 				continue
 			}
-			ie, err := statacc.Stat(indexPath)
+			ie, err := fsrv.cache.Get(ctx, indexPath)
 			if err != nil {
 				continue
 			}
+			entry.Release()
 			entry, filename, implicitIndex = ie, indexPath, true
 			break
 		}
@@ -122,19 +133,17 @@ func (fsrv *FlashServe) lookup(w http.ResponseWriter, r *http.Request, repl *cad
 	h["Vary"] = append(h["Vary"], "Accept-Encoding")
 
 	res := &resolved{filename: filename, entry: entry}
+	owned = true
 	if len(fsrv.precompressors) > 0 {
 		if err := fsrv.selectSidecar(r, res, hide, &etag); err != nil {
+			res.release()
 			return nil, err
 		}
 	}
-	if res.file == nil {
-		f, err := os.Open(filename)
-		if err != nil {
-			return nil, openError(err)
-		}
-		res.file, res.body = f, entry
+	if res.body == nil {
+		res.body = entry
 		if etag == "" && fsrv.EtagFileExtensions != nil {
-			if etag, err = fsrv.etagFromFile(filename); err != nil {
+			if etag, err = fsrv.etagFromFile(ctx, filename); err != nil {
 				res.release()
 				return nil, err
 			}
@@ -162,23 +171,24 @@ func (fsrv *FlashServe) selectSidecar(r *http.Request, res *resolved, hide []str
 		if fileHidden(sidecar, hide) {
 			continue
 		}
-		se, err := statacc.Stat(sidecar)
-		if err != nil || !se.IsRegular() {
-			continue
-		}
-		f, err := os.Open(sidecar)
+		se, err := fsrv.cache.Get(r.Context(), sidecar)
 		if err != nil {
-			err = openError(err)
-			if he, ok := err.(caddyhttp.HandlerError); ok && he.StatusCode == http.StatusServiceUnavailable {
-				return err
+			if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+				err = openError(err)
+				if he, ok := err.(caddyhttp.HandlerError); ok && he.StatusCode == http.StatusServiceUnavailable {
+					return err
+				}
+				fsrv.logger.Warn("opening precompressed file failed", zap.String("filename", sidecar), zap.Error(err))
 			}
-			fsrv.logger.Warn("opening precompressed file failed", zap.String("filename", sidecar), zap.Error(err))
 			continue
 		}
-		res.file, res.body, res.encoding = f, se, ae
+		if !se.IsRegular() {
+			se.Release()
+			continue
+		}
+		res.body, res.encoding = se, ae
 		if *etag == "" && fsrv.EtagFileExtensions != nil {
-			if *etag, err = fsrv.etagFromFile(sidecar); err != nil {
-				res.release()
+			if *etag, err = fsrv.etagFromFile(r.Context(), sidecar); err != nil {
 				return err
 			}
 		}
@@ -258,13 +268,19 @@ func statError(err error) error {
 		return errNotFound
 	case errors.Is(err, fs.ErrPermission):
 		return caddyhttp.Error(http.StatusForbidden, err)
-	case isFDExhaustion(err):
+	case isFDExhaustion(err), errors.Is(err, statacc.ErrQueueFull):
 		return serviceUnavailable(err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The client hung up while its lookup waited; nobody reads the
+		// answer, and 499 keeps it out of the error log, as in nginx.
+		return caddyhttp.Error(statusClientClosedRequest, err)
 	case errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.EINVAL):
 		return caddyhttp.Error(http.StatusBadRequest, err)
 	}
 	return caddyhttp.Error(http.StatusInternalServerError, err)
 }
+
+const statusClientClosedRequest = 499
 
 // openError maps an error from open(2) of a file that stat found.
 func openError(err error) error {
@@ -289,11 +305,16 @@ func serviceUnavailable(err error) error {
 
 // etagFromFile reads the ETag from the first sidecar file (name+suffix)
 // that exists. Newlines are dropped; the value is sent as the file holds it.
-func (fsrv *FlashServe) etagFromFile(name string) (string, error) {
+func (fsrv *FlashServe) etagFromFile(ctx context.Context, name string) (string, error) {
 	for _, suffix := range fsrv.EtagFileExtensions {
-		b, err := os.ReadFile(name + suffix)
-		if errors.Is(err, fs.ErrNotExist) {
+		e, err := fsrv.cache.Get(ctx, name+suffix)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 			continue
+		}
+		var b []byte
+		if err == nil {
+			b, err = e.ReadAll()
+			e.Release()
 		}
 		if err != nil {
 			return "", caddyhttp.Error(http.StatusInternalServerError,

@@ -8,12 +8,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/encode"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/fileserver"
 	"go.uber.org/zap"
+
+	"github.com/flashserve/caddy-flash-serve/statacc"
 )
 
 func init() {
@@ -91,6 +94,39 @@ type FlashServe struct {
 	// Default: none.
 	EtagFileExtensions []string `json:"etag_file_extensions,omitempty"`
 
+	// The number of goroutines that do the blocking stat and open calls of
+	// cache misses, and so the most OS threads that lookups can hold in the
+	// filesystem at once, however many cold requests arrive.
+	// Default: 16, or 4 per CPU if that is more.
+	StatWorkers int `json:"stat_workers,omitempty"`
+
+	// How long a cached lookup may be trusted without a new stat, as a
+	// safety net where inotify sees nothing (NFS, FUSE, changes through a
+	// symlinked directory). Entries in directories that inotify cannot
+	// watch are revalidated after at most one second.
+	// Default: 60s.
+	Revalidate caddy.Duration `json:"revalidate,omitempty"`
+
+	// Turns inotify off: every cached lookup is then trusted for at most
+	// `revalidate`.
+	// Default: false (inotify on, where the OS has it).
+	DisableInotify bool `json:"disable_inotify,omitempty"`
+
+	// The most file descriptors the cache keeps open. The least recently
+	// used are closed first.
+	// Default: a quarter of RLIMIT_NOFILE, at most 16384.
+	MaxOpenFiles int `json:"max_open_files,omitempty"`
+
+	// The most "no such file" answers the cache keeps; 0 or less disables
+	// negative caching.
+	// Default: 10000.
+	NegativeCache *int `json:"negative_cache,omitempty"`
+
+	// Small files kept in memory, validated by inotify and revalidate like
+	// every cached lookup, and written with the headers in one write.
+	// Default: a budget of 64 MiB for files of at most 16 KiB.
+	MemoryCache *MemoryCache `json:"memory_cache,omitempty"`
+
 	// The most ranges one request may ask for. A request with more is
 	// answered with the whole file, as if it had no Range header. Zero
 	// disables range requests altogether.
@@ -98,6 +134,8 @@ type FlashServe struct {
 	MaxRanges *int `json:"max_ranges,omitempty"`
 
 	precompressors map[string]encode.Precompressed
+	cache          *statacc.Cache
+	cacheKey       string
 	// hide holds Hide with static entries made absolute; hideDynamic is set
 	// when some entry has a placeholder and must be rebuilt per request.
 	hide        []string
@@ -106,6 +144,16 @@ type FlashServe struct {
 	// fallback is the embedded file_server for browse and non-OS filesystems.
 	fallback *fileserver.FileServer
 	logger   *zap.Logger
+}
+
+// MemoryCache configures the memory engine.
+type MemoryCache struct {
+	// The most bytes of file content kept in memory, shared by every
+	// handler with the same cache settings. 0 disables the memory engine.
+	Budget int64 `json:"budget"`
+	// The largest file kept in memory.
+	// Default: 16 KiB.
+	MaxFile int64 `json:"max_file,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -172,6 +220,10 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 		}
 	}
 
+	if err := fsrv.provisionCache(); err != nil {
+		return err
+	}
+
 	mods, err := ctx.LoadModule(fsrv, "PrecompressedRaw")
 	if err != nil {
 		return fmt.Errorf("loading precompressed encoders: %v", err)
@@ -198,6 +250,12 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 
 // Validate implements caddy.Validator.
 func (fsrv *FlashServe) Validate() error {
+	if fsrv.StatWorkers < 0 || fsrv.MaxOpenFiles < 0 || fsrv.Revalidate < 0 {
+		return fmt.Errorf("stat_workers, max_open_files and revalidate must not be negative")
+	}
+	if m := fsrv.MemoryCache; m != nil && (m.Budget < 0 || m.MaxFile < 0) {
+		return fmt.Errorf("memory_cache budget and max_file must not be negative")
+	}
 	if fsrv.MaxRanges != nil && *fsrv.MaxRanges < 0 {
 		return fmt.Errorf("max_ranges must be 0 or more, got %d", *fsrv.MaxRanges)
 	}
@@ -218,6 +276,58 @@ func (fsrv *FlashServe) Validate() error {
 // Cleanup implements caddy.CleanerUpper. It runs after a failed Provision
 // too, so it must cope with a half-built handler.
 func (fsrv *FlashServe) Cleanup() error {
+	if fsrv.cache != nil {
+		_, err := caches.Delete(fsrv.cacheKey)
+		fsrv.cache = nil
+		return err
+	}
+	return nil
+}
+
+// caches holds the statacc caches across config reloads: a reload
+// provisions the new handlers before it cleans up the old ones, so the
+// cache (its entries, descriptors, watches) lives on while any handler
+// with the same settings does.
+var caches = caddy.NewUsagePool()
+
+type sharedCache struct{ *statacc.Cache }
+
+// Destruct implements caddy.Destructor.
+func (s sharedCache) Destruct() error { return s.Close() }
+
+func (fsrv *FlashServe) cacheOptions() statacc.Options {
+	o := statacc.Options{
+		Workers:      fsrv.StatWorkers,
+		Revalidate:   time.Duration(fsrv.Revalidate),
+		MaxOpenFiles: fsrv.MaxOpenFiles,
+		NoInotify:    fsrv.DisableInotify,
+	}
+	if fsrv.NegativeCache != nil {
+		o.NegativeEntries = *fsrv.NegativeCache
+		if o.NegativeEntries == 0 {
+			o.NegativeEntries = -1
+		}
+	}
+	if fsrv.MemoryCache != nil {
+		o.MemoryBudget = fsrv.MemoryCache.Budget
+		if o.MemoryBudget == 0 {
+			o.MemoryBudget = -1
+		}
+		o.MemoryMaxFile = fsrv.MemoryCache.MaxFile
+	}
+	return o
+}
+
+func (fsrv *FlashServe) provisionCache() error {
+	o := fsrv.cacheOptions()
+	fsrv.cacheKey = fmt.Sprintf("statacc:%+v", o)
+	v, _, err := caches.LoadOrNew(fsrv.cacheKey, func() (caddy.Destructor, error) {
+		return sharedCache{statacc.New(o)}, nil
+	})
+	if err != nil {
+		return err
+	}
+	fsrv.cache = v.(sharedCache).Cache
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/flashserve/caddy-flash-serve/statacc"
 	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
@@ -28,9 +29,9 @@ func (fsrv *FlashServe) transmit(w http.ResponseWriter, r *http.Request, res *re
 	case p.boundary != "":
 		err = sendMultipart(w, res, p)
 	case p.ranges != nil:
-		_, err = transmit.Copy(w, res.file, p.ranges[0].start, p.ranges[0].length)
+		err = sendRange(w, res.body, p.ranges[0].start, p.ranges[0].length)
 	default:
-		_, err = transmit.Copy(w, res.file, 0, p.length)
+		err = sendRange(w, res.body, 0, p.length)
 	}
 	if err == nil {
 		return nil
@@ -56,10 +57,22 @@ func sendMultipart(w io.Writer, res *resolved, p *plan) error {
 		if _, err := w.Write(appendPartHeader(hdr[:0], i, r, p.boundary, p.partType, res.body.Size)); err != nil {
 			return err
 		}
-		if _, err := transmit.Copy(w, res.file, r.start, r.length); err != nil {
+		if err := sendRange(w, res.body, r.start, r.length); err != nil {
 			return err
 		}
 	}
 	_, err := w.Write(appendMultipartEnd(hdr[:0], p.boundary))
+	return err
+}
+
+// sendRange sends length bytes of the body from offset start: from memory
+// when the file is small enough to be kept there, else through the copy
+// engine.
+func sendRange(w io.Writer, body *statacc.Entry, start, length int64) error {
+	if body.Data != nil {
+		_, err := w.Write(body.Data[start : start+length])
+		return err
+	}
+	_, err := transmit.Copy(w, body.File(), start, length)
 	return err
 }

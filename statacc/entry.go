@@ -3,12 +3,14 @@
 package statacc
 
 import (
+	"io"
 	"io/fs"
 	"mime"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,6 +34,82 @@ type Entry struct {
 	// ContentType comes from the extension; "" means no Content-Type at all,
 	// because sniffing the body is never done.
 	ContentType string
+	// Err is set on a negative entry: the error that looking the path up
+	// gave, such as fs.ErrNotExist.
+	Err error
+	// Data is the whole content of a small file kept in memory, nil if not.
+	Data []byte
+
+	file *os.File // the open file of a regular-file entry
+	fd   int      // file's descriptor, read once so Fd() is never called again
+	// refs counts the cache's reference (while the entry is in the map)
+	// plus one per request using the descriptor. The descriptor is closed
+	// when it falls to 0, never while a transfer still reads from it.
+	refs    atomic.Int32
+	checked int64       // nanotime of the last stat
+	watched bool        // whether inotify watches the entry's directory
+	used    atomic.Bool // CLOCK mark: used since the last eviction sweep
+	cache   *Cache
+}
+
+// File returns the open file of a regular-file entry, nil otherwise.
+// It stays open until the reference the caller holds is released.
+func (e *Entry) File() *os.File { return e.file }
+
+// FD returns the descriptor of File, or -1.
+func (e *Entry) FD() int {
+	if e.file == nil {
+		return -1
+	}
+	return e.fd
+}
+
+// acquire takes a reference unless the entry is already being closed.
+func (e *Entry) acquire() bool {
+	if e.file == nil {
+		return true // nothing to keep open
+	}
+	for {
+		n := e.refs.Load()
+		if n <= 0 {
+			return false
+		}
+		if e.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// Release gives back a reference taken by Cache.Get.
+func (e *Entry) Release() {
+	if e.file == nil {
+		return
+	}
+	if e.refs.Add(-1) == 0 {
+		e.file.Close()
+		if e.cache != nil {
+			e.cache.M.OpenFiles.Add(-1)
+			if e.Data != nil {
+				e.cache.M.MemoryBytes.Add(-int64(len(e.Data)))
+			}
+		}
+	}
+}
+
+// ReadAll returns the whole content of a regular-file entry.
+func (e *Entry) ReadAll() ([]byte, error) {
+	if e.Data != nil {
+		return e.Data, nil
+	}
+	if e.file == nil {
+		return nil, fs.ErrInvalid
+	}
+	b := make([]byte, e.Size)
+	n, err := e.file.ReadAt(b, 0)
+	if err == io.EOF && int64(n) == e.Size {
+		err = nil
+	}
+	return b[:n], err
 }
 
 // IsDir reports whether the entry is a directory.

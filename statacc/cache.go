@@ -1,0 +1,424 @@
+package statacc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Options configure a Cache. Zero values take the defaults.
+type Options struct {
+	// Workers is the number of goroutines that do the blocking stat and
+	// open calls, and so the most OS threads the cache can hold in the
+	// filesystem at once. Default: DefaultWorkers().
+	Workers int
+	// QueueLength bounds the misses waiting for a worker; a miss that finds
+	// the queue full fails with ErrQueueFull. Default: 256 per worker.
+	QueueLength int
+	// Revalidate is the oldest an entry may be before it is stat'ed again,
+	// whatever inotify says. Entries in directories that inotify does not
+	// watch are revalidated after at most one second. Default: 60s.
+	Revalidate time.Duration
+	// MaxOpenFiles bounds the descriptors the cache keeps open.
+	// Default: a quarter of RLIMIT_NOFILE, at most 16384.
+	MaxOpenFiles int
+	// NegativeEntries bounds the cached "no such file" answers. Default:
+	// 10000. A negative value disables negative caching.
+	NegativeEntries int
+	// MemoryBudget is how many bytes of small files are kept in memory.
+	// Default: 64 MiB. A negative value disables it.
+	MemoryBudget int64
+	// MemoryMaxFile is the largest file kept in memory. Default: 16 KiB.
+	MemoryMaxFile int64
+	// NoInotify turns inotify off: every entry is revalidated after
+	// Revalidate.
+	NoInotify bool
+}
+
+// ErrQueueFull is returned by Get when the miss queue is full: the caller
+// should answer 503 with a Retry-After.
+var ErrQueueFull = errors.New("statacc: too many filesystem lookups waiting")
+
+// errRetry means an entry was invalidated between its resolution and its
+// acquisition; Get tries again.
+var errRetry = errors.New("statacc: entry invalidated while acquired")
+
+// DefaultWorkers is the default size of the worker pool: enough to keep a
+// disk queue busy on a cold tree, few enough that the threads they hold
+// stay well under the Go runtime's limit.
+func DefaultWorkers() int { return max(16, 4*runtime.GOMAXPROCS(0)) }
+
+// Metrics are the cache's counters. Every field is updated atomically.
+type Metrics struct {
+	Hits, NegativeHits, Misses, Merged atomic.Int64
+	QueueFull, Invalidations, Flushes  atomic.Int64
+	WaitNanos                          atomic.Int64
+	OpenFiles, NegativeCount           atomic.Int64
+	MemoryBytes, Evictions, Shed       atomic.Int64
+	UnwatchedDirs                      atomic.Int64
+}
+
+// Cache is a process-wide cache of Entries with their open descriptors,
+// filled by a bounded pool of workers, invalidated by inotify with a TTL
+// as a safety net.
+//
+// How stale an entry can be: with inotify watching its directory, until
+// the event is read (microseconds to milliseconds); without it (inotify
+// off or unavailable, the watch limit reached, a network or FUSE
+// filesystem that sends no events, a change made through a symlinked
+// directory), at most Revalidate, or one second for unwatched directories.
+type Cache struct {
+	opts    Options
+	entries sync.Map // path string → *Entry
+	jobs    chan *call
+	mu      sync.Mutex // guards inflight; taken on the miss path only
+	inflight map[string]*call
+	watch   *watcher
+	M       Metrics
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closed  atomic.Bool
+}
+
+// call is one resolution in flight; concurrent misses for a path share it.
+type call struct {
+	path  string
+	done  chan struct{}
+	entry *Entry
+}
+
+// New starts a cache and its workers. Close stops them.
+func New(o Options) *Cache {
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers()
+	}
+	if o.QueueLength <= 0 {
+		o.QueueLength = 256 * o.Workers
+	}
+	if o.Revalidate <= 0 {
+		o.Revalidate = 60 * time.Second
+	}
+	if o.MaxOpenFiles <= 0 {
+		o.MaxOpenFiles = defaultMaxOpenFiles()
+	}
+	if o.NegativeEntries == 0 {
+		o.NegativeEntries = 10000
+	}
+	if o.MemoryBudget == 0 {
+		o.MemoryBudget = 64 << 20
+	}
+	if o.MemoryMaxFile <= 0 {
+		o.MemoryMaxFile = 16 << 10
+	}
+	c := &Cache{
+		opts:     o,
+		jobs:     make(chan *call, o.QueueLength),
+		inflight: make(map[string]*call),
+		stop:     make(chan struct{}),
+	}
+	if !o.NoInotify {
+		c.watch = newWatcher(c)
+	}
+	for range o.Workers {
+		c.wg.Add(1)
+		go c.worker()
+	}
+	return c
+}
+
+// Options returns the options in force, defaults filled in.
+func (c *Cache) Options() Options { return c.opts }
+
+func defaultMaxOpenFiles() int {
+	if n := rlimitNoFile(); n > 0 {
+		return max(64, min(16384, int(n/4)))
+	}
+	return 1024
+}
+
+// Close stops the workers and the watcher and drops every entry;
+// descriptors still in use close when their last user releases them.
+func (c *Cache) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	close(c.stop)
+	c.wg.Wait()
+	if c.watch != nil {
+		c.watch.close()
+	}
+	c.Flush()
+	return nil
+}
+
+// Get returns the entry for path with a reference that the caller must
+// give back with Release. A path that does not exist gives its error
+// (fs.ErrNotExist and the like) and no entry. On a fresh hit Get makes no
+// system call and takes no lock.
+func (c *Cache) Get(ctx context.Context, path string) (*Entry, error) {
+	if v, ok := c.entries.Load(path); ok {
+		e := v.(*Entry)
+		if c.fresh(e) {
+			if e.Err != nil {
+				c.M.NegativeHits.Add(1)
+				return nil, e.Err
+			}
+			if e.acquire() {
+				e.used.Store(true)
+				c.M.Hits.Add(1)
+				return e, nil
+			}
+		}
+	}
+	for range 3 {
+		e, err := c.miss(ctx, path)
+		if err != errRetry {
+			return e, err
+		}
+	}
+	return nil, ErrQueueFull
+}
+
+func (c *Cache) fresh(e *Entry) bool {
+	ttl := c.opts.Revalidate
+	if !e.watched {
+		ttl = min(ttl, time.Second)
+	}
+	return nanotime()-e.checked < int64(ttl)
+}
+
+func (c *Cache) miss(ctx context.Context, path string) (*Entry, error) {
+	if c.closed.Load() {
+		return nil, errors.New("statacc: cache closed")
+	}
+	c.mu.Lock()
+	cl, ok := c.inflight[path]
+	if ok {
+		c.M.Merged.Add(1)
+	} else {
+		cl = &call{path: path, done: make(chan struct{})}
+		select {
+		case c.jobs <- cl:
+			c.inflight[path] = cl
+		default:
+			c.mu.Unlock()
+			c.M.QueueFull.Add(1)
+			return nil, ErrQueueFull
+		}
+		c.M.Misses.Add(1)
+	}
+	c.mu.Unlock()
+	start := nanotime()
+	select {
+	case <-cl.done:
+	case <-ctx.Done():
+		// The worker finishes the call anyway and caches the answer.
+		return nil, ctx.Err()
+	}
+	c.M.WaitNanos.Add(nanotime() - start)
+	e := cl.entry
+	if e.Err != nil {
+		return nil, e.Err
+	}
+	if !e.acquire() {
+		return nil, errRetry
+	}
+	return e, nil
+}
+
+// QueueDepth is the number of misses waiting for a worker.
+func (c *Cache) QueueDepth() int { return len(c.jobs) }
+
+func (c *Cache) worker() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case cl := <-c.jobs:
+			cl.entry = c.resolve(cl.path)
+			c.mu.Lock()
+			delete(c.inflight, cl.path)
+			c.mu.Unlock()
+			close(cl.done)
+		}
+	}
+}
+
+// resolve stats and opens path and caches the result. It always returns
+// an entry: a negative one holds the error.
+func (c *Cache) resolve(path string) *Entry {
+	dir := filepath.Dir(path)
+	var gen uint64
+	watched := false
+	if c.watch != nil {
+		gen, watched = c.watch.add(dir)
+	}
+	e := c.load(path)
+	e.watched = watched
+	e.checked = nanotime()
+	if e.Err != nil && !cacheableError(e.Err) {
+		return e // an answer for this request, not for the next one
+	}
+	if e.Err != nil {
+		if c.opts.NegativeEntries < 0 || c.M.NegativeCount.Load() >= int64(c.opts.NegativeEntries) {
+			return e
+		}
+		c.M.NegativeCount.Add(1)
+	}
+	if watched && c.watch.generation(dir) != gen {
+		// The directory changed while we looked: keep the answer for the
+		// requests that wait for it, but make the next one look again.
+		e.checked = 0
+	}
+	e.refs.Store(1) // the cache's own reference
+	if old, loaded := c.entries.Swap(path, e); loaded {
+		c.drop(old.(*Entry))
+	}
+	if e.file != nil && c.M.OpenFiles.Load() > int64(c.opts.MaxOpenFiles) {
+		c.evict(c.opts.MaxOpenFiles*9/10, true)
+	}
+	return e
+}
+
+// load does the system calls for one path.
+func (c *Cache) load(path string) *Entry {
+	info, err := os.Stat(path)
+	if err != nil {
+		return &Entry{Path: path, Err: err}
+	}
+	if !info.Mode().IsRegular() {
+		return NewEntry(path, info)
+	}
+	f, err := openFile(path)
+	if err != nil && isFDExhaustion(err) {
+		// Make room by closing idle descriptors, then try once more: a full
+		// fd table must not turn into errors that the cache could avoid.
+		c.M.Shed.Add(1)
+		c.evict(c.opts.MaxOpenFiles/2, false)
+		f, err = openFile(path)
+	}
+	if err != nil {
+		return &Entry{Path: path, Err: err}
+	}
+	// Describe what was opened, not what was stat'ed a moment before.
+	if fi, err := f.Stat(); err == nil {
+		info = fi
+	}
+	e := NewEntry(path, info)
+	if !info.Mode().IsRegular() {
+		f.Close()
+		return e
+	}
+	e.file = f
+	e.fd = fileFD(f)
+	c.M.OpenFiles.Add(1)
+	if e.Size <= c.opts.MemoryMaxFile && c.opts.MemoryBudget > 0 {
+		if c.M.MemoryBytes.Add(e.Size) <= c.opts.MemoryBudget {
+			data := make([]byte, e.Size)
+			if n, err := f.ReadAt(data, 0); int64(n) == e.Size && (err == nil || err == io.EOF) {
+				e.Data = data
+			} else {
+				c.M.MemoryBytes.Add(-e.Size)
+			}
+		} else {
+			c.M.MemoryBytes.Add(-e.Size)
+		}
+	}
+	e.cache = c
+	return e
+}
+
+// cacheableError reports whether an error describes the path rather than
+// the server's state: only those are cached as negative entries.
+func cacheableError(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
+}
+
+func isFDExhaustion(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}
+
+// drop removes the cache's reference to an entry that left the map.
+func (c *Cache) drop(e *Entry) {
+	if e.Err != nil {
+		c.M.NegativeCount.Add(-1)
+		return
+	}
+	e.Release()
+}
+
+// Invalidate forgets path, and everything below it when subtree is set.
+func (c *Cache) Invalidate(path string, subtree bool) {
+	if v, ok := c.entries.LoadAndDelete(path); ok {
+		c.M.Invalidations.Add(1)
+		c.drop(v.(*Entry))
+	}
+	if !subtree {
+		return
+	}
+	prefix := path + string(filepath.Separator)
+	c.entries.Range(func(k, v any) bool {
+		if strings.HasPrefix(k.(string), prefix) && c.entries.CompareAndDelete(k, v) {
+			c.M.Invalidations.Add(1)
+			c.drop(v.(*Entry))
+		}
+		return true
+	})
+}
+
+// Flush forgets every entry.
+func (c *Cache) Flush() {
+	c.M.Flushes.Add(1)
+	c.entries.Range(func(k, v any) bool {
+		if c.entries.CompareAndDelete(k, v) {
+			c.drop(v.(*Entry))
+		}
+		return true
+	})
+}
+
+// evict closes cached descriptors until at most target remain. With
+// second chance set it is a CLOCK sweep: an entry used since the last
+// sweep loses its mark and stays. This approximates LRU without making a
+// hit write anything but one flag.
+func (c *Cache) evict(target int, secondChance bool) {
+	for pass := 0; pass < 2 && c.M.OpenFiles.Load() > int64(target); pass++ {
+		c.entries.Range(func(k, v any) bool {
+			e := v.(*Entry)
+			if e.file == nil {
+				return true
+			}
+			if secondChance && e.used.Swap(false) {
+				return true
+			}
+			if c.entries.CompareAndDelete(k, v) {
+				c.M.Evictions.Add(1)
+				c.drop(e)
+			}
+			return c.M.OpenFiles.Load() > int64(target)
+		})
+	}
+}
+
+// Len is the number of cached entries, for tests and the admin API.
+func (c *Cache) Len() int {
+	n := 0
+	c.entries.Range(func(any, any) bool { n++; return true })
+	return n
+}
+
+var clockBase = time.Now()
+
+// nanotime is a monotonic clock reading, without a system call on Linux
+// (vDSO).
+func nanotime() int64 { return int64(time.Since(clockBase)) }
