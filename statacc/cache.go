@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -90,10 +91,22 @@ type Cache struct {
 }
 
 // call is one resolution in flight; concurrent misses for a path share it.
+// It holds a reference to its entry until every waiter has taken its own,
+// so that an eviction between the resolution and the waiters cannot close
+// the descriptor under them.
 type call struct {
 	path  string
 	done  chan struct{}
 	entry *Entry
+	// pending counts the waiters plus the worker; the last to leave drops
+	// the call's reference. Incremented under Cache.mu only.
+	pending atomic.Int32
+}
+
+func (cl *call) leave() {
+	if cl.pending.Add(-1) == 0 && cl.entry != nil {
+		cl.entry.Release()
+	}
 }
 
 // New starts a cache and its workers. Close stops them.
@@ -206,6 +219,7 @@ func (c *Cache) miss(ctx context.Context, path string) (*Entry, error) {
 		c.M.Merged.Add(1)
 	} else {
 		cl = &call{path: path, done: make(chan struct{})}
+		cl.pending.Store(1) // the worker's
 		select {
 		case c.jobs <- cl:
 			c.inflight[path] = cl
@@ -216,7 +230,9 @@ func (c *Cache) miss(ctx context.Context, path string) (*Entry, error) {
 		}
 		c.M.Misses.Add(1)
 	}
+	cl.pending.Add(1)
 	c.mu.Unlock()
+	defer cl.leave()
 	start := nanotime()
 	select {
 	case <-cl.done:
@@ -230,7 +246,7 @@ func (c *Cache) miss(ctx context.Context, path string) (*Entry, error) {
 		return nil, e.Err
 	}
 	if !e.acquire() {
-		return nil, errRetry
+		return nil, errRetry // cannot happen while the call holds its reference
 	}
 	return e, nil
 }
@@ -250,6 +266,7 @@ func (c *Cache) worker() {
 			delete(c.inflight, cl.path)
 			c.mu.Unlock()
 			close(cl.done)
+			cl.leave()
 		}
 	}
 }
@@ -263,9 +280,11 @@ func (c *Cache) resolve(path string) *Entry {
 	if c.watch != nil {
 		gen, watched = c.watch.add(dir)
 	}
+	// The age counts from before the stat: what it saw may be that old.
+	checked := nanotime()
 	e := c.load(path)
 	e.watched = watched
-	e.checked = nanotime()
+	e.checked = checked
 	if e.Err != nil && !cacheableError(e.Err) {
 		return e // an answer for this request, not for the next one
 	}
@@ -278,9 +297,9 @@ func (c *Cache) resolve(path string) *Entry {
 	if watched && c.watch.generation(dir) != gen {
 		// The directory changed while we looked: keep the answer for the
 		// requests that wait for it, but make the next one look again.
-		e.checked = 0
+		e.checked = staleSince
 	}
-	e.refs.Store(1) // the cache's own reference
+	e.refs.Store(2) // the cache's own reference and the call's
 	if old, loaded := c.entries.Swap(path, e); loaded {
 		c.drop(old.(*Entry))
 	}
@@ -418,6 +437,9 @@ func (c *Cache) Len() int {
 }
 
 var clockBase = time.Now()
+
+// staleSince is a checked time that is never fresh.
+const staleSince = math.MinInt64 / 2
 
 // nanotime is a monotonic clock reading, without a system call on Linux
 // (vDSO).
