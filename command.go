@@ -107,6 +107,9 @@ func commandConfig(o commandOptions) (commandRun, error) {
 		IdleTimeout:       caddy.Duration(30 * time.Second),
 		MaxHeaderBytes:    10 << 10,
 		Routes:            caddyhttp.RouteList{route},
+		// Wrapped raw TCP connections send bodies with sendfile; TLS
+		// connections pass through the wrapper untouched.
+		ListenerWrappersRaw: []json.RawMessage{json.RawMessage(`{"wrapper":"flash_serve"}`)},
 	}
 	if o.accessLog {
 		server.Logs = &caddyhttp.ServerLogConfig{}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -127,6 +128,20 @@ type FlashServe struct {
 	// Default: a budget of 64 MiB for files of at most 16 KiB.
 	MemoryCache *MemoryCache `json:"memory_cache,omitempty"`
 
+	// How bodies leave: `auto` keeps small files in memory and writes them
+	// with the headers, sends the rest with sendfile on cleartext HTTP/1.x
+	// (through the flash_serve listener wrapper), and copies with pread
+	// and pooled buffers elsewhere (TLS, HTTP/2, HTTP/3, encode).
+	// `sendfile` never uses the memory copy; `copy` always copies.
+	// `io_uring` is reserved and refused for now.
+	// Default: auto.
+	Transmit string `json:"transmit,omitempty"`
+
+	// The most bytes one sendfile turn sends before the connection's
+	// write-idle deadline is renewed, as nginx's sendfile_max_chunk.
+	// Default: 2 MiB.
+	SendfileMaxChunk int `json:"sendfile_max_chunk,omitempty"`
+
 	// The most ranges one request may ask for. A request with more is
 	// answered with the whole file, as if it had no Range header. Zero
 	// disables range requests altogether.
@@ -141,6 +156,9 @@ type FlashServe struct {
 	hide        []string
 	hideDynamic bool
 	maxRanges   int
+	engine           string
+	sendfileMaxChunk int
+	warnOnce         *sync.Once
 	// fallback is the embedded file_server for browse and non-OS filesystems.
 	fallback *fileserver.FileServer
 	logger   *zap.Logger
@@ -175,6 +193,15 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 	}
 	if fsrv.IndexNames == nil {
 		fsrv.IndexNames = []string{"index.html", "index.txt"}
+	}
+	fsrv.warnOnce = new(sync.Once)
+	fsrv.engine = fsrv.Transmit
+	if fsrv.engine == "" {
+		fsrv.engine = engineAuto
+	}
+	fsrv.sendfileMaxChunk = fsrv.SendfileMaxChunk
+	if fsrv.sendfileMaxChunk == 0 {
+		fsrv.sendfileMaxChunk = 2 << 20
 	}
 	fsrv.maxRanges = defaultMaxRanges
 	if fsrv.MaxRanges != nil {
@@ -255,6 +282,16 @@ func (fsrv *FlashServe) Validate() error {
 	}
 	if m := fsrv.MemoryCache; m != nil && (m.Budget < 0 || m.MaxFile < 0) {
 		return fmt.Errorf("memory_cache budget and max_file must not be negative")
+	}
+	switch fsrv.Transmit {
+	case "", engineAuto, engineSendfile, engineCopy:
+	case engineIOUring:
+		return fmt.Errorf("transmit io_uring: the io_uring engine is not in this version yet; use auto, which sends with sendfile")
+	default:
+		return fmt.Errorf("transmit: unknown engine %q; want auto, sendfile or copy", fsrv.Transmit)
+	}
+	if fsrv.SendfileMaxChunk < 0 {
+		return fmt.Errorf("sendfile_max_chunk must not be negative")
 	}
 	if fsrv.MaxRanges != nil && *fsrv.MaxRanges < 0 {
 		return fmt.Errorf("max_ranges must be 0 or more, got %d", *fsrv.MaxRanges)

@@ -165,6 +165,9 @@ func startParityCaddy(t testing.TB, root, handlerBlock, after string) parityServ
 	}
 	servers {
 		protocols h1 h2 h3
+		listener_wrappers {
+			flash_serve
+		}
 	}
 }
 `, data) +

@@ -27,22 +27,34 @@ func (e *ReadError) Unwrap() error { return e.Err }
 // length that the response declared: it was truncated while being sent.
 var ErrTruncated = errors.New("file is shorter than when the response started")
 
-// CopyBufferSize is the size of the pooled copy buffers: large enough that
-// a TLS or HTTP/2 writer gets full records and frames, small enough that
-// thousands of slow clients do not pin much memory.
-const CopyBufferSize = 64 << 10
+// Copy buffer sizes. HTTP/1.1 over TLS gets large buffers, so that a write
+// fills whole TLS records; HTTP/2 and HTTP/3 cut the body into frames of
+// 16 KiB or less anyway, so a smaller buffer pins less memory per stream.
+const (
+	CopyBufferSize      = 64 << 10
+	SmallCopyBufferSize = 32 << 10
+)
 
-var bufPool = sync.Pool{New: func() any {
-	b := make([]byte, CopyBufferSize)
-	return &b
-}}
+var (
+	bufPool      = sync.Pool{New: func() any { b := make([]byte, CopyBufferSize); return &b }}
+	smallBufPool = sync.Pool{New: func() any { b := make([]byte, SmallCopyBufferSize); return &b }}
+)
 
 // Copy writes n bytes of f, starting at offset off, to w. It reads with
 // pread (ReadAt), so a descriptor shared by concurrent responses is never
 // moved, and it copies through a pooled buffer.
 func Copy(w io.Writer, f io.ReaderAt, off, n int64) (int64, error) {
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
+	return copyWith(&bufPool, w, f, off, n)
+}
+
+// CopySmall is Copy with the smaller buffers meant for HTTP/2 and HTTP/3.
+func CopySmall(w io.Writer, f io.ReaderAt, off, n int64) (int64, error) {
+	return copyWith(&smallBufPool, w, f, off, n)
+}
+
+func copyWith(pool *sync.Pool, w io.Writer, f io.ReaderAt, off, n int64) (int64, error) {
+	bp := pool.Get().(*[]byte)
+	defer pool.Put(bp)
 	buf := *bp
 	var written int64
 	for written < n {

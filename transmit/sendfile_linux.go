@@ -1,0 +1,60 @@
+//go:build linux
+
+package transmit
+
+import (
+	"net"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaxChunk bounds one sendfile call, for fairness between connections on
+// one goroutine's turn, as nginx's sendfile_max_chunk (2m) does.
+var MaxChunk int64 = 2 << 20
+
+func newConn(tc *net.TCPConn) net.Conn { return &Conn{TCPConn: tc} }
+
+// sendfile sends up to limit bytes of src at its offset. The socket is
+// non-blocking: on EAGAIN, RawConn.Write parks the goroutine on the
+// netpoller until the socket drains, under the connection's write
+// deadline, instead of holding a thread.
+func (c *Conn) sendfile(src *FileSource, limit int64) (int64, error) {
+	rc, err := c.TCPConn.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var written int64
+	for written < limit {
+		chunk := int(min(limit-written, MaxChunk))
+		var n int
+		var serr error
+		err := rc.Write(func(fd uintptr) bool {
+			for {
+				n, serr = unix.Sendfile(int(fd), src.FD, &src.Off, chunk)
+				if serr != unix.EINTR {
+					break
+				}
+			}
+			return serr != unix.EAGAIN
+		})
+		if n > 0 {
+			written += int64(n)
+			src.N -= int64(n)
+			Stats.SendfileBytes.Add(int64(n))
+		}
+		Stats.SendfileCalls.Add(1)
+		src.ZeroCopy = true
+		switch {
+		case err != nil: // the deadline, or the connection closed under us
+			return written, err
+		case serr == unix.EIO || serr == unix.EOVERFLOW:
+			return written, &ReadError{Offset: src.Off, Err: serr}
+		case serr != nil:
+			return written, &net.OpError{Op: "sendfile", Net: "tcp", Err: serr}
+		case n == 0:
+			// sendfile reads nothing past the end of the file: it shrank.
+			return written, &ReadError{Offset: src.Off, Err: ErrTruncated}
+		}
+	}
+	return written, nil
+}
