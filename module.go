@@ -115,7 +115,7 @@ type FlashServe struct {
 
 	// The most file descriptors the cache keeps open. The least recently
 	// used are closed first.
-	// Default: a quarter of RLIMIT_NOFILE, at most 16384.
+	// Default: a quarter of RLIMIT_NOFILE, at most 262144.
 	MaxOpenFiles int `json:"max_open_files,omitempty"`
 
 	// The most "no such file" answers the cache keeps; 0 or less disables
@@ -125,7 +125,7 @@ type FlashServe struct {
 
 	// Small files kept in memory, validated by inotify and revalidate like
 	// every cached lookup, and written with the headers in one write.
-	// Default: a budget of 64 MiB for files of at most 16 KiB.
+	// Default: a budget of 64 MiB for files of at most 3 KiB.
 	MemoryCache *MemoryCache `json:"memory_cache,omitempty"`
 
 	// How bodies leave: `auto` keeps small files in memory and writes them
@@ -170,7 +170,7 @@ type MemoryCache struct {
 	// handler with the same cache settings. 0 disables the memory engine.
 	Budget int64 `json:"budget"`
 	// The largest file kept in memory.
-	// Default: 16 KiB.
+	// Default: 3 KiB.
 	MaxFile int64 `json:"max_file,omitempty"`
 }
 

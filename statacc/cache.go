@@ -30,7 +30,8 @@ type Options struct {
 	// watch are revalidated after at most one second. Default: 60s.
 	Revalidate time.Duration
 	// MaxOpenFiles bounds the descriptors the cache keeps open.
-	// Default: a quarter of RLIMIT_NOFILE, at most 16384.
+	// Default: a quarter of RLIMIT_NOFILE (the rest is for connections),
+	// at most 262144.
 	MaxOpenFiles int
 	// NegativeEntries bounds the cached "no such file" answers. Default:
 	// 10000. A negative value disables negative caching.
@@ -38,7 +39,10 @@ type Options struct {
 	// MemoryBudget is how many bytes of small files are kept in memory.
 	// Default: 64 MiB. A negative value disables it.
 	MemoryBudget int64
-	// MemoryMaxFile is the largest file kept in memory. Default: 16 KiB.
+	// MemoryMaxFile is the largest file kept in memory. Default: 3 KiB, so
+	// that the body fits with the headers in net/http's 4 KiB write buffer
+	// and leaves in one write; larger files go out with sendfile, which
+	// costs the same two system calls as a split write and copies nothing.
 	MemoryMaxFile int64
 	// NoInotify turns inotify off: every entry is revalidated after
 	// Revalidate.
@@ -81,6 +85,9 @@ type Cache struct {
 	opts    Options
 	entries sync.Map // path string → *Entry
 	jobs    chan *call
+	// slots holds one token per lookup in the filesystem, inline or by a
+	// worker: at most Workers at once, and so at most Workers threads.
+	slots chan struct{}
 	mu      sync.Mutex // guards inflight; taken on the miss path only
 	inflight map[string]*call
 	watch   *watcher
@@ -130,11 +137,12 @@ func New(o Options) *Cache {
 		o.MemoryBudget = 64 << 20
 	}
 	if o.MemoryMaxFile <= 0 {
-		o.MemoryMaxFile = 16 << 10
+		o.MemoryMaxFile = 3 << 10
 	}
 	c := &Cache{
 		opts:     o,
 		jobs:     make(chan *call, o.QueueLength),
+		slots:    make(chan struct{}, o.Workers),
 		inflight: make(map[string]*call),
 		stop:     make(chan struct{}),
 	}
@@ -153,7 +161,7 @@ func (c *Cache) Options() Options { return c.opts }
 
 func defaultMaxOpenFiles() int {
 	if n := rlimitNoFile(); n > 0 {
-		return max(64, min(16384, int(n/4)))
+		return max(64, min(1<<18, int(n/4)))
 	}
 	return 1024
 }
@@ -219,7 +227,20 @@ func (c *Cache) miss(ctx context.Context, path string) (*Entry, error) {
 		c.M.Merged.Add(1)
 	} else {
 		cl = &call{path: path, done: make(chan struct{})}
-		cl.pending.Store(1) // the worker's
+		cl.pending.Store(1) // the resolver's: this goroutine's or a worker's
+		c.M.Misses.Add(1)
+		select {
+		case c.slots <- struct{}{}:
+			// A slot is free: resolve on this goroutine, which saves two
+			// goroutine switches per miss; the slot still bounds the
+			// threads that lookups can hold.
+			c.inflight[path] = cl
+			c.mu.Unlock()
+			c.finish(cl, true)
+			defer cl.leave()
+			return c.acquireResult(cl)
+		default:
+		}
 		select {
 		case c.jobs <- cl:
 			c.inflight[path] = cl
@@ -228,7 +249,6 @@ func (c *Cache) miss(ctx context.Context, path string) (*Entry, error) {
 			c.M.QueueFull.Add(1)
 			return nil, ErrQueueFull
 		}
-		c.M.Misses.Add(1)
 	}
 	cl.pending.Add(1)
 	c.mu.Unlock()
@@ -241,6 +261,11 @@ func (c *Cache) miss(ctx context.Context, path string) (*Entry, error) {
 		return nil, ctx.Err()
 	}
 	c.M.WaitNanos.Add(nanotime() - start)
+	return c.acquireResult(cl)
+}
+
+// acquireResult takes the caller's reference to a finished call's entry.
+func (c *Cache) acquireResult(cl *call) (*Entry, error) {
 	e := cl.entry
 	if e.Err != nil {
 		return nil, e.Err
@@ -249,6 +274,24 @@ func (c *Cache) miss(ctx context.Context, path string) (*Entry, error) {
 		return nil, errRetry // cannot happen while the call holds its reference
 	}
 	return e, nil
+}
+
+// finish resolves a call while holding a slot and publishes it to its
+// waiters. inline is set when the goroutine that missed resolves its own
+// call; it then takes its reference and leaves the call itself.
+func (c *Cache) finish(cl *call, inline bool) {
+	if !inline {
+		c.slots <- struct{}{}
+	}
+	cl.entry = c.resolve(cl.path)
+	<-c.slots
+	c.mu.Lock()
+	delete(c.inflight, cl.path)
+	c.mu.Unlock()
+	close(cl.done)
+	if !inline {
+		cl.leave()
+	}
 }
 
 // QueueDepth is the number of misses waiting for a worker.
@@ -261,12 +304,7 @@ func (c *Cache) worker() {
 		case <-c.stop:
 			return
 		case cl := <-c.jobs:
-			cl.entry = c.resolve(cl.path)
-			c.mu.Lock()
-			delete(c.inflight, cl.path)
-			c.mu.Unlock()
-			close(cl.done)
-			cl.leave()
+			c.finish(cl, false)
 		}
 	}
 }

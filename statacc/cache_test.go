@@ -351,11 +351,15 @@ func TestQueueFullAndCanceledWaiters(t *testing.T) {
 	dir := t.TempDir()
 	c := New(Options{Workers: 1, QueueLength: 1, NoInotify: true})
 	defer c.Close()
-	// Stop the worker, so that misses stay queued and nothing depends on
-	// timing; Close then has a fresh channel to close.
+	// Stop the worker and take the slots, so that misses stay queued and
+	// nothing depends on timing; Close then has a fresh channel to close.
 	close(c.stop)
 	c.wg.Wait()
 	c.stop = make(chan struct{})
+	// Take every filesystem slot, so that no miss can resolve inline.
+	for range cap(c.slots) {
+		c.slots <- struct{}{}
+	}
 
 	// A waiter whose client hangs up leaves at once with its context's error.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)

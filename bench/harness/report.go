@@ -76,9 +76,11 @@ func report(cfg *config, ws []workload, names []string, results map[string]map[s
 	fmt.Fprintf(&b, "# Benchmark results (%s run)\n\n", cfg.mode)
 	fmt.Fprintf(&b, "- Date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&b, "- Machine: %s\n", machine())
+	fmt.Fprintf(&b, "- RLIMIT_NOFILE of every server: %d; nginx `open_file_cache max=%d`; lighttpd `server.max-fds = 16384` and its default stat cache.\n", noFile, openFileCacheMax())
 	fmt.Fprintf(&b, "- Command: `%s`\n", strings.TrimSpace(cfg.command))
 	fmt.Fprintf(&b, "- Servers pinned to CPU 0, load generators to CPU 1; loopback. Each figure is the median of %d "+
-		"runs of %s, servers interleaved (A B C A B C …). Spread is (max−min)/median of those runs.\n",
+		"runs of %s, servers interleaved (A B C A B C …). Spread is (max−min)/median of those runs. "+
+		"req/s counts successful responses only (404s in g are the expected answer).\n",
 		cfg.runs, cfg.duration)
 	fmt.Fprintf(&b, "- Syscalls per request: `perf stat -e raw_syscalls:sys_enter -p PID` over `h2load --h1 -n %d -c 16`. "+
 		"Threads and RSS: the peak sampled from /proc/PID/status during the workload.\n\n", cfg.syscallRequests)

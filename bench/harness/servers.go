@@ -89,8 +89,14 @@ func caddyfile(work, data, handler string, port, tlsPort int, body1k string) str
 }
 
 // flashGlobalOptions is what flash_serve's README tells users to add to
-// the global options; empty while the module needs nothing there.
-var flashGlobalOptions = ""
+// the global options: the listener wrapper that lets bodies leave with
+// sendfile.
+var flashGlobalOptions = `	servers {
+		listener_wrappers {
+			flash_serve
+		}
+	}
+`
 
 func nginxConf(work, data string, port int) string {
 	return fmt.Sprintf(`worker_processes 1;
@@ -105,7 +111,7 @@ http {
 	sendfile on;
 	tcp_nopush on;
 	keepalive_requests 1000000;
-	open_file_cache max=20000 inactive=60s;
+	open_file_cache max=%[4]d inactive=60s;
 	open_file_cache_valid 60s;
 	open_file_cache_errors on;
 	client_body_temp_path %[1]s/nginx-body;
@@ -119,7 +125,13 @@ http {
 		root %[3]s;
 	}
 }
-`, work, port, data)
+`, work, port, data, openFileCacheMax())
+}
+
+// openFileCacheMax keeps nginx's descriptor cache well below the limit, or
+// it fails with EMFILE on a large tree: half of it, at most 200,000.
+func openFileCacheMax() int {
+	return int(min(200000, max(1000, noFile/2)))
 }
 
 func lighttpdConf(work, data string, port int) string {

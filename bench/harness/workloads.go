@@ -175,6 +175,7 @@ var (
 	wrkPct     = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$`)
 	wrkNon2xx  = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
 	wrkSockErr = regexp.MustCompile(`Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`)
+	wrkTotal   = regexp.MustCompile(`(\d+) requests in ([\d.]+)(us|ms|s|m),`)
 )
 
 func parseWrk(out string, bodyBytes int64) measurement {
@@ -204,6 +205,24 @@ func parseWrk(out string, bodyBytes int64) measurement {
 		for _, n := range s[1:] {
 			v, _ := strconv.Atoi(n)
 			m.errors += v
+		}
+	}
+	// Count only the successful responses: a server that answers fast
+	// with errors must not look fast.
+	if s := wrkTotal.FindStringSubmatch(out); s != nil && bodyBytes > 0 && m.errors > 0 {
+		total, _ := strconv.ParseFloat(s[1], 64)
+		secs, _ := strconv.ParseFloat(s[2], 64)
+		switch s[3] {
+		case "us":
+			secs /= 1e6
+		case "ms":
+			secs /= 1e3
+		case "m":
+			secs *= 60
+		}
+		if secs > 0 {
+			m.value = max(0, total-float64(m.errors)) / secs
+			m.mbps = m.value * float64(bodyBytes) / 1e6
 		}
 	}
 	return m
