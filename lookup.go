@@ -210,6 +210,18 @@ func (fsrv *FlashServe) lookupFailed(w http.ResponseWriter, r *http.Request, nex
 		if fsrv.PassThru {
 			return next.ServeHTTP(w, r)
 		}
+		if !hasErrorRoutes(r) {
+			// What Caddy's server does with a 404 error when no
+			// handle_errors route exists is to write the bare status.
+			// Writing it here skips building an error with its stack
+			// trace and id, and a logger, which cost more than the
+			// lookup itself in a storm of 404s.
+			if c := fsrv.logger.Check(zapcore.DebugLevel, "file not found"); c != nil {
+				c.Write(zap.String("request_path", r.URL.Path))
+			}
+			w.WriteHeader(http.StatusNotFound)
+			return nil
+		}
 		return caddyhttp.Error(http.StatusNotFound, nil)
 	case errors.Is(err, errBrowse):
 		return fsrv.fallback.ServeHTTP(w, r, next)
@@ -223,6 +235,21 @@ func (fsrv *FlashServe) lookupFailed(w http.ResponseWriter, r *http.Request, nex
 		w.Header().Set("Retry-After", strconv.Itoa(2+weakrand.IntN(4)))
 	}
 	return err
+}
+
+// hasErrorRoutes reports whether the request's server has handle_errors
+// routes, which must see a handler's error to run. Outside a Caddy
+// server (no server in the context) it answers true, to stay on the
+// error path.
+func hasErrorRoutes(r *http.Request) bool {
+	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if !ok {
+		return true
+	}
+	if _, inErrorRoute := r.Context().Value(caddyhttp.ErrorCtxKey).(error); inErrorRoute {
+		return true
+	}
+	return srv.Errors != nil && len(srv.Errors.Routes) > 0
 }
 
 // canonicalRedirect reports where to redirect a request whose path does
