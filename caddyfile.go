@@ -2,6 +2,8 @@ package flashserve
 
 import (
 	"path/filepath"
+
+	"github.com/dustin/go-humanize"
 	"strconv"
 	"strings"
 
@@ -64,6 +66,14 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    pass_thru
 //	    etag_file_extensions <extensions...>
 //	    max_ranges    <n>
+//	    stat_workers  <n>
+//	    revalidate    <duration>
+//	    inotify       on|off
+//	    max_open_files <n>
+//	    negative_cache <n>
+//	    memory_cache  <budget> [max_file <size>]
+//	    transmit      auto|sendfile|copy
+//	    sendfile_max_chunk <size>
 //	}
 //
 // `hide` may be repeated and accumulates; any other subdirective given
@@ -169,11 +179,118 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			fsrv.MaxRanges = &n
 
+		case "stat_workers", "max_open_files", "negative_cache":
+			n, err := intArg(d, sub)
+			if err != nil {
+				return err
+			}
+			switch sub {
+			case "stat_workers":
+				if n < 1 {
+					return d.Errf("stat_workers: need at least 1 worker, got %d", n)
+				}
+				fsrv.StatWorkers = n
+			case "max_open_files":
+				if n < 1 {
+					return d.Errf("max_open_files: need at least 1, got %d", n)
+				}
+				fsrv.MaxOpenFiles = n
+			case "negative_cache":
+				if n < 0 {
+					return d.Errf("negative_cache: %d is negative; 0 disables it", n)
+				}
+				fsrv.NegativeCache = &n
+			}
+
+		case "revalidate":
+			var s string
+			if !d.Args(&s) || d.NextArg() {
+				return d.Err("revalidate takes exactly one argument: a duration")
+			}
+			dur, err := caddy.ParseDuration(s)
+			if err != nil || dur <= 0 {
+				return d.Errf("revalidate: %q is not a positive duration", s)
+			}
+			fsrv.Revalidate = caddy.Duration(dur)
+
+		case "inotify":
+			var s string
+			if !d.Args(&s) || d.NextArg() || (s != "on" && s != "off") {
+				return d.Err("inotify takes one argument: on or off")
+			}
+			fsrv.DisableInotify = s == "off"
+
+		case "memory_cache":
+			args := d.RemainingArgs()
+			if len(args) != 1 && len(args) != 3 || len(args) == 3 && args[1] != "max_file" {
+				return d.Err("memory_cache syntax: memory_cache <budget> [max_file <size>]")
+			}
+			budget, err := sizeArg(d, "memory_cache budget", args[0])
+			if err != nil {
+				return err
+			}
+			fsrv.MemoryCache = &MemoryCache{Budget: budget}
+			if len(args) == 3 {
+				if fsrv.MemoryCache.MaxFile, err = sizeArg(d, "memory_cache max_file", args[2]); err != nil {
+					return err
+				}
+			}
+
+		case "transmit":
+			var s string
+			if !d.Args(&s) || d.NextArg() {
+				return d.Err("transmit takes one argument: auto, sendfile or copy")
+			}
+			switch s {
+			case engineAuto, engineSendfile, engineCopy:
+			case engineIOUring:
+				return d.Err("transmit io_uring: the io_uring engine is not in this version yet; use auto")
+			default:
+				return d.Errf("transmit: unknown engine %q; want auto, sendfile or copy", s)
+			}
+			fsrv.Transmit = s
+
+		case "sendfile_max_chunk":
+			var s string
+			if !d.Args(&s) || d.NextArg() {
+				return d.Err("sendfile_max_chunk takes one argument: a size")
+			}
+			n, err := sizeArg(d, "sendfile_max_chunk", s)
+			if err != nil {
+				return err
+			}
+			if n < 64<<10 || n > 1<<30 {
+				return d.Errf("sendfile_max_chunk: %s is outside 64KiB..1GiB", s)
+			}
+			fsrv.SendfileMaxChunk = int(n)
+
 		default:
 			return d.Errf("unknown subdirective '%s'", sub)
 		}
 	}
 	return nil
+}
+
+// intArg reads the one integer argument of a subdirective.
+func intArg(d *caddyfile.Dispenser, sub string) (int, error) {
+	var s string
+	if !d.Args(&s) || d.NextArg() {
+		return 0, d.Errf("%s takes exactly one argument: a number", sub)
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, d.Errf("%s: %q is not a number", sub, s)
+	}
+	return n, nil
+}
+
+// sizeArg parses a size such as 64MiB, 512k or 1048576.
+func sizeArg(d *caddyfile.Dispenser, what, s string) (int64, error) {
+	n, err := humanize.ParseBytes(s)
+	if err != nil || n > 1<<40 {
+		return 0, d.Errf("%s: %q is not a size (e.g. 64MiB, 512KB)", what, s)
+	}
+	return int64(n), nil
 }
 
 // unmarshalBrowse parses the browse subdirective and its block, with

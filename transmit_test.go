@@ -1,0 +1,364 @@
+package flashserve
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+
+	"github.com/flashserve/caddy-flash-serve/transmit"
+)
+
+// engineSites starts one Caddy with a flash_serve site per engine, all
+// behind the listener wrapper, each with its own access log.
+type engineSites struct {
+	root  string
+	base  map[string]string // engine → http://127.0.0.1:port
+	logs  map[string]string // engine → access log path
+	files map[string][]byte
+}
+
+var engines = []string{engineAuto, engineSendfile, engineCopy}
+
+func startEngineSites(t *testing.T) *engineSites {
+	t.Helper()
+	s := &engineSites{root: t.TempDir(), base: map[string]string{}, logs: map[string]string{}, files: map[string][]byte{}}
+	rng := rand.New(rand.NewPCG(7, 7))
+	for name, size := range map[string]int{"tiny.txt": 700, "small.bin": 3000, "medium.bin": 100 << 10, "large.bin": 3<<20 + 17} {
+		b := make([]byte, size)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		if err := os.WriteFile(filepath.Join(s.root, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s.files["/"+name] = b
+	}
+	logDir := t.TempDir()
+	var sites strings.Builder
+	for _, e := range engines {
+		port := freePort(t)
+		s.base[e] = fmt.Sprintf("http://127.0.0.1:%d", port)
+		s.logs[e] = filepath.Join(logDir, e+".log")
+		fmt.Fprintf(&sites, "http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve {\n\t\ttransmit %s\n\t}\n\tlog {\n\t\toutput file %s\n\t\tformat json\n\t}\n}\n",
+			port, s.root, e, s.logs[e])
+	}
+	cfgText := fmt.Sprintf(`{
+	admin off
+	persist_config off
+	storage file_system %s
+	log {
+		level ERROR
+	}
+	servers {
+		listener_wrappers {
+			flash_serve
+		}
+	}
+}
+`, t.TempDir()) + sites.String()
+	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfgText), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := caddy.Load(cfg, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { caddy.Stop() })
+	return s
+}
+
+// accessSizes reads the "size" of every access log entry for a URI.
+func accessSizes(t *testing.T, path, uri string) []int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var sizes []int64
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Request struct{ URI string } `json:"request"`
+			Size    int64               `json:"size"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Request.URI == uri {
+			sizes = append(sizes, line.Size)
+		}
+	}
+	return sizes
+}
+
+func TestEnginesByteExactWithKeepAlive(t *testing.T) {
+	s := startEngineSites(t)
+	ranges := []string{"", "bytes=0-0", "bytes=1000-", "bytes=-513", "bytes=5-70000", "bytes=0-9,100-199,5000-6000", "bytes=20-29,0-9"}
+	for _, engine := range engines {
+		t.Run(engine, func(t *testing.T) {
+			tr := &http.Transport{MaxConnsPerHost: 1, DisableCompression: true}
+			defer tr.CloseIdleConnections()
+			client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+			requests, reused := 0, 0
+			var expectSizes = map[string][]int64{}
+			for uri, content := range s.files {
+				for _, rg := range ranges {
+					req, _ := http.NewRequest("GET", s.base[engine]+uri, nil)
+					if rg != "" {
+						req.Header.Set("Range", rg)
+					}
+					req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+						GotConn: func(info httptrace.GotConnInfo) {
+							if info.Reused {
+								reused++
+							}
+						},
+					}))
+					resp, err := client.Do(req)
+					if err != nil {
+						t.Fatalf("%s %s: %v", uri, rg, err)
+					}
+					body, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil {
+						t.Fatalf("%s %s: reading body: %v", uri, rg, err)
+					}
+					requests++
+					pr := parityRequest{method: "GET", target: uri, header: req.Header}
+					fx := &fixture{byETag: map[string][]byte{resp.Header.Get("Etag"): content}}
+					if err := fx.checkBody(pr, parityResponse{status: resp.StatusCode, header: resp.Header, body: body}); err != nil {
+						t.Fatalf("%s %s: %v", uri, rg, err)
+					}
+					switch {
+					case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && rg == "bytes=1000-" && len(content) <= 1000:
+					case resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusPartialContent:
+						t.Fatalf("%s %s: status %d", uri, rg, resp.StatusCode)
+					}
+					expectSizes[uri] = append(expectSizes[uri], int64(len(body)))
+				}
+			}
+			if reused != requests-1 {
+				t.Fatalf("%d of %d requests reused the connection; keep-alive was lost", reused, requests)
+			}
+			// The access log's size is the body bytes, whatever the engine.
+			time.Sleep(100 * time.Millisecond) // the log is written after the response
+			for uri, want := range expectSizes {
+				got := accessSizes(t, s.logs[engine], uri)
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("access log sizes for %s: %v, want %v", uri, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestSendfileCarriesTheBody(t *testing.T) {
+	s := startEngineSites(t)
+	// A sparse file of 1 GiB: no disk space, and every byte is zero.
+	big := filepath.Join(s.root, "sparse-1g.bin")
+	if err := os.Truncate(big, 0); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	f, err := os.Create(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(1 << 30)
+	f.Close()
+	if runtime.GOOS != "linux" {
+		t.Skip("explicit-offset sendfile is Linux's")
+	}
+	get := func(rg string) (int64, int64) {
+		before := transmit.Stats.SendfileBytes.Load()
+		req, _ := http.NewRequest("GET", s.base[engineAuto]+"/sparse-1g.bin", nil)
+		if rg != "" {
+			req.Header.Set("Range", rg)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var zero [64 << 10]byte
+		buf := make([]byte, 64<<10)
+		var n int64
+		for {
+			m, err := resp.Body.Read(buf)
+			if !bytes.Equal(buf[:m], zero[:m]) {
+				t.Fatalf("non-zero byte in a sparse file near offset %d", n)
+			}
+			n += int64(m)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return n, transmit.Stats.SendfileBytes.Load() - before
+	}
+	n, viaSendfile := get("")
+	if n != 1<<30 {
+		t.Fatalf("got %d bytes of 1 GiB", n)
+	}
+	// net/http sends the first 512 bytes with the headers; the rest must
+	// have gone through sendfile, not read and write.
+	if viaSendfile < n-sniffLen {
+		t.Fatalf("only %d of %d body bytes went through sendfile", viaSendfile, n)
+	}
+	n, viaSendfile = get("bytes=1048576-1114111")
+	if n != 64<<10 || viaSendfile < n-sniffLen {
+		t.Fatalf("range: %d bytes, %d through sendfile", n, viaSendfile)
+	}
+}
+
+func TestTruncatedFileAbortsTheConnection(t *testing.T) {
+	s := startEngineSites(t)
+	for _, engine := range []string{engineSendfile, engineCopy} {
+		t.Run(engine, func(t *testing.T) {
+			name := "shrinking-" + engine + ".bin"
+			p := filepath.Join(s.root, name)
+			content := bytes.Repeat([]byte("0123456789abcdef"), 4<<20) // 64 MiB
+			if err := os.WriteFile(p, content, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			conn, err := net.Dial("tcp", strings.TrimPrefix(s.base[engine], "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "GET /%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", name)
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Read a little, truncate the file, then read what comes.
+			head := make([]byte, 1<<20)
+			if _, err := io.ReadFull(resp.Body, head); err != nil {
+				t.Fatalf("status %d, %v: %v", resp.StatusCode, resp.Header, err)
+			}
+			if err := os.Truncate(p, 2<<20); err != nil {
+				t.Fatal(err)
+			}
+			conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+			rest, err := io.ReadAll(resp.Body)
+			got := append(head, rest...)
+			if err == nil {
+				t.Fatalf("the body ended cleanly at %d bytes of %d declared; the client cannot tell it is short", len(got), resp.ContentLength)
+			}
+			if !bytes.Equal(got, content[:len(got)]) {
+				t.Fatal("the body holds bytes that are not the file's")
+			}
+			if int64(len(got)) >= resp.ContentLength {
+				t.Fatalf("got the whole body (%d) although the file shrank", len(got))
+			}
+		})
+	}
+}
+
+func countPipes(t *testing.T) (fds, pipes int) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	for _, e := range ents {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(target, "pipe:") {
+			pipes++
+		}
+	}
+	return len(ents), pipes
+}
+
+func TestAbortedTransfersLeaveNothingBehind(t *testing.T) {
+	s := startEngineSites(t)
+	if err := os.WriteFile(filepath.Join(s.root, "abort.bin"), bytes.Repeat([]byte{'a'}, 8<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := map[string]string{}
+	for _, e := range engines {
+		addr[e] = strings.TrimPrefix(s.base[e], "http://")
+	}
+	// Warm up, so that the cached entries and pooled buffers exist before
+	// the baseline is taken.
+	for _, e := range engines {
+		resp, err := http.Get(s.base[e] + "/abort.bin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	time.Sleep(200 * time.Millisecond)
+	fds0, pipes0 := countPipes(t)
+	goroutines0 := runtime.NumGoroutine()
+
+	aborts := 10000
+	if n := os.Getenv("ABORTS"); n != "" {
+		fmt.Sscan(n, &aborts)
+	}
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for i := range aborts {
+		if ctx.Err() != nil {
+			t.Fatal("aborted transfers took too long")
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			c, err := net.DialTimeout("tcp", addr[engines[i%len(engines)]], 5*time.Second)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			fmt.Fprint(c, "GET /abort.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+			buf := make([]byte, 4096)
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.ReadFull(c, buf); err != nil { // the headers and some of the body
+				t.Errorf("reading the start of the response: %v", err)
+			} else if !bytes.HasPrefix(buf, []byte("HTTP/1.1 200 OK")) {
+				t.Errorf("response starts with %q", buf[:40])
+			}
+			if tc, ok := c.(*net.TCPConn); ok {
+				tc.SetLinger(0) // a reset, as a client that dies sends
+			}
+			c.Close()
+		}()
+	}
+	wg.Wait()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		fds, pipes := countPipes(t)
+		g := runtime.NumGoroutine()
+		if fds <= fds0 && pipes <= pipes0 && g <= goroutines0+2 {
+			t.Logf("after %d aborts: %d fds (%d before), %d goroutines (%d before)", aborts, fds, fds0, g, goroutines0)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d aborts: %d fds (was %d), %d pipes (was %d), %d goroutines (was %d)",
+				aborts, fds, fds0, pipes, pipes0, g, goroutines0)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
