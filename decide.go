@@ -33,19 +33,19 @@ type plan struct {
 // fills in the status and body plan. It is net/http's serveContent made
 // into a pure step, so that transmission can be replaced.
 func decide(p *plan, h http.Header, r *http.Request, res *resolved, maxRanges int) {
-	if res.etag != "" {
+	switch {
+	case res.etag == "":
+	case res.etag == res.body.ETag:
+		h["Etag"] = res.body.ETagHeader
+	default:
 		h["Etag"] = []string{res.etag}
 	}
 	if headerValue(h, "Content-Type") == "" {
-		if res.entry.ContentType == "" {
-			// An explicit nil stops net/http from sniffing the body.
-			h["Content-Type"] = nil
-		} else {
-			h["Content-Type"] = []string{res.entry.ContentType}
-		}
+		// An explicit nil (no type known) stops net/http from sniffing.
+		h["Content-Type"] = res.entry.ContentTypeHeader
 	}
 	if res.entry.LastModified != "" {
-		h["Last-Modified"] = []string{res.entry.LastModified}
+		h["Last-Modified"] = res.entry.LastModifiedHeader
 	}
 	v := validators{etag: res.etag, modTime: res.entry.ModTime}
 	cond, rangeHeader := checkPreconditions(r.Header, r.Method, v)
@@ -72,7 +72,7 @@ func decide(p *plan, h http.Header, r *http.Request, res *resolved, maxRanges in
 	p.length = size
 	if maxRanges == 0 {
 		h["Accept-Ranges"] = acceptRangesNone
-		h["Content-Length"] = []string{strconv.FormatInt(size, 10)}
+		h["Content-Length"] = res.body.LengthHeader
 		return
 	}
 
@@ -115,7 +115,11 @@ func decide(p *plan, h http.Header, r *http.Request, res *resolved, maxRanges in
 		h["Content-Type"] = []string{"multipart/byteranges; boundary=" + p.boundary}
 	}
 	h["Accept-Ranges"] = acceptRangesBytes
-	h["Content-Length"] = []string{strconv.FormatInt(p.length, 10)}
+	if p.ranges == nil {
+		h["Content-Length"] = res.body.LengthHeader
+	} else {
+		h["Content-Length"] = []string{strconv.FormatInt(p.length, 10)}
+	}
 }
 
 // rangeError prepares a 416 with net/http's text body, dropping the
@@ -130,9 +134,11 @@ func rangeError(p *plan, h http.Header, err error) {
 	p.status, p.errorText = http.StatusRequestedRangeNotSatisfiable, err.Error()+"\n"
 }
 
+// Shared header values; length and capacity 1, so appending copies.
 var (
-	acceptRangesBytes = []string{"bytes"}
-	acceptRangesNone  = []string{"none"}
+	acceptRangesBytes = []string{"bytes"}[:1:1]
+	acceptRangesNone  = []string{"none"}[:1:1]
+	varyAcceptEncoding = []string{"Accept-Encoding"}[:1:1]
 )
 
 // newBoundary returns a random multipart boundary of 60 hex digits, the

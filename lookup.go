@@ -67,11 +67,10 @@ func (r redirectTo) Error() string { return "redirect to " + string(r) }
 // file_server step by step, because every difference in order is a
 // difference in answers: index files, then hiding, then the canonical
 // redirect, then precompressed sidecars, then the file itself.
-func (fsrv *FlashServe) lookup(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer) (*resolved, error) {
+func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Request, repl *caddy.Replacer) error {
 	hide := fsrv.hidePaths(repl)
-	root := repl.ReplaceAll(fsrv.Root, ".")
-	// SanitizedPathJoin keeps a trailing slash that Stat would refuse.
-	filename := strings.TrimSuffix(caddyhttp.SanitizedPathJoin(root, r.URL.Path), "/")
+	root := fsrv.expand(r, repl, fsrv.Root, ".")
+	filename := joinRequestPath(root, r.URL.Path)
 	if c := fsrv.logger.Check(zapcore.DebugLevel, "sanitized path join"); c != nil {
 		c.Write(zap.String("site_root", root), zap.String("request_path", r.URL.Path), zap.String("result", filename))
 	}
@@ -79,7 +78,7 @@ func (fsrv *FlashServe) lookup(w http.ResponseWriter, r *http.Request, repl *cad
 	ctx := r.Context()
 	entry, err := fsrv.cache.Get(ctx, filename)
 	if err != nil {
-		return nil, statError(err)
+		return statError(err)
 	}
 	// Until res owns it, entry must be released on every way out.
 	owned := false
@@ -107,22 +106,22 @@ func (fsrv *FlashServe) lookup(w http.ResponseWriter, r *http.Request, repl *cad
 	}
 	if entry.IsDir() {
 		if fsrv.Browse != nil && !fileHidden(filename, hide) {
-			return nil, errBrowse
+			return errBrowse
 		}
-		return nil, errNotFound
+		return errNotFound
 	}
 	if fileHidden(filename, hide) {
-		return nil, errNotFound
+		return errNotFound
 	}
 
 	if to, ok := canonicalRedirect(r, implicitIndex, fsrv.CanonicalURIs); ok {
-		return nil, to
+		return to
 	}
 
 	// A FIFO, socket or device is not a file to serve: opening a FIFO
 	// would block a thread until a writer came. nginx answers 404 too.
 	if !entry.IsRegular() {
-		return nil, errNotFound
+		return errNotFound
 	}
 
 	h := w.Header()
@@ -130,14 +129,19 @@ func (fsrv *FlashServe) lookup(w http.ResponseWriter, r *http.Request, repl *cad
 	etag := headerValue(h, "Etag")
 	// Vary is sent even without a sidecar, so caches key on the encoding
 	// whatever the response (caddy#5849).
-	h["Vary"] = append(h["Vary"], "Accept-Encoding")
+	if len(h["Vary"]) == 0 {
+		h["Vary"] = varyAcceptEncoding
+	} else {
+		h["Vary"] = append(h["Vary"], "Accept-Encoding")
+	}
 
-	res := &resolved{filename: filename, entry: entry}
+	*res = resolved{filename: filename, entry: entry}
 	owned = true
 	if len(fsrv.precompressors) > 0 {
 		if err := fsrv.selectSidecar(r, res, hide, &etag); err != nil {
 			res.release()
-			return nil, err
+			*res = resolved{}
+			return err
 		}
 	}
 	if res.body == nil {
@@ -145,7 +149,8 @@ func (fsrv *FlashServe) lookup(w http.ResponseWriter, r *http.Request, repl *cad
 		if etag == "" && fsrv.EtagFileExtensions != nil {
 			if etag, err = fsrv.etagFromFile(ctx, filename); err != nil {
 				res.release()
-				return nil, err
+				*res = resolved{}
+				return err
 			}
 		}
 		if etag == "" {
@@ -156,7 +161,22 @@ func (fsrv *FlashServe) lookup(w http.ResponseWriter, r *http.Request, repl *cad
 	if res.encoding != "" {
 		h["Content-Encoding"] = []string{res.encoding}
 	}
-	return res, nil
+	return nil
+}
+
+// joinRequestPath maps a request path under root to a filesystem path,
+// exactly as file_server does (caddyhttp.SanitizedPathJoin, then without
+// a trailing slash), with a fast path that allocates once for the common
+// request path that is already clean.
+func joinRequestPath(root, reqPath string) string {
+	if runtime.GOOS != "windows" && len(reqPath) > 1 && reqPath[0] == '/' && reqPath[len(reqPath)-1] != '/' &&
+		root != "" && root != "/" && root[len(root)-1] != '/' && path.Clean(reqPath) == reqPath && filepath.Clean(root) == root {
+		// A clean absolute path has no "." or ".." element and no
+		// doubled slash, so joining is concatenating.
+		return root + reqPath
+	}
+	// SanitizedPathJoin keeps a trailing slash that stat would refuse.
+	return strings.TrimSuffix(caddyhttp.SanitizedPathJoin(root, reqPath), "/")
 }
 
 // selectSidecar picks the first precompressed sidecar that the client

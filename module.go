@@ -371,7 +371,7 @@ func (fsrv *FlashServe) provisionCache() error {
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
 func (fsrv *FlashServe) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	if name := repl.ReplaceAll(fsrv.FileSystem, ""); name != "" && name != "default" {
+	if name := fsrv.expand(r, repl, fsrv.FileSystem, ""); name != "" && name != "default" {
 		return fsrv.fallback.ServeHTTP(w, r, next)
 	}
 	if err := rejectWindowsPath(r.URL.Path); err != nil {
@@ -380,8 +380,8 @@ func (fsrv *FlashServe) ServeHTTP(w http.ResponseWriter, r *http.Request, next c
 
 	// Step 1, lookup: the request path to a file and the representation of
 	// it to send.
-	res, err := fsrv.lookup(w, r, repl)
-	if err != nil || res == nil {
+	var res resolved
+	if err := fsrv.lookup(&res, w, r, repl); err != nil {
 		return fsrv.lookupFailed(w, r, next, err)
 	}
 	defer res.release()
@@ -402,13 +402,37 @@ func (fsrv *FlashServe) ServeHTTP(w http.ResponseWriter, r *http.Request, next c
 
 	// Step 2, decide: status, headers and ranges.
 	var p plan
-	decide(&p, w.Header(), r, res, fsrv.maxRanges)
+	decide(&p, w.Header(), r, &res, fsrv.maxRanges)
 	if override > 0 {
 		p.status = override
 	}
 
 	// Step 3, transmit: the body.
-	return fsrv.transmit(w, r, res, &p)
+	return fsrv.transmit(w, r, &res, &p)
+}
+
+// expand replaces the placeholders of a config value. The common values
+// that are a single {http.vars.*} placeholder (the defaults of root and
+// fs) are read from the request's vars directly, which, unlike the
+// replacer, allocates nothing.
+func (fsrv *FlashServe) expand(r *http.Request, repl *caddy.Replacer, value, empty string) string {
+	if name, ok := strings.CutPrefix(value, "{http.vars."); ok && strings.HasSuffix(name, "}") &&
+		!strings.ContainsAny(name[:len(name)-1], "{}") {
+		if v, ok := caddyhttp.GetVar(r.Context(), name[:len(name)-1]).(string); ok && v != "" {
+			return v
+		}
+		if v := caddyhttp.GetVar(r.Context(), name[:len(name)-1]); v != nil {
+			return repl.ReplaceAll(value, empty) // not a string: let the replacer format it
+		}
+		return empty
+	}
+	if !strings.Contains(value, "{") {
+		if value == "" {
+			return empty
+		}
+		return value
+	}
+	return repl.ReplaceAll(value, empty)
 }
 
 // statusOverride returns the status that replaces the usual one: the
@@ -436,7 +460,7 @@ const (
 	separator        = string(filepath.Separator)
 )
 
-var allowGetHead = []string{"GET, HEAD"}
+var allowGetHead = []string{"GET, HEAD"}[:1:1]
 
 // Interface guards
 var (

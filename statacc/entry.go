@@ -34,6 +34,11 @@ type Entry struct {
 	// ContentType comes from the extension; "" means no Content-Type at all,
 	// because sniffing the body is never done.
 	ContentType string
+	// Header values computed once, each a slice of length and capacity 1,
+	// so that a middleware appending to one gets a copy: ETagHeader,
+	// LastModifiedHeader, ContentTypeHeader (nil when none) and
+	// LengthHeader (the whole file's Content-Length).
+	ETagHeader, LastModifiedHeader, ContentTypeHeader, LengthHeader []string
 	// Err is set on a negative entry: the error that looking the path up
 	// gave, such as fs.ErrNotExist.
 	Err error
@@ -133,6 +138,14 @@ func NewEntry(path string, info fs.FileInfo) *Entry {
 	if !e.Mode.IsDir() {
 		e.ContentType = mime.TypeByExtension(filepath.Ext(path))
 	}
+	one := func(v string) []string {
+		if v == "" {
+			return nil
+		}
+		return []string{v}[:1:1]
+	}
+	e.ETagHeader, e.LastModifiedHeader, e.ContentTypeHeader = one(e.ETag), one(e.LastModified), one(e.ContentType)
+	e.LengthHeader = one(strconv.FormatInt(e.Size, 10))
 	return e
 }
 
