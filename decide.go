@@ -136,8 +136,8 @@ func rangeError(p *plan, h http.Header, err error) {
 
 // Shared header values; length and capacity 1, so appending copies.
 var (
-	acceptRangesBytes = []string{"bytes"}[:1:1]
-	acceptRangesNone  = []string{"none"}[:1:1]
+	acceptRangesBytes  = []string{"bytes"}[:1:1]
+	acceptRangesNone   = []string{"none"}[:1:1]
 	varyAcceptEncoding = []string{"Accept-Encoding"}[:1:1]
 )
 

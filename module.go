@@ -153,9 +153,9 @@ type FlashServe struct {
 	cacheKey       string
 	// hide holds Hide with static entries made absolute; hideDynamic is set
 	// when some entry has a placeholder and must be rebuilt per request.
-	hide        []string
-	hideDynamic bool
-	maxRanges   int
+	hide             []string
+	hideDynamic      bool
+	maxRanges        int
 	engine           string
 	sendfileMaxChunk int
 	warnOnce         *sync.Once

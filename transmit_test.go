@@ -98,7 +98,7 @@ func accessSizes(t *testing.T, path, uri string) []int64 {
 	for sc.Scan() {
 		var line struct {
 			Request struct{ URI string } `json:"request"`
-			Size    int64               `json:"size"`
+			Size    int64                `json:"size"`
 		}
 		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Request.URI == uri {
 			sizes = append(sizes, line.Size)
@@ -361,4 +361,3 @@ func TestAbortedTransfersLeaveNothingBehind(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
-

@@ -87,14 +87,14 @@ type Cache struct {
 	jobs    chan *call
 	// slots holds one token per lookup in the filesystem, inline or by a
 	// worker: at most Workers at once, and so at most Workers threads.
-	slots chan struct{}
-	mu      sync.Mutex // guards inflight; taken on the miss path only
+	slots    chan struct{}
+	mu       sync.Mutex // guards inflight; taken on the miss path only
 	inflight map[string]*call
-	watch   *watcher
-	M       Metrics
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	closed  atomic.Bool
+	watch    *watcher
+	M        Metrics
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	closed   atomic.Bool
 }
 
 // call is one resolution in flight; concurrent misses for a path share it.

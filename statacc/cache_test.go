@@ -103,13 +103,13 @@ var changes = []change{
 		name:   "deleted",
 		setup:  func(t *testing.T, dir string) string { p := filepath.Join(dir, "c.txt"); write(t, p, "here"); return p },
 		before: "4:here", after: "missing",
-		apply:  func(t *testing.T, p string) { os.Remove(p) },
+		apply: func(t *testing.T, p string) { os.Remove(p) },
 	},
 	{
 		name:   "created where a 404 was cached",
 		setup:  func(t *testing.T, dir string) string { return filepath.Join(dir, "d.txt") },
 		before: "missing", after: "3:new",
-		apply:  func(t *testing.T, p string) { write(t, p, "new") },
+		apply: func(t *testing.T, p string) { write(t, p, "new") },
 	},
 	{
 		name: "directory removed",
@@ -126,8 +126,12 @@ var changes = []change{
 		},
 	},
 	{
-		name:   "truncated",
-		setup:  func(t *testing.T, dir string) string { p := filepath.Join(dir, "f.txt"); write(t, p, "longer"); return p },
+		name: "truncated",
+		setup: func(t *testing.T, dir string) string {
+			p := filepath.Join(dir, "f.txt")
+			write(t, p, "longer")
+			return p
+		},
 		before: "6:longer", after: "0:",
 		apply: func(t *testing.T, p string) {
 			if err := os.Truncate(p, 0); err != nil {

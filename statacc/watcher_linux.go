@@ -33,8 +33,8 @@ type watchedDir struct {
 	wd   int32 // -1: the watch could not be added
 	// gen counts the events seen in the directory, so that a worker can
 	// tell whether its stat raced with a change.
-	gen       atomic.Uint64
-	retryAt   time.Time // when to try adding a failed watch again
+	gen     atomic.Uint64
+	retryAt time.Time // when to try adding a failed watch again
 }
 
 const watchMask = unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CLOSE_WRITE | unix.IN_CREATE |
