@@ -6,6 +6,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -74,6 +75,10 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    memory_cache  <budget> [max_file <size>]
 //	    transmit      auto|sendfile|copy
 //	    sendfile_max_chunk <size>
+//	    prewarm       <paths or globs...>
+//	    prewarm_budget <size>
+//	    prewarm_workers <n>
+//	    keep_hot      <interval>
 //	}
 //
 // `hide` may be repeated and accumulates; any other subdirective given
@@ -264,9 +269,53 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			fsrv.SendfileMaxChunk = int(n)
 
+		case "prewarm":
+			fsrv.Prewarm = d.RemainingArgs()
+			if len(fsrv.Prewarm) == 0 {
+				return d.Err("prewarm needs at least one path or glob under the root (* for all)")
+			}
+
+		case "prewarm_budget":
+			var s string
+			if !d.Args(&s) || d.NextArg() {
+				return d.Err("prewarm_budget takes one argument: a size")
+			}
+			n, err := sizeArg(d, "prewarm_budget", s)
+			if err != nil {
+				return err
+			}
+			if n < 1 {
+				return d.Err("prewarm_budget must be more than 0")
+			}
+			fsrv.PrewarmBudget = n
+
+		case "prewarm_workers":
+			n, err := intArg(d, sub)
+			if err != nil {
+				return err
+			}
+			if n < 1 || n > 64 {
+				return d.Errf("prewarm_workers: %d is outside 1..64", n)
+			}
+			fsrv.PrewarmWorkers = n
+
+		case "keep_hot":
+			var s string
+			if !d.Args(&s) || d.NextArg() {
+				return d.Err("keep_hot takes one argument: an interval")
+			}
+			dur, err := caddy.ParseDuration(s)
+			if err != nil || dur < time.Second {
+				return d.Errf("keep_hot: %q is not an interval of a second or more", s)
+			}
+			fsrv.KeepHot = caddy.Duration(dur)
+
 		default:
 			return d.Errf("unknown subdirective '%s'", sub)
 		}
+	}
+	if fsrv.Prewarm == nil && (fsrv.PrewarmBudget != 0 || fsrv.PrewarmWorkers != 0 || fsrv.KeepHot != 0) {
+		return d.Err("prewarm_budget, prewarm_workers and keep_hot need prewarm")
 	}
 	return nil
 }

@@ -66,3 +66,37 @@ func adaptForTest(input string) string {
 	}
 	return out.String() + "\n"
 }
+
+// TestReadmeSyntaxMatchesDocComment keeps the README's Caddyfile syntax
+// block the same text as UnmarshalCaddyfile's doc comment.
+func TestReadmeSyntaxMatchesDocComment(t *testing.T) {
+	src, err := os.ReadFile("caddyfile.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc []string
+	in := false
+	for _, line := range strings.Split(string(src), "\n") {
+		body, ok := strings.CutPrefix(line, "//\t")
+		switch {
+		case ok && strings.HasPrefix(body, "flash_serve [<matcher>]"):
+			in = true
+			doc = append(doc, body)
+		case in && ok:
+			doc = append(doc, body)
+			if body == "}" {
+				in = false
+			}
+		}
+	}
+	if len(doc) < 3 {
+		t.Fatal("no syntax block in UnmarshalCaddyfile's doc comment")
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "```\n"+strings.Join(doc, "\n")+"\n```") {
+		t.Fatalf("README.md lacks the syntax block of the doc comment:\n%s", strings.Join(doc, "\n"))
+	}
+}

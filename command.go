@@ -40,6 +40,7 @@ certificate that Caddy obtains and renews.
 			cmd.Flags().BoolP("access-log", "a", false, "Enable the access log")
 			cmd.Flags().BoolP("debug", "v", false, "Enable verbose debug logs")
 			cmd.RunE = caddycmd.WrapCommandFuncForCobra(cmdFlashServe)
+			cmd.AddCommand(residencyCommand(), prewarmCommand())
 		},
 	})
 }

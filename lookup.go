@@ -70,6 +70,9 @@ func (r redirectTo) Error() string { return "redirect to " + string(r) }
 func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Request, repl *caddy.Replacer) error {
 	hide := fsrv.hidePaths(repl)
 	root := fsrv.expand(r, repl, fsrv.Root, ".")
+	if fsrv.prewarm != nil {
+		fsrv.prewarm.seeRoot(root)
+	}
 	filename := joinRequestPath(root, r.URL.Path)
 	if c := fsrv.logger.Check(zapcore.DebugLevel, "sanitized path join"); c != nil {
 		c.Write(zap.String("site_root", root), zap.String("request_path", r.URL.Path), zap.String("result", filename))

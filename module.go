@@ -142,6 +142,26 @@ type FlashServe struct {
 	// Default: 2 MiB.
 	SendfileMaxChunk int `json:"sendfile_max_chunk,omitempty"`
 
+	// Paths or globs under the root to load into the page cache in the
+	// background after the config loads, hottest first when a hot set is
+	// known (`*` is the whole root). With prewarm set, the most requested
+	// files are also remembered across restarts, in Caddy's data directory.
+	// Default: none.
+	Prewarm []string `json:"prewarm,omitempty"`
+
+	// The most bytes prewarm reads, counted in pages.
+	// Default: 1 GiB.
+	PrewarmBudget int64 `json:"prewarm_budget,omitempty"`
+
+	// How many files prewarm reads at once.
+	// Default: 2.
+	PrewarmWorkers int `json:"prewarm_workers,omitempty"`
+
+	// How often to read the hot set again, within the budget, so that a
+	// backup streaming through the page cache does not evict it.
+	// Default: never.
+	KeepHot caddy.Duration `json:"keep_hot,omitempty"`
+
 	// The most ranges one request may ask for. A request with more is
 	// answered with the whole file, as if it had no Range header. Zero
 	// disables range requests altogether.
@@ -150,7 +170,9 @@ type FlashServe struct {
 
 	precompressors map[string]encode.Precompressed
 	cache          *statacc.Cache
+	shared         *sharedCache
 	cacheKey       string
+	prewarm        *prewarmRun
 	// hide holds Hide with static entries made absolute; hideDynamic is set
 	// when some entry has a placeholder and must be rebuilt per request.
 	hide             []string
@@ -251,6 +273,10 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 		return err
 	}
 
+	if len(fsrv.Prewarm) > 0 {
+		fsrv.startPrewarm(ctx)
+	}
+
 	mods, err := ctx.LoadModule(fsrv, "PrecompressedRaw")
 	if err != nil {
 		return fmt.Errorf("loading precompressed encoders: %v", err)
@@ -290,6 +316,9 @@ func (fsrv *FlashServe) Validate() error {
 	default:
 		return fmt.Errorf("transmit: unknown engine %q; want auto, sendfile or copy", fsrv.Transmit)
 	}
+	if fsrv.PrewarmBudget < 0 || fsrv.PrewarmWorkers < 0 || fsrv.KeepHot < 0 {
+		return fmt.Errorf("prewarm_budget, prewarm_workers and keep_hot must not be negative")
+	}
 	if fsrv.SendfileMaxChunk < 0 {
 		return fmt.Errorf("sendfile_max_chunk must not be negative")
 	}
@@ -313,6 +342,10 @@ func (fsrv *FlashServe) Validate() error {
 // Cleanup implements caddy.CleanerUpper. It runs after a failed Provision
 // too, so it must cope with a half-built handler.
 func (fsrv *FlashServe) Cleanup() error {
+	if fsrv.prewarm != nil {
+		fsrv.prewarm.stop()
+		fsrv.prewarm = nil
+	}
 	if fsrv.cache != nil {
 		_, err := caches.Delete(fsrv.cacheKey)
 		fsrv.cache = nil
@@ -327,10 +360,20 @@ func (fsrv *FlashServe) Cleanup() error {
 // with the same settings does.
 var caches = caddy.NewUsagePool()
 
-type sharedCache struct{ *statacc.Cache }
+// sharedCache is a cache with the hot-set keeper that belongs to it.
+type sharedCache struct {
+	*statacc.Cache
+	hotOnce sync.Once
+	hot     *hotKeeper
+}
 
 // Destruct implements caddy.Destructor.
-func (s sharedCache) Destruct() error { return s.Close() }
+func (s *sharedCache) Destruct() error {
+	if s.hot != nil {
+		s.hot.stop()
+	}
+	return s.Close()
+}
 
 func (fsrv *FlashServe) cacheOptions() statacc.Options {
 	o := statacc.Options{
@@ -355,16 +398,24 @@ func (fsrv *FlashServe) cacheOptions() statacc.Options {
 	return o
 }
 
-func (fsrv *FlashServe) provisionCache() error {
+// provisionCacheKeyOnly sets cacheKey, the key of the shared cache and of
+// its hot-set file, without starting anything.
+func (fsrv *FlashServe) provisionCacheKeyOnly() statacc.Options {
 	o := fsrv.cacheOptions()
 	fsrv.cacheKey = fmt.Sprintf("statacc:%+v", o)
+	return o
+}
+
+func (fsrv *FlashServe) provisionCache() error {
+	o := fsrv.provisionCacheKeyOnly()
 	v, _, err := caches.LoadOrNew(fsrv.cacheKey, func() (caddy.Destructor, error) {
-		return sharedCache{statacc.New(o)}, nil
+		return &sharedCache{Cache: statacc.New(o)}, nil
 	})
 	if err != nil {
 		return err
 	}
-	fsrv.cache = v.(sharedCache).Cache
+	fsrv.shared = v.(*sharedCache)
+	fsrv.cache = fsrv.shared.Cache
 	return nil
 }
 

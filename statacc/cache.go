@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -195,6 +196,7 @@ func (c *Cache) Get(ctx context.Context, path string) (*Entry, error) {
 			}
 			if e.acquire() {
 				e.used.Store(true)
+				e.hits.Add(1)
 				c.M.Hits.Add(1)
 				return e, nil
 			}
@@ -465,6 +467,41 @@ func (c *Cache) evict(target int, secondChance bool) {
 			return c.M.OpenFiles.Load() > int64(target)
 		})
 	}
+}
+
+// HotFile is one entry of a hot-set snapshot.
+type HotFile struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+	Hits int64  `json:"hits"`
+}
+
+// Hottest returns the n regular files with the most hits, hottest first,
+// and halves every count, so that the next snapshot favours recent use.
+// The counts live in the entries, so their memory is bounded by the
+// cache's, whatever the number of paths requested.
+func (c *Cache) Hottest(n int) []HotFile {
+	var all []HotFile
+	c.entries.Range(func(_, v any) bool {
+		e := v.(*Entry)
+		if e.Err == nil && e.Mode.IsRegular() {
+			if h := e.hits.Load(); h > 0 {
+				all = append(all, HotFile{Path: e.Path, Size: e.Size, Hits: h})
+				e.hits.Store(h / 2)
+			}
+		}
+		return true
+	})
+	slices.SortFunc(all, func(a, b HotFile) int {
+		switch {
+		case a.Hits > b.Hits:
+			return -1
+		case a.Hits < b.Hits:
+			return 1
+		}
+		return strings.Compare(a.Path, b.Path)
+	})
+	return all[:min(n, len(all))]
 }
 
 // Len is the number of cached entries, for tests and the admin API.

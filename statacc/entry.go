@@ -54,6 +54,9 @@ type Entry struct {
 	checked int64       // nanotime of the last stat
 	watched bool        // whether inotify watches the entry's directory
 	used    atomic.Bool // CLOCK mark: used since the last eviction sweep
+	// hits counts the requests that used the entry, for the hot set; it
+	// is halved at every snapshot, so that old popularity fades.
+	hits atomic.Int64
 	cache   *Cache
 }
 

@@ -27,8 +27,9 @@ func machine() string {
 		mem = strings.Join(strings.Fields(line)[1:], " ")
 	}
 	ver := func(args ...string) string {
-		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-		if err != nil {
+		// Some print their version and exit 1 (wrk -v): keep the output.
+		out, _ := exec.Command(args[0], args[1:]...).CombinedOutput()
+		if len(out) == 0 {
 			return "?"
 		}
 		return firstLine(strings.TrimSpace(string(out)))

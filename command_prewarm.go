@@ -1,0 +1,171 @@
+package flashserve
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
+
+	"github.com/flashserve/caddy-flash-serve/prewarm"
+)
+
+// residencyCommand is `caddy flash-serve residency PATH...`.
+func residencyCommand() *cobra.Command {
+	var asJSON bool
+	var top int
+	cmd := &cobra.Command{
+		Use:   "residency PATH...",
+		Short: "Reports how much of the files under PATH are in the page cache (vmtouch-style)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := prewarm.Residencies(args)
+			if err != nil {
+				return err
+			}
+			return printResidency(cmd.OutOrStdout(), res, asJSON, top)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "Print JSON")
+	cmd.Flags().IntVar(&top, "top", 10, "How many files to list, largest resident first")
+	return cmd
+}
+
+func printResidency(w io.Writer, res []prewarm.Residency, asJSON bool, top int) error {
+	var size, resident int64
+	for _, r := range res {
+		size += r.Size
+		resident += r.Resident
+	}
+	pct := 100.0
+	if size > 0 {
+		pct = 100 * float64(resident) / float64(size)
+	}
+	slices.SortFunc(res, func(a, b prewarm.Residency) int {
+		switch {
+		case a.Resident > b.Resident:
+			return -1
+		case a.Resident < b.Resident:
+			return 1
+		}
+		return strings.Compare(a.Path, b.Path)
+	})
+	shown := res[:min(top, len(res))]
+	if asJSON {
+		return json.NewEncoder(w).Encode(map[string]any{
+			"files": len(res), "bytes": size, "resident_bytes": resident, "resident_percent": pct, "top": shown,
+		})
+	}
+	fmt.Fprintf(w, "           Files: %d\n", len(res))
+	fmt.Fprintf(w, "  Resident bytes: %s/%s  %.1f%%\n", humanize.IBytes(uint64(resident)), humanize.IBytes(uint64(size)), pct)
+	if len(shown) > 0 {
+		fmt.Fprintf(w, "\n%10s %10s %6s  %s\n", "resident", "size", "%", "file")
+		for _, r := range shown {
+			fmt.Fprintf(w, "%10s %10s %5.1f%%  %s\n", humanize.IBytes(uint64(r.Resident)), humanize.IBytes(uint64(r.Size)), r.Percent(), r.Path)
+		}
+	}
+	return nil
+}
+
+// prewarmCommand is `caddy flash-serve prewarm PATH... --budget SIZE`.
+func prewarmCommand() *cobra.Command {
+	var budget string
+	var workers int
+	cmd := &cobra.Command{
+		Use:   "prewarm PATH... [--budget SIZE]",
+		Short: "Reads the files under PATH into the page cache, within a budget",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			limit, err := humanize.ParseBytes(budget)
+			if err != nil {
+				return fmt.Errorf("--budget %q: %v", budget, err)
+			}
+			var targets []prewarm.Target
+			for _, a := range args {
+				abs, err := filepath.Abs(a)
+				if err != nil {
+					return err
+				}
+				ts, err := prewarm.Expand(abs, []string{"*"})
+				if err != nil {
+					return err
+				}
+				if info, err := os.Stat(abs); err == nil && info.Mode().IsRegular() {
+					ts = []prewarm.Target{{Path: abs, Size: info.Size()}}
+				}
+				targets = append(targets, ts...)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			defer stop()
+			out := cmd.OutOrStdout()
+			var total int64
+			for _, t := range targets {
+				total += t.Size
+			}
+			goal := total
+			if limit > 0 {
+				goal = min(total, int64(limit))
+			}
+			tty := isTerminal(out)
+			w := &prewarm.Warmer{Budget: int64(limit), Workers: workers, Every: time.Second}
+			if tty {
+				w.Every = 200 * time.Millisecond
+			}
+			w.OnProgress = func(p prewarm.Progress) { printProgress(out, p, goal, tty) }
+			_, err = w.Run(ctx, targets)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&budget, "budget", "1GiB", "The most bytes to read (0: no limit)")
+	cmd.Flags().IntVar(&workers, "workers", 2, "Files read at once")
+	return cmd
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}
+
+// printProgress draws a progress bar on a terminal, and plain lines
+// elsewhere (a log, a pipe).
+func printProgress(w io.Writer, p prewarm.Progress, goal int64, tty bool) {
+	pct := 100.0
+	if goal > 0 {
+		pct = min(100, 100*float64(p.Bytes)/float64(goal))
+	}
+	rate := p.Rate()
+	eta := "–"
+	if rate > 0 && goal > p.Bytes {
+		eta = time.Duration(float64(goal-p.Bytes) / rate * float64(time.Second)).Round(time.Second).String()
+	}
+	line := fmt.Sprintf("%5.1f%%  files %d  %s/%s  %s/s  ETA %s", pct, p.Files,
+		humanize.IBytes(uint64(p.Bytes)), humanize.IBytes(uint64(goal)), humanize.IBytes(uint64(rate)), eta)
+	switch {
+	case tty && p.Done:
+		fmt.Fprintf(w, "\r%s %s  done in %s\n", bar(pct), line, time.Since(p.Started).Round(time.Millisecond))
+	case tty:
+		fmt.Fprintf(w, "\r%s %s", bar(pct), line)
+	case p.Done:
+		fmt.Fprintf(w, "prewarm done: %s in %s\n", line, time.Since(p.Started).Round(time.Millisecond))
+	default:
+		fmt.Fprintf(w, "prewarm: %s\n", line)
+	}
+}
+
+func bar(pct float64) string {
+	const width = 30
+	n := int(pct / 100 * width)
+	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "]"
+}

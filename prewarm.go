@@ -1,0 +1,202 @@
+package flashserve
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/flashserve/caddy-flash-serve/prewarm"
+)
+
+const (
+	defaultPrewarmBudget = 1 << 30
+	hotSetSize           = 1000
+	hotSetEvery          = 30 * time.Second
+	prewarmLogEvery      = 5 * time.Second
+)
+
+// prewarmRun is one handler's background warm-up: cancelled when the
+// config that made it is unloaded (a reload), waited for in Cleanup.
+type prewarmRun struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	// roots receives the site root from the first request when the root
+	// is a placeholder, which only a request can resolve.
+	roots    chan string
+	rootOnce sync.Once
+}
+
+func (p *prewarmRun) stop() {
+	p.cancel()
+	p.wg.Wait()
+}
+
+// seeRoot passes the first request's root to a warm-up that waits for it.
+func (p *prewarmRun) seeRoot(root string) {
+	p.rootOnce.Do(func() { p.roots <- root })
+}
+
+// hotKeeper saves the hottest files of a cache to disk every 30 seconds
+// and when the cache goes away.
+type hotKeeper struct {
+	path   string
+	cache  *sharedCache
+	logger *zap.Logger
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+func (h *hotKeeper) run() {
+	defer h.wg.Done()
+	t := time.NewTicker(hotSetEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.done:
+			h.save()
+			return
+		case <-t.C:
+			h.save()
+		}
+	}
+}
+
+func (h *hotKeeper) save() {
+	files := h.cache.Hottest(hotSetSize)
+	if len(files) == 0 {
+		return
+	}
+	if err := prewarm.SaveHotSet(h.path, files); err != nil {
+		h.logger.Warn("saving the hot set", zap.String("file", h.path), zap.Error(err))
+	}
+}
+
+func (h *hotKeeper) stop() {
+	close(h.done)
+	h.wg.Wait()
+}
+
+// hotSetPath is where the hot set of a cache is kept: one file per cache
+// settings, in Caddy's data directory.
+func hotSetPath(cacheKey string) string {
+	sum := fnv.New64a()
+	sum.Write([]byte(cacheKey))
+	return filepath.Join(caddy.AppDataDir(), "flash_serve", fmt.Sprintf("hotset-%016x.json", sum.Sum64()))
+}
+
+// startPrewarm starts the warm-up in the background; Provision never
+// waits for it.
+func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
+	logger := fsrv.logger.Named("prewarm")
+	shared := fsrv.shared
+	shared.hotOnce.Do(func() {
+		shared.hot = &hotKeeper{path: hotSetPath(fsrv.cacheKey), cache: shared, logger: logger, done: make(chan struct{})}
+		shared.hot.wg.Add(1)
+		go shared.hot.run()
+	})
+	runCtx, cancel := context.WithCancel(ctx)
+	run := &prewarmRun{cancel: cancel, roots: make(chan string, 1)}
+	fsrv.prewarm = run
+	budget := fsrv.PrewarmBudget
+	if budget == 0 {
+		budget = defaultPrewarmBudget
+	}
+	workers := fsrv.PrewarmWorkers
+	if workers == 0 {
+		workers = 2
+	}
+	staticRoot := ""
+	if fsrv.Root != "" && !strings.Contains(fsrv.Root, "{") {
+		staticRoot = fsrv.Root
+	}
+	hotPath := shared.hot.path
+	run.wg.Add(1)
+	go func() {
+		defer run.wg.Done()
+		// The hot set first: it names absolute paths, and it is what the
+		// clients asked for most before the restart.
+		var targets []prewarm.Target
+		hs, err := prewarm.LoadHotSet(hotPath)
+		if err != nil {
+			logger.Warn("ignoring the hot set", zap.Error(err))
+		}
+		targets = append(targets, hs.Targets()...)
+		root := staticRoot
+		if root == "" {
+			// A placeholder root is known only from a request.
+			select {
+			case root = <-run.roots:
+			case <-runCtx.Done():
+				return
+			}
+		}
+		more, err := prewarm.Expand(root, fsrv.Prewarm)
+		if err != nil {
+			logger.Warn("expanding prewarm paths", zap.String("root", root), zap.Error(err))
+		}
+		targets = dedupeTargets(append(targets, more...))
+		warm(runCtx, logger, targets, budget, workers, "prewarm")
+		if fsrv.KeepHot <= 0 {
+			return
+		}
+		t := time.NewTicker(time.Duration(fsrv.KeepHot))
+		defer t.Stop()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+				// The saved snapshot, not a fresh one: taking one halves
+				// the counts, which is the keeper's job.
+				hs, _ := prewarm.LoadHotSet(hotPath)
+				warm(runCtx, logger, hs.Targets(), budget, workers, "keep_hot")
+			}
+		}
+	}()
+}
+
+// warm runs one warm-up and logs its progress and summary.
+func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, budget int64, workers int, what string) {
+	if len(targets) == 0 {
+		return
+	}
+	w := &prewarm.Warmer{Budget: budget, Workers: workers, Every: prewarmLogEvery,
+		OnProgress: func(p prewarm.Progress) {
+			fields := []zap.Field{
+				zap.Int64("files", p.Files), zap.Int64("bytes", p.Bytes),
+				zap.Float64("percent_of_budget", 100*float64(p.Bytes)/float64(max(1, p.Budget))),
+				zap.Float64("mb_per_sec", p.Rate()/1e6),
+			}
+			if p.Done {
+				logger.Info(what+" done", append(fields, zap.Duration("took", time.Since(p.Started)))...)
+				return
+			}
+			logger.Info(what+" progress", fields...)
+		}}
+	if _, err := w.Run(ctx, targets); err != nil && ctx.Err() == nil {
+		logger.Warn(what+" stopped early", zap.Error(err))
+	}
+}
+
+func dedupeTargets(ts []prewarm.Target) []prewarm.Target {
+	seen := make(map[string]bool, len(ts))
+	out := ts[:0]
+	for _, t := range ts {
+		if abs, err := filepath.Abs(t.Path); err == nil {
+			t.Path = abs
+		}
+		if !seen[t.Path] {
+			seen[t.Path] = true
+			out = append(out, t)
+		}
+	}
+	return out
+}
+

@@ -1,0 +1,245 @@
+// Package prewarm loads files into the page cache within a budget,
+// reports how much of a file is resident, and remembers which files were
+// hot so that a restarted server warms them first.
+package prewarm
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// PageSize is the unit of residency and of the budget.
+var PageSize = int64(os.Getpagesize())
+
+// Residency is how much of one file is in the page cache.
+type Residency struct {
+	Path     string `json:"path"`
+	Size     int64  `json:"size"`
+	Resident int64  `json:"resident_bytes"`
+}
+
+// Percent is the resident share of the file, 100 for an empty file.
+func (r Residency) Percent() float64 {
+	if r.Size == 0 {
+		return 100
+	}
+	return 100 * float64(min(r.Resident, r.Size)) / float64(r.Size)
+}
+
+// Progress is what a warm-up has done so far.
+type Progress struct {
+	Files, Bytes int64
+	Budget       int64
+	Started      time.Time
+	Done         bool
+}
+
+// Rate is bytes per second since the start.
+func (p Progress) Rate() float64 {
+	d := time.Since(p.Started).Seconds()
+	if d <= 0 {
+		return 0
+	}
+	return float64(p.Bytes) / d
+}
+
+// Target is one file to warm, whole or up to Limit bytes.
+type Target struct {
+	Path string
+	Size int64
+}
+
+// Warmer warms targets with a few workers until the budget is spent.
+type Warmer struct {
+	Budget  int64 // bytes; <= 0 means no limit
+	Workers int
+	// OnProgress, if set, is called every Every with a snapshot, and once
+	// at the end with Done set.
+	OnProgress func(Progress)
+	Every      time.Duration
+
+	files, bytes atomic.Int64
+}
+
+// Run warms the targets in order. The budget is counted in whole pages: a
+// file that does not fit is warmed up to the last page that does, and
+// nothing after it. It returns when done or when ctx is canceled.
+func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
+	workers := max(1, w.Workers)
+	start := time.Now()
+	// Reserve the budget in target order, so that the hottest files are
+	// the ones that fit.
+	type job struct {
+		t Target
+		n int64
+	}
+	var jobs []job
+	left := w.Budget
+	for _, t := range targets {
+		n := roundUp(t.Size)
+		if w.Budget > 0 {
+			if left <= 0 {
+				break
+			}
+			if n > left {
+				n = left / PageSize * PageSize
+			}
+			left -= n
+		}
+		if n > 0 {
+			jobs = append(jobs, job{t, min(n, t.Size)})
+		}
+	}
+	snapshot := func(done bool) Progress {
+		return Progress{Files: w.files.Load(), Bytes: w.bytes.Load(), Budget: w.Budget, Started: start, Done: done}
+	}
+	stop := make(chan struct{})
+	var reporter sync.WaitGroup
+	if w.OnProgress != nil && w.Every > 0 {
+		reporter.Add(1)
+		go func() {
+			defer reporter.Done()
+			t := time.NewTicker(w.Every)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					w.OnProgress(snapshot(false))
+				}
+			}
+		}()
+	}
+	ch := make(chan job)
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range ch {
+				n, err := warmFile(ctx, j.t.Path, j.n)
+				w.bytes.Add(n)
+				if err == nil {
+					w.files.Add(1)
+				} else if ctx.Err() == nil {
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}
+		}()
+	}
+feed:
+	for _, j := range jobs {
+		select {
+		case ch <- j:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(ch)
+	wg.Wait()
+	close(stop)
+	reporter.Wait()
+	p := snapshot(true)
+	if w.OnProgress != nil {
+		w.OnProgress(p)
+	}
+	if err := ctx.Err(); err != nil {
+		return p, err
+	}
+	if err, _ := firstErr.Load().(error); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+func roundUp(n int64) int64 { return (n + PageSize - 1) / PageSize * PageSize }
+
+// Expand turns patterns into files under root: "*" is the whole tree, a
+// directory is everything below it, and anything else is a glob relative
+// to root. A pattern cannot leave root.
+func Expand(root string, patterns []string) ([]Target, error) {
+	seen := map[string]bool{}
+	var out []Target
+	add := func(p string, info fs.FileInfo) {
+		if info.Mode().IsRegular() && !seen[p] {
+			seen[p] = true
+			out = append(out, Target{Path: p, Size: info.Size()})
+		}
+	}
+	walk := func(dir string) error {
+		return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil // unreadable parts are skipped, not fatal
+			}
+			if d.Type().IsRegular() {
+				if info, err := d.Info(); err == nil {
+					add(p, info)
+				}
+			}
+			return nil
+		})
+	}
+	for _, pat := range patterns {
+		if pat == "*" || pat == "/" || pat == "." {
+			if err := walk(root); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		rel := filepath.Clean("/" + filepath.ToSlash(pat))[1:]
+		matches, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(rel)))
+		if err != nil {
+			return nil, err
+		}
+		sort.Strings(matches)
+		for _, m := range matches {
+			if !strings.HasPrefix(m, filepath.Clean(root)) {
+				continue
+			}
+			info, err := os.Stat(m)
+			if err != nil {
+				continue
+			}
+			if info.IsDir() {
+				walk(m)
+			} else {
+				add(m, info)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Residencies reports every regular file under the paths.
+func Residencies(paths []string) ([]Residency, error) {
+	var out []Residency
+	for _, p := range paths {
+		err := filepath.WalkDir(p, func(f string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if !d.Type().IsRegular() {
+				return nil
+			}
+			r, err := FileResidency(f)
+			if err != nil {
+				return err
+			}
+			out = append(out, r)
+			return nil
+		})
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
