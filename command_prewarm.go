@@ -24,14 +24,26 @@ func residencyCommand() *cobra.Command {
 	var top int
 	cmd := &cobra.Command{
 		Use:   "residency PATH...",
-		Short: "Reports how much of the files under PATH are in the page cache (vmtouch-style)",
+		Short: "Reports how much of the files under each PATH are in the page cache (vmtouch-style)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := prewarm.Residencies(args)
-			if err != nil {
-				return err
+			out := cmd.OutOrStdout()
+			for i, path := range args {
+				res, err := prewarm.Residencies([]string{path})
+				if err != nil {
+					return err
+				}
+				if !asJSON {
+					if i > 0 {
+						fmt.Fprintln(out)
+					}
+					fmt.Fprintf(out, "%s\n", path)
+				}
+				if err := printResidency(out, path, res, asJSON, top); err != nil {
+					return err
+				}
 			}
-			return printResidency(cmd.OutOrStdout(), res, asJSON, top)
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "Print JSON")
@@ -39,7 +51,7 @@ func residencyCommand() *cobra.Command {
 	return cmd
 }
 
-func printResidency(w io.Writer, res []prewarm.Residency, asJSON bool, top int) error {
+func printResidency(w io.Writer, path string, res []prewarm.Residency, asJSON bool, top int) error {
 	var size, resident int64
 	for _, r := range res {
 		size += r.Size
@@ -61,7 +73,7 @@ func printResidency(w io.Writer, res []prewarm.Residency, asJSON bool, top int) 
 	shown := res[:min(top, len(res))]
 	if asJSON {
 		return json.NewEncoder(w).Encode(map[string]any{
-			"files": len(res), "bytes": size, "resident_bytes": resident, "resident_percent": pct, "top": shown,
+			"path": path, "files": len(res), "bytes": size, "resident_bytes": resident, "resident_percent": pct, "top": shown,
 		})
 	}
 	fmt.Fprintf(w, "           Files: %d\n", len(res))

@@ -73,6 +73,15 @@ func (h *hotKeeper) save() {
 	if len(files) == 0 {
 		return
 	}
+	var size, resident int64
+	for _, f := range files {
+		if r, err := prewarm.FileResidency(f.Path); err == nil {
+			size += r.Size
+			resident += r.Resident
+		}
+	}
+	prewarm.Stats.HotSetBytes.Store(size)
+	prewarm.Stats.HotSetResidentBytes.Store(resident)
 	if err := prewarm.SaveHotSet(h.path, files); err != nil {
 		h.logger.Warn("saving the hot set", zap.String("file", h.path), zap.Error(err))
 	}

@@ -33,6 +33,15 @@ func (r Residency) Percent() float64 {
 	return 100 * float64(min(r.Resident, r.Size)) / float64(r.Size)
 }
 
+// Stats are process-wide counters, kept for the metrics endpoint.
+var Stats struct {
+	// PrewarmedBytes and PrewarmedFiles count what warm-ups have read.
+	PrewarmedBytes, PrewarmedFiles atomic.Int64
+	// HotSetBytes and HotSetResidentBytes describe the last saved hot set:
+	// its size, and how much of it was in the page cache then.
+	HotSetBytes, HotSetResidentBytes atomic.Int64
+}
+
 // Progress is what a warm-up has done so far.
 type Progress struct {
 	Files, Bytes int64
@@ -128,8 +137,10 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 			for j := range ch {
 				n, err := warmFile(ctx, j.t.Path, j.n)
 				w.bytes.Add(n)
+				Stats.PrewarmedBytes.Add(n)
 				if err == nil {
 					w.files.Add(1)
+					Stats.PrewarmedFiles.Add(1)
 				} else if ctx.Err() == nil {
 					firstErr.CompareAndSwap(nil, err)
 				}

@@ -275,6 +275,7 @@ func (c *Cache) acquireResult(cl *call) (*Entry, error) {
 	if !e.acquire() {
 		return nil, errRetry // cannot happen while the call holds its reference
 	}
+	e.hits.Add(1)
 	return e, nil
 }
 

@@ -21,5 +21,6 @@ func rlimitNoFile() uint64 {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return 0
 	}
-	return lim.Cur
+	// Cur is int64 on FreeBSD, uint64 elsewhere.
+	return uint64(lim.Cur)
 }

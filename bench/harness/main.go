@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command harness is the side-by-side benchmark behind bench/run: it
 // starts flash_serve, file_server, Caddy's respond, nginx and lighttpd on
 // 127.0.0.1, measures them interleaved, and writes a Markdown table and an
@@ -25,6 +27,7 @@ type config struct {
 	nginx, lighttpd string
 	runs            int
 	duration        time.Duration
+	restartWindow   time.Duration
 	set             dataset
 	syscallRequests int
 	h2Requests      int
@@ -52,13 +55,13 @@ func main() {
 	smoke := flag.Bool("smoke", false, "one request of every workload per server, small data; for CI")
 	runs := flag.Int("runs", 0, "runs per server and workload (median quoted); default 5, quick 3")
 	dur := flag.Duration("duration", 0, "length of one timed run; default 5s, quick 2s")
-	only := flag.String("workloads", "a,b,c,d,e,f,g,h,i", "workloads to run")
+	only := flag.String("workloads", "a,b,c,d,e,f,g,h,i,j,k", "workloads to run")
 	out := flag.String("out", "", "Markdown output; default bench/RESULTS.md (smoke: bench/out/RESULTS-smoke.md)")
 	keep := flag.Bool("keep", false, "keep the temporary folder")
 	flag.Parse()
 
 	cfg := &config{
-		mode: "full", runs: 5, duration: 5 * time.Second,
+		mode: "full", runs: 5, duration: 5 * time.Second, restartWindow: 10 * time.Second,
 		set:             dataset{bigSize: 1 << 30, dirs: 100, perDir: 1000, manyFileSize: 8 << 10},
 		syscallRequests: 20000, h2Requests: 100000,
 		out: "bench/RESULTS.md", svg: "bench/results.svg",
@@ -66,7 +69,7 @@ func main() {
 	}
 	switch {
 	case *smoke:
-		cfg.mode, cfg.runs = "smoke", 1
+		cfg.mode, cfg.runs, cfg.restartWindow = "smoke", 1, time.Second
 		cfg.set = dataset{bigSize: 16 << 20, dirs: 4, perDir: 50, manyFileSize: 8 << 10}
 		cfg.out, cfg.svg = "bench/out/RESULTS-smoke.md", "bench/out/results-smoke.svg"
 	case *quick:
@@ -138,7 +141,7 @@ func run(cfg *config) error {
 	log.Printf("data written in %s", time.Since(start).Round(time.Second))
 
 	servers, err := startServers(cfg)
-	defer stopServers(servers)
+	defer func() { stopServers(servers) }()
 	if err != nil {
 		return err
 	}
@@ -159,6 +162,20 @@ func run(cfg *config) error {
 			continue
 		}
 		measureWorkload(cfg, w, servers, results[w.id])
+	}
+	if cfg.only["j"] {
+		w := workload{id: "j", title: fmt.Sprintf("restart on a cold page cache: first %s of e", cfg.restartWindow), unit: "req/s"}
+		ran = append(ran, w)
+		results["j"] = map[string]*result{}
+		stopServers(servers) // j starts its own, one at a time, on the cold cache
+		servers = nil
+		measureRestart(cfg, results["j"])
+	}
+	if cfg.only["k"] {
+		w := workload{id: "k", title: fmt.Sprintf("reading the cold tree of %d files", cfg.set.manyCount()), unit: "MB/s"}
+		ran = append(ran, w)
+		results["k"] = map[string]*result{}
+		measurePrewarmThroughput(cfg, results["k"])
 	}
 	if err := os.MkdirAll(filepath.Dir(cfg.out), 0o755); err != nil {
 		return err

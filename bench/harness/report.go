@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -6,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -92,11 +95,8 @@ func report(cfg *config, ws []workload, names []string, results map[string]map[s
 	b.WriteString("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, w := range ws {
 		res := results[w.id]
-		for _, name := range names {
+		for _, name := range serverNames(names, res) {
 			r := res[name]
-			if r == nil {
-				continue
-			}
 			sys := "–"
 			if r.syscalls > 0 {
 				sys = fmt.Sprintf("%.1f", r.syscalls)
@@ -104,6 +104,9 @@ func report(cfg *config, ws []workload, names []string, results map[string]map[s
 				sys = "n/a"
 			}
 			note := r.err
+			if fps := r.median(func(m measurement) float64 { return m.filesPS }); fps > 0 {
+				note = strings.TrimSpace(fmt.Sprintf("%.0f files/s %s", fps, note))
+			}
 			errs := 0
 			for _, m := range r.runs {
 				errs += m.errors
@@ -135,11 +138,47 @@ func report(cfg *config, ws []workload, names []string, results map[string]map[s
 			ratio(res, "flash_serve", "file_server"), ratio(res, "flash_serve", "respond"),
 			ratio(res, "flash_serve", "nginx"), ratio(res, "flash_serve", "lighttpd"))
 	}
+	if j := results["j"]; j != nil && results["e"] != nil {
+		warm := results["e"]["flash_serve"]
+		if warm != nil {
+			w := warm.median(func(m measurement) float64 { return m.value })
+			b.WriteString("\n## Restart (j) against the warm figure (e)\n\n")
+			for _, name := range serverNames(nil, j) {
+				v := j[name].median(func(m measurement) float64 { return m.value })
+				if w > 0 && v > 0 {
+					fmt.Fprintf(&b, "- %s: the first %s after a restart on a cold page cache reach %.0f%% of flash_serve's warm e figure.\n",
+						name, cfg.restartWindow, 100*v/w)
+				}
+			}
+		}
+	}
 	return b.String()
+}
+
+// serverNames lists the servers of one workload: those of names first, in
+// their order, then any others the workload has (j and k have their own).
+func serverNames(names []string, res map[string]*result) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, n := range names {
+		if res[n] != nil {
+			out = append(out, n)
+			seen[n] = true
+		}
+	}
+	var extra []string
+	for n := range res {
+		if !seen[n] {
+			extra = append(extra, n)
+		}
+	}
+	slices.Sort(extra)
+	return append(out, extra...)
 }
 
 var serverColours = map[string]string{
 	"flash_serve": "#d9480f", "file_server": "#1c7ed6", "respond": "#868e96", "nginx": "#2b8a3e", "lighttpd": "#7048e8",
+	"flash_serve+prewarm": "#f59f00", "flash-serve prewarm": "#f59f00", "cat": "#495057",
 }
 
 // chart renders one group per workload, one bar per server, each group
@@ -173,11 +212,8 @@ func chart(cfg *config, ws []workload, names []string, results map[string]map[st
 		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", gx, base+16, w.id)
 		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#555" font-size="9">%s</text>`+"\n", gx, base+30, html.EscapeString(truncate(w.title, 28)))
 		bi := 0
-		for _, name := range names {
+		for _, name := range serverNames(names, res) {
 			r := res[name]
-			if r == nil {
-				continue
-			}
 			v := r.median(func(m measurement) float64 { return m.value })
 			h := 0
 			if best > 0 {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -36,6 +38,7 @@ type measurement struct {
 	p50, p99 float64 // latency, ms; 0 if not measured
 	errors   int     // non-2xx/3xx responses where they are not expected, socket errors
 	note     string
+	filesPS  float64 // files per second, for k
 }
 
 func workloads(cfg *config) []workload {

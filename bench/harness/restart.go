@@ -1,0 +1,143 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Workload j: restart a server on a cold page cache, then measure the
+// first seconds of workload e. Workload k: prewarm throughput on the cold
+// tree, against cat. Both manage their own server processes.
+
+const portRestart = 18095
+
+type restartVariant struct {
+	name, handler string
+	prewarm       bool
+}
+
+var restartVariants = []restartVariant{
+	{"flash_serve+prewarm", "flash_serve", true},
+	{"flash_serve", "flash_serve", false},
+	{"file_server", "file_server", false},
+}
+
+func restartCaddyfile(cfg *config, v restartVariant) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "{\n\tadmin off\n\tpersist_config off\n\tlog {\n\t\tlevel ERROR\n\t}\n")
+	if v.handler == "flash_serve" {
+		b.WriteString(flashGlobalOptions)
+	}
+	fmt.Fprintf(&b, "}\nhttp://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\t%s", portRestart, cfg.data, v.handler)
+	if v.prewarm {
+		b.WriteString(" {\n\t\tprewarm *\n\t\tprewarm_budget 4GiB\n\t\tprewarm_workers 4\n\t}")
+	}
+	b.WriteString("\n}\n")
+	return b.String()
+}
+
+// restartOnce evicts the data set, starts the variant, and measures the
+// first cfg.restartWindow of workload e.
+func restartOnce(cfg *config, v restartVariant) (measurement, int, int, error) {
+	if _, err := evict(cfg.data); err != nil {
+		return measurement{}, 0, 0, err
+	}
+	conf := filepath.Join(cfg.work, "restart-"+strings.ReplaceAll(v.name, "+", "-")+".Caddyfile")
+	if err := os.WriteFile(conf, []byte(restartCaddyfile(cfg, v)), 0o644); err != nil {
+		return measurement{}, 0, 0, err
+	}
+	cmd := exec.Command("taskset", "-c", "0", cfg.caddy, "run", "--config", conf, "--adapter", "caddyfile")
+	// Its own data directory: the hot set of one variant is not another's.
+	cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+filepath.Join(cfg.work, "xdg-"+v.name))
+	logf, _ := os.Create(conf + ".log")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return measurement{}, 0, 0, err
+	}
+	s := &server{name: v.name, port: portRestart, cmd: cmd, pid: cmd.Process.Pid}
+	defer stopServers([]*server{s})
+	if err := waitReady(s); err != nil {
+		return measurement{}, 0, 0, err
+	}
+	saved := cfg.duration
+	cfg.duration = cfg.restartWindow
+	defer func() { cfg.duration = saved }()
+	smp := sample(s.pid)
+	m, err := wrk(cfg, 200, s.url(""), filepath.Join(cfg.work, "many.uris"), int64(cfg.set.manyFileSize))
+	th, kb := smp.finish()
+	return m, th, kb, err
+}
+
+// measureRestart runs workload j, variants interleaved.
+func measureRestart(cfg *config, res map[string]*result) {
+	runs := cfg.runs
+	if cfg.mode != "smoke" {
+		runs = min(runs, 3) // each run reads the whole tree from disk
+	}
+	for round := 1; round <= runs; round++ {
+		for _, v := range restartVariants {
+			r := res[v.name]
+			if r == nil {
+				r = &result{}
+				res[v.name] = r
+			}
+			m, th, kb, err := restartOnce(cfg, v)
+			r.threads, r.rssKB = max(r.threads, th), max(r.rssKB, kb)
+			if err != nil {
+				r.err = firstLine(err.Error())
+				log.Printf("j %s run %d: %v", v.name, round, err)
+				continue
+			}
+			r.runs = append(r.runs, m)
+			log.Printf("j  %-20s run %d: %10.2f req/s", v.name, round, m.value)
+		}
+	}
+}
+
+// measurePrewarmThroughput runs workload k: the prewarm command and cat,
+// each on the evicted tree of many files.
+func measurePrewarmThroughput(cfg *config, res map[string]*result) {
+	dir := filepath.Join(cfg.data, "many")
+	total := int64(cfg.set.manyCount()) * int64(cfg.set.manyFileSize)
+	cmds := []struct {
+		name string
+		args []string
+	}{
+		{"flash-serve prewarm", []string{cfg.caddy, "flash-serve", "prewarm", dir, "--budget", "0", "--workers", "4"}},
+		{"cat", []string{"sh", "-c", "find " + dir + " -type f -print0 | xargs -0 cat > /dev/null"}},
+	}
+	runs := min(cfg.runs, 3)
+	for round := 1; round <= runs; round++ {
+		for _, c := range cmds {
+			r := res[c.name]
+			if r == nil {
+				r = &result{}
+				res[c.name] = r
+			}
+			if _, err := evict(cfg.data); err != nil {
+				r.err = err.Error()
+				continue
+			}
+			start := time.Now()
+			out, err := exec.Command("taskset", append([]string{"-c", "0"}, c.args...)...).CombinedOutput()
+			secs := time.Since(start).Seconds()
+			if err != nil {
+				r.err = firstLine(fmt.Sprintf("%v: %s", err, out))
+				continue
+			}
+			m := measurement{value: float64(total) / secs / 1e6, mbps: float64(total) / secs / 1e6,
+				filesPS: float64(cfg.set.manyCount()) / secs}
+			r.runs = append(r.runs, m)
+			log.Printf("k  %-20s run %d: %8.1f MB/s, %.0f files/s", c.name, round, m.value, m.filesPS)
+		}
+	}
+}
