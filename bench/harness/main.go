@@ -54,7 +54,7 @@ func main() {
 	quick := flag.Bool("quick", false, "about 5 minutes: fewer and shorter runs")
 	smoke := flag.Bool("smoke", false, "one request of every workload per server, small data; for CI")
 	runs := flag.Int("runs", 0, "runs per server and workload (median quoted); default 5, quick 3")
-	dur := flag.Duration("duration", 0, "length of one timed run; default 5s, quick 2s")
+	dur := flag.Duration("duration", 0, "length of one timed run; default 5s, quick 1s")
 	only := flag.String("workloads", "a,b,c,d,e,f,g,h,i,j,k", "workloads to run")
 	out := flag.String("out", "", "Markdown output; default bench/RESULTS.md (smoke: bench/out/RESULTS-smoke.md)")
 	keep := flag.Bool("keep", false, "keep the temporary folder")
@@ -73,7 +73,7 @@ func main() {
 		cfg.set = dataset{bigSize: 16 << 20, dirs: 4, perDir: 50, manyFileSize: 8 << 10}
 		cfg.out, cfg.svg = "bench/out/RESULTS-smoke.md", "bench/out/results-smoke.svg"
 	case *quick:
-		cfg.mode, cfg.runs, cfg.duration = "quick", 3, 2*time.Second
+		cfg.mode, cfg.runs, cfg.duration = "quick", 3, time.Second
 		cfg.syscallRequests, cfg.h2Requests = 10000, 50000
 	}
 	if *runs > 0 {

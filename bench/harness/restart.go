@@ -79,10 +79,7 @@ func restartOnce(cfg *config, v restartVariant) (measurement, int, int, error) {
 
 // measureRestart runs workload j, variants interleaved.
 func measureRestart(cfg *config, res map[string]*result) {
-	runs := cfg.runs
-	if cfg.mode != "smoke" {
-		runs = min(runs, 3) // each run reads the whole tree from disk
-	}
+	runs := restartRuns(cfg)
 	for round := 1; round <= runs; round++ {
 		for _, v := range restartVariants {
 			r := res[v.name]
@@ -115,7 +112,7 @@ func measurePrewarmThroughput(cfg *config, res map[string]*result) {
 		{"flash-serve prewarm", []string{cfg.caddy, "flash-serve", "prewarm", dir, "--budget", "0", "--workers", "4"}},
 		{"cat", []string{"sh", "-c", "find " + dir + " -type f -print0 | xargs -0 cat > /dev/null"}},
 	}
-	runs := min(cfg.runs, 3)
+	runs := restartRuns(cfg)
 	for round := 1; round <= runs; round++ {
 		for _, c := range cmds {
 			r := res[c.name]
@@ -140,4 +137,13 @@ func measurePrewarmThroughput(cfg *config, res map[string]*result) {
 			log.Printf("k  %-20s run %d: %8.1f MB/s, %.0f files/s", c.name, round, m.value, m.filesPS)
 		}
 	}
+}
+
+// restartRuns is how often j and k repeat: each run reads the whole tree
+// from the disk, so three at most, and one in quick and smoke modes.
+func restartRuns(cfg *config) int {
+	if cfg.mode != "full" {
+		return 1
+	}
+	return min(cfg.runs, 3)
 }
