@@ -5,6 +5,7 @@ package prewarm
 
 import (
 	"context"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -170,6 +171,31 @@ feed:
 		return p, err
 	}
 	return p, nil
+}
+
+var readBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
+
+// readPrefix reads the first n bytes of f through a pooled buffer, which
+// leaves them in the page cache.
+func readPrefix(ctx context.Context, f *os.File, n int64) (int64, error) {
+	bp := readBufs.Get().(*[]byte)
+	defer readBufs.Put(bp)
+	buf := *bp
+	var done int64
+	for done < n {
+		if ctx.Err() != nil {
+			return done, ctx.Err()
+		}
+		m, err := f.ReadAt(buf[:min(int64(len(buf)), n-done)], done)
+		done += int64(m)
+		if err == io.EOF {
+			return done, nil
+		}
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
 }
 
 func roundUp(n int64) int64 { return (n + PageSize - 1) / PageSize * PageSize }

@@ -4,15 +4,11 @@ package prewarm
 
 import (
 	"context"
-	"io"
 	"os"
-	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
-
-var readBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
 // warmFile brings the first n bytes of a file into the page cache: an
 // fadvise(WILLNEED) starts the readahead for the whole span, and reads
@@ -27,24 +23,7 @@ func warmFile(ctx context.Context, path string, n int64) (int64, error) {
 	// that exactly the budgeted pages are read, no more.
 	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM)
 	unix.Fadvise(int(f.Fd()), 0, n, unix.FADV_WILLNEED)
-	bp := readBufs.Get().(*[]byte)
-	defer readBufs.Put(bp)
-	buf := *bp
-	var done int64
-	for done < n {
-		if ctx.Err() != nil {
-			return done, ctx.Err()
-		}
-		m, err := f.ReadAt(buf[:min(int64(len(buf)), n-done)], done)
-		done += int64(m)
-		if err == io.EOF {
-			return done, nil
-		}
-		if err != nil {
-			return done, err
-		}
-	}
-	return done, nil
+	return readPrefix(ctx, f, n)
 }
 
 // FileResidency asks mincore(2) which pages of the file are resident.

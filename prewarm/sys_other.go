@@ -5,7 +5,6 @@ package prewarm
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 )
 
@@ -19,22 +18,7 @@ func warmFile(ctx context.Context, path string, n int64) (int64, error) {
 		return 0, err
 	}
 	defer f.Close()
-	buf := make([]byte, 1<<20)
-	var done int64
-	for done < n {
-		if ctx.Err() != nil {
-			return done, ctx.Err()
-		}
-		m, err := f.ReadAt(buf[:min(int64(len(buf)), n-done)], done)
-		done += int64(m)
-		if err == io.EOF {
-			return done, nil
-		}
-		if err != nil {
-			return done, err
-		}
-	}
-	return done, nil
+	return readPrefix(ctx, f, n)
 }
 
 func FileResidency(path string) (Residency, error) { return Residency{Path: path}, ErrUnsupported }
