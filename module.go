@@ -181,6 +181,7 @@ type FlashServe struct {
 	engine           string
 	sendfileMaxChunk int
 	warnOnce         *sync.Once
+	cleanupOnce      *sync.Once
 	// fallback is the embedded file_server for browse and non-OS filesystems.
 	fallback *fileserver.FileServer
 	logger   *zap.Logger
@@ -217,6 +218,7 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 		fsrv.IndexNames = []string{"index.html", "index.txt"}
 	}
 	fsrv.warnOnce = new(sync.Once)
+	fsrv.cleanupOnce = new(sync.Once)
 	fsrv.engine = fsrv.Transmit
 	if fsrv.engine == "" {
 		fsrv.engine = engineAuto
@@ -341,17 +343,24 @@ func (fsrv *FlashServe) Validate() error {
 
 // Cleanup implements caddy.CleanerUpper. It runs after a failed Provision
 // too, so it must cope with a half-built handler.
+//
+// Requests still in flight (an HTTP/3 stream finishing during shutdown) may
+// read the handler's fields, so Cleanup changes none of them: it runs once,
+// guarded by cleanupOnce.
 func (fsrv *FlashServe) Cleanup() error {
-	if fsrv.prewarm != nil {
-		fsrv.prewarm.stop()
-		fsrv.prewarm = nil
+	if fsrv.cleanupOnce == nil {
+		return nil // Provision never ran
 	}
-	if fsrv.cache != nil {
-		_, err := caches.Delete(fsrv.cacheKey)
-		fsrv.cache = nil
-		return err
-	}
-	return nil
+	var err error
+	fsrv.cleanupOnce.Do(func() {
+		if fsrv.prewarm != nil {
+			fsrv.prewarm.stop()
+		}
+		if fsrv.cache != nil {
+			_, err = caches.Delete(fsrv.cacheKey)
+		}
+	})
+	return err
 }
 
 // caches holds the statacc caches across config reloads: a reload

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"sync"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/flashserve/caddy-flash-serve/statacc"
 	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
@@ -40,9 +40,9 @@ func (fsrv *FlashServe) transmit(w http.ResponseWriter, r *http.Request, res *re
 	case p.boundary != "":
 		err = fsrv.sendMultipart(w, r, res, p)
 	case p.ranges != nil:
-		err = fsrv.sendRange(w, r, res.body, p.ranges[0].start, p.ranges[0].length)
+		err = fsrv.sendRange(w, r, res, p.ranges[0].start, p.ranges[0].length)
 	default:
-		err = fsrv.sendRange(w, r, res.body, 0, p.length)
+		err = fsrv.sendRange(w, r, res, 0, p.length)
 	}
 	if err == nil {
 		return nil
@@ -68,7 +68,7 @@ func (fsrv *FlashServe) sendMultipart(w http.ResponseWriter, r *http.Request, re
 		if _, err := w.Write(appendPartHeader(hdr[:0], i, rg, p.boundary, p.partType, res.body.Size)); err != nil {
 			return err
 		}
-		if err := fsrv.sendRange(w, r, res.body, rg.start, rg.length); err != nil {
+		if err := fsrv.sendRange(w, r, res, rg.start, rg.length); err != nil {
 			return err
 		}
 	}
@@ -82,21 +82,23 @@ func (fsrv *FlashServe) sendMultipart(w http.ResponseWriter, r *http.Request, re
 //     which net/http still holds in its buffer);
 //   - sendfile: cleartext HTTP/1.x through the flash_serve listener wrapper;
 //   - copy: pread into pooled buffers, for TLS, HTTP/2, HTTP/3 and encode.
-func (fsrv *FlashServe) sendRange(w http.ResponseWriter, r *http.Request, body *statacc.Entry, start, length int64) error {
+func (fsrv *FlashServe) sendRange(w http.ResponseWriter, r *http.Request, res *resolved, start, length int64) error {
+	body := res.body
 	if body.Data != nil && fsrv.engine == engineAuto {
 		_, err := w.Write(body.Data[start : start+length])
 		return err
 	}
-	if fsrv.engine != engineCopy && r.ProtoMajor == 1 && r.TLS == nil && body.FD() >= 0 {
+	file, fd := res.bodyFile()
+	if fsrv.engine != engineCopy && r.ProtoMajor == 1 && r.TLS == nil && fd >= 0 {
 		if rf, ok := w.(io.ReaderFrom); ok {
-			return fsrv.sendFile(rf, w, r, body, start, length)
+			return fsrv.sendFile(rf, w, r, file, fd, start, length)
 		}
 	}
 	var err error
 	if r.ProtoMajor >= 2 {
-		_, err = transmit.CopySmall(w, body.File(), start, length)
+		_, err = transmit.CopySmall(w, file, start, length)
 	} else {
-		_, err = transmit.Copy(w, body.File(), start, length)
+		_, err = transmit.Copy(w, file, start, length)
 	}
 	return err
 }
@@ -105,9 +107,9 @@ var sourcePool = sync.Pool{New: func() any { return new(transmit.FileSource) }}
 
 // sendFile hands the body down the writer chain as a *transmit.FileSource,
 // which the listener wrapper's connection sends with sendfile.
-func (fsrv *FlashServe) sendFile(rf io.ReaderFrom, w http.ResponseWriter, r *http.Request, body *statacc.Entry, start, length int64) error {
+func (fsrv *FlashServe) sendFile(rf io.ReaderFrom, w http.ResponseWriter, r *http.Request, file *os.File, fd int, start, length int64) error {
 	src := sourcePool.Get().(*transmit.FileSource)
-	*src = transmit.FileSource{File: body.File(), FD: body.FD(), Off: start, N: length}
+	*src = transmit.FileSource{File: file, FD: fd, Off: start, N: length}
 	defer func() {
 		*src = transmit.FileSource{}
 		sourcePool.Put(src)
