@@ -208,4 +208,3 @@ func dedupeTargets(ts []prewarm.Target) []prewarm.Target {
 	}
 	return out
 }
-

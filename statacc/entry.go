@@ -56,8 +56,8 @@ type Entry struct {
 	used    atomic.Bool // CLOCK mark: used since the last eviction sweep
 	// hits counts the requests that used the entry, for the hot set; it
 	// is halved at every snapshot, so that old popularity fades.
-	hits atomic.Int64
-	cache   *Cache
+	hits  atomic.Int64
+	cache *Cache
 }
 
 // File returns the open file of a regular-file entry, nil otherwise.
