@@ -92,10 +92,15 @@ type Cache struct {
 	mu       sync.Mutex // guards inflight; taken on the miss path only
 	inflight map[string]*call
 	watch    *watcher
-	M        Metrics
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	closed   atomic.Bool
+	// ring holds the cached entries that hold a descriptor, in the order
+	// the eviction clock visits them; hand is the clock's position.
+	ringMu sync.Mutex
+	ring   []*Entry
+	hand   int
+	M      Metrics
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed atomic.Bool
 }
 
 // call is one resolution in flight; concurrent misses for a path share it.
@@ -344,8 +349,11 @@ func (c *Cache) resolve(path string) *Entry {
 	if old, loaded := c.entries.Swap(path, e); loaded {
 		c.drop(old.(*Entry))
 	}
-	if e.file != nil && c.M.OpenFiles.Load() > int64(c.opts.MaxOpenFiles) {
-		c.evict(c.opts.MaxOpenFiles*9/10, true)
+	if e.file != nil {
+		c.ringAdd(e)
+		if c.M.OpenFiles.Load() > int64(c.opts.MaxOpenFiles) {
+			c.evict(c.opts.MaxOpenFiles*9/10, true)
+		}
 	}
 	return e
 }
@@ -447,29 +455,63 @@ func (c *Cache) Flush() {
 	})
 }
 
-// evict closes cached descriptors until at most target remain. With
-// second chance set it is a CLOCK sweep: an entry used since the last
-// sweep loses its mark and stays. This approximates LRU without making a
-// hit write anything but one flag. An evicted entry keeps its metadata:
-// it is replaced by a copy without the descriptor, so a later request for
-// it costs one open instead of a stat, an open and an fstat.
+// evict closes cached descriptors until at most target remain. It is a
+// CLOCK sweep over the ring of entries that hold one: with secondChance, an
+// entry used since the hand last passed loses its mark and stays. This
+// approximates LRU without making a hit write anything but one flag. An
+// evicted entry keeps its metadata: it is replaced by a copy without the
+// descriptor, so a later request for it costs one open instead of a stat,
+// an open and an fstat.
 func (c *Cache) evict(target int, secondChance bool) {
-	for pass := 0; pass < 2 && c.M.OpenFiles.Load() > int64(target); pass++ {
-		c.entries.Range(func(k, v any) bool {
-			e := v.(*Entry)
-			if e.file == nil {
-				return true
-			}
-			if secondChance && e.used.Swap(false) {
-				return true
-			}
-			if c.entries.CompareAndSwap(k, v, e.withoutFile()) {
-				c.M.Evictions.Add(1)
-				c.drop(e)
-			}
-			return c.M.OpenFiles.Load() > int64(target)
-		})
+	c.ringMu.Lock()
+	defer c.ringMu.Unlock()
+	for steps := 0; c.M.OpenFiles.Load() > int64(target) && len(c.ring) > 0 && steps < 3*len(c.ring); steps++ {
+		if c.hand >= len(c.ring) {
+			c.hand = 0
+		}
+		e := c.ring[c.hand]
+		if v, ok := c.entries.Load(e.Path); !ok || v.(*Entry) != e {
+			c.unring() // invalidated or replaced since: no longer the cache's to close
+			continue
+		}
+		if secondChance && e.used.Swap(false) {
+			c.hand++
+			continue
+		}
+		if c.entries.CompareAndSwap(e.Path, e, e.withoutFile()) {
+			c.M.Evictions.Add(1)
+			c.drop(e)
+		}
+		c.unring()
 	}
+	// Entries invalidated behind the hand stay in the ring until it comes
+	// round; keep it from growing without bound meanwhile.
+	if len(c.ring) > 2*c.opts.MaxOpenFiles+64 {
+		live := c.ring[:0]
+		for _, e := range c.ring {
+			if v, ok := c.entries.Load(e.Path); ok && v.(*Entry) == e {
+				live = append(live, e)
+			}
+		}
+		clear(c.ring[len(live):])
+		c.ring, c.hand = live, 0
+	}
+}
+
+// unring removes the entry under the hand, by moving the last one there.
+// Called with ringMu held.
+func (c *Cache) unring() {
+	last := len(c.ring) - 1
+	c.ring[c.hand] = c.ring[last]
+	c.ring[last] = nil
+	c.ring = c.ring[:last]
+}
+
+// ringAdd puts an entry that holds a descriptor under the clock.
+func (c *Cache) ringAdd(e *Entry) {
+	c.ringMu.Lock()
+	c.ring = append(c.ring, e)
+	c.ringMu.Unlock()
 }
 
 // HotFile is one entry of a hot-set snapshot.
