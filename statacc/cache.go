@@ -70,7 +70,7 @@ type Metrics struct {
 	WaitNanos                          atomic.Int64
 	OpenFiles, NegativeCount           atomic.Int64
 	MemoryBytes, Evictions, Shed       atomic.Int64
-	UnwatchedDirs                      atomic.Int64
+	UnwatchedDirs, MetadataOnly        atomic.Int64
 }
 
 // Cache is a process-wide cache of Entries with their open descriptors,
@@ -418,12 +418,19 @@ func isFDExhaustion(err error) bool {
 
 // drop removes the cache's reference to an entry that left the map.
 func (c *Cache) drop(e *Entry) {
-	if e.Err != nil {
+	switch {
+	case e.Err != nil:
 		c.M.NegativeCount.Add(-1)
-		return
+	case e.file == nil && e.Mode.IsRegular():
+		c.M.MetadataOnly.Add(-1)
+	default:
+		e.Release()
 	}
-	e.Release()
 }
+
+// maxMetadataOnly bounds the entries kept without a descriptor (about 600
+// bytes each, so some 60 MB at most).
+const maxMetadataOnly = 100_000
 
 // Invalidate forgets path, and everything below it when subtree is set.
 func (c *Cache) Invalidate(path string, subtree bool) {
@@ -478,7 +485,15 @@ func (c *Cache) evict(target int, secondChance bool) {
 			c.hand++
 			continue
 		}
-		if c.entries.CompareAndSwap(e.Path, e, e.withoutFile()) {
+		// Keep the metadata while there is room for it; past that, forget
+		// the entry, so that memory stays bounded however large the tree.
+		if c.M.MetadataOnly.Load() < maxMetadataOnly {
+			if c.entries.CompareAndSwap(e.Path, e, e.withoutFile()) {
+				c.M.MetadataOnly.Add(1)
+				c.M.Evictions.Add(1)
+				c.drop(e)
+			}
+		} else if c.entries.CompareAndDelete(e.Path, e) {
 			c.M.Evictions.Add(1)
 			c.drop(e)
 		}
