@@ -41,24 +41,15 @@ type resolved struct {
 	// etag is the validator of the body: a header directive's, an ETag
 	// file's, or the computed one of the file or sidecar.
 	etag string
-	// own is the body opened for this request alone, when the cache keeps
-	// no descriptor for it; closed by release.
-	own *os.File
 }
 
 // bodyFile returns the open body and its descriptor.
 func (res *resolved) bodyFile() (*os.File, int) {
-	if res.own != nil {
-		return res.own, ownFD(res.own)
-	}
 	return res.body.File(), res.body.FD()
 }
 
 // release gives back the cache references the lookup took.
 func (res *resolved) release() {
-	if res.own != nil {
-		res.own.Close()
-	}
 	if res.body != nil && res.body != res.entry {
 		res.body.Release()
 	}
@@ -176,40 +167,9 @@ func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Req
 		}
 	}
 	res.etag = etag
-	if res.body.IsRegular() && !res.body.HasFile() {
-		if err := fsrv.openBody(res); err != nil {
-			res.release()
-			*res = resolved{}
-			return err
-		}
-	}
 	if res.encoding != "" {
 		h["Content-Encoding"] = []string{res.encoding}
 	}
-	return nil
-}
-
-// openBody opens a body whose descriptor the cache gave up to keep under
-// max_open_files. If the file changed since it was looked up, the response
-// describes what was opened, and the cached entry is dropped.
-func (fsrv *FlashServe) openBody(res *resolved) error {
-	f, fresh, err := res.body.Open()
-	if err != nil {
-		return openError(err)
-	}
-	res.own = f
-	if fresh == nil {
-		return nil
-	}
-	fsrv.cache.Invalidate(res.body.Path, false)
-	if res.etag == res.body.ETag {
-		res.etag = fresh.ETag
-	}
-	if res.entry == res.body {
-		res.entry = fresh
-	}
-	res.body.Release()
-	res.body = fresh
 	return nil
 }
 
@@ -364,7 +324,7 @@ func statError(err error) error {
 		return errNotFound
 	case errors.Is(err, fs.ErrPermission):
 		return caddyhttp.Error(http.StatusForbidden, err)
-	case isFDExhaustion(err), errors.Is(err, statacc.ErrQueueFull):
+	case statacc.IsFDExhaustion(err), errors.Is(err, statacc.ErrQueueFull):
 		return serviceUnavailable(err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The client hung up while its lookup waited; nobody reads the
@@ -388,10 +348,6 @@ func openError(err error) error {
 	}
 	// Most likely the fd table is full: tell the client to come back.
 	return serviceUnavailable(err)
-}
-
-func isFDExhaustion(err error) bool {
-	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
 // serviceUnavailable is a 503; lookupFailed adds the Retry-After.

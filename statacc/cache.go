@@ -70,7 +70,7 @@ type Metrics struct {
 	WaitNanos                          atomic.Int64
 	OpenFiles, NegativeCount           atomic.Int64
 	MemoryBytes, Evictions, Shed       atomic.Int64
-	UnwatchedDirs, MetadataOnly        atomic.Int64
+	UnwatchedDirs                      atomic.Int64
 }
 
 // Cache is a process-wide cache of Entries with their open descriptors,
@@ -368,7 +368,7 @@ func (c *Cache) load(path string) *Entry {
 		return NewEntry(path, info)
 	}
 	f, err := openFile(path)
-	if err != nil && isFDExhaustion(err) {
+	if err != nil && IsFDExhaustion(err) {
 		// Make room by closing idle descriptors, then try once more: a full
 		// fd table must not turn into errors that the cache could avoid.
 		c.M.Shed.Add(1)
@@ -412,25 +412,19 @@ func cacheableError(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
 }
 
-func isFDExhaustion(err error) bool {
+// IsFDExhaustion reports whether err says the fd table is full.
+func IsFDExhaustion(err error) bool {
 	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
 // drop removes the cache's reference to an entry that left the map.
 func (c *Cache) drop(e *Entry) {
-	switch {
-	case e.Err != nil:
+	if e.Err != nil {
 		c.M.NegativeCount.Add(-1)
-	case e.file == nil && e.Mode.IsRegular():
-		c.M.MetadataOnly.Add(-1)
-	default:
-		e.Release()
+		return
 	}
+	e.Release()
 }
-
-// maxMetadataOnly bounds the entries kept without a descriptor (about 600
-// bytes each, so some 60 MB at most).
-const maxMetadataOnly = 100_000
 
 // Invalidate forgets path, and everything below it when subtree is set.
 func (c *Cache) Invalidate(path string, subtree bool) {
@@ -485,15 +479,7 @@ func (c *Cache) evict(target int, secondChance bool) {
 			c.hand++
 			continue
 		}
-		// Keep the metadata while there is room for it; past that, forget
-		// the entry, so that memory stays bounded however large the tree.
-		if c.M.MetadataOnly.Load() < maxMetadataOnly {
-			if c.entries.CompareAndSwap(e.Path, e, e.withoutFile()) {
-				c.M.MetadataOnly.Add(1)
-				c.M.Evictions.Add(1)
-				c.drop(e)
-			}
-		} else if c.entries.CompareAndDelete(e.Path, e) {
+		if c.entries.CompareAndDelete(e.Path, e) {
 			c.M.Evictions.Add(1)
 			c.drop(e)
 		}

@@ -432,23 +432,6 @@ func TestEvictionKeepsRecentlyUsed(t *testing.T) {
 	if c.M.Hits.Load() != hits+1 {
 		t.Fatal("the hot entry was evicted")
 	}
-	// A cold entry lost its descriptor but not its metadata: still a hit,
-	// and its content is read through a file opened for the caller.
-	cold := filepath.Join(dir, "0")
-	e, err := c.Get(context.Background(), cold)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e.HasFile() {
-		t.Fatal("the coldest entry still holds a descriptor")
-	}
-	if b, err := e.ReadAll(); err != nil || string(b) != "x" {
-		t.Fatalf("content of an entry without a descriptor: %q, %v", b, err)
-	}
-	e.Release()
-	if c.M.Hits.Load() != hits+2 {
-		t.Fatal("the cold entry's metadata was dropped: its lookup was a miss")
-	}
 }
 
 func TestGetHitAllocatesNothing(t *testing.T) {

@@ -72,10 +72,6 @@ func (e *Entry) FD() int {
 	return e.fd
 }
 
-// HasFile reports whether the cache holds the entry's file open; a regular
-// file without one is opened per request with Open.
-func (e *Entry) HasFile() bool { return e.file != nil }
-
 // acquire takes a reference unless the entry is already being closed.
 func (e *Entry) acquire() bool {
 	if e.file == nil {
@@ -116,60 +112,15 @@ func (e *Entry) ReadAll() ([]byte, error) {
 	if !e.IsRegular() {
 		return nil, fs.ErrInvalid
 	}
-	f := e.file
-	if f == nil {
-		var err error
-		if f, _, err = e.Open(); err != nil {
-			return nil, err
-		}
-		defer f.Close()
+	if e.file == nil {
+		return nil, fs.ErrInvalid
 	}
 	b := make([]byte, e.Size)
-	n, err := f.ReadAt(b, 0)
+	n, err := e.file.ReadAt(b, 0)
 	if err == io.EOF && int64(n) == e.Size {
 		err = nil
 	}
 	return b[:n], err
-}
-
-// Open opens the entry's file for a caller that closes it: for an entry
-// whose descriptor the cache gave up (see Cache.evict). If the file is no
-// longer the one the entry describes, it also returns a fresh, uncached
-// entry that describes what was opened; the caller serves that one and
-// invalidates the cached one.
-func (e *Entry) Open() (*os.File, *Entry, error) {
-	f, err := openFile(e.Path)
-	if err != nil {
-		return nil, nil, err
-	}
-	info, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	if !info.Mode().IsRegular() {
-		f.Close()
-		return nil, nil, fs.ErrNotExist
-	}
-	if info.Size() != e.Size || (!e.ModTime.IsZero() && !info.ModTime().Equal(e.ModTime)) {
-		return f, NewEntry(e.Path, info), nil
-	}
-	return f, nil, nil
-}
-
-// withoutFile returns a copy of a regular-file entry that keeps its
-// metadata but neither the descriptor nor the content: what the cache
-// keeps of a cold entry once its descriptor is needed elsewhere.
-func (e *Entry) withoutFile() *Entry {
-	d := &Entry{
-		Path: e.Path, Size: e.Size, Mode: e.Mode, ModTime: e.ModTime, ETag: e.ETag,
-		LastModified: e.LastModified, ContentType: e.ContentType,
-		ETagHeader: e.ETagHeader, LastModifiedHeader: e.LastModifiedHeader,
-		ContentTypeHeader: e.ContentTypeHeader, LengthHeader: e.LengthHeader,
-		fd: -1, checked: e.checked, watched: e.watched, cache: e.cache,
-	}
-	d.hits.Store(e.hits.Load())
-	return d
 }
 
 // IsDir reports whether the entry is a directory.
@@ -202,16 +153,6 @@ func NewEntry(path string, info fs.FileInfo) *Entry {
 	e.ETagHeader, e.LastModifiedHeader, e.ContentTypeHeader = one(e.ETag), one(e.LastModified), one(e.ContentType)
 	e.LengthHeader = one(strconv.FormatInt(e.Size, 10))
 	return e
-}
-
-// Stat resolves path with one stat(2), following symlinks, as file_server
-// does.
-func Stat(path string) (*Entry, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	return NewEntry(path, info), nil
 }
 
 // UsefulModTime reports whether a modification time can serve as a
