@@ -15,6 +15,8 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/encode"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/fileserver"
+
+	"github.com/flashserve/caddy-flash-serve/statacc"
 )
 
 func init() {
@@ -79,6 +81,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    prewarm_budget <size>
 //	    prewarm_workers <n>
 //	    keep_hot      <interval>
+//	    symlinks      follow|deny|beneath
+//	    max_transfers <n> [queue <duration>]
+//	    limit_rate    <bytes/s> [after <size>]
 //	}
 //
 // `hide` may be repeated and accumulates; any other subdirective given
@@ -309,6 +314,53 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("keep_hot: %q is not an interval of a second or more", s)
 			}
 			fsrv.KeepHot = caddy.Duration(dur)
+
+		case "symlinks":
+			var s string
+			if !d.Args(&s) || d.NextArg() {
+				return d.Err("symlinks takes one argument: follow, deny or beneath")
+			}
+			if _, err := statacc.ParseSymlinks(s); err != nil {
+				return d.Err(err.Error())
+			}
+			fsrv.Symlinks = s
+
+		case "max_transfers":
+			args := d.RemainingArgs()
+			if len(args) != 1 && len(args) != 3 || len(args) == 3 && args[1] != "queue" {
+				return d.Err("max_transfers syntax: max_transfers <n> [queue <duration>]")
+			}
+			n, err := strconv.Atoi(args[0])
+			if err != nil || n < 1 {
+				return d.Errf("max_transfers: %q is not a number of 1 or more", args[0])
+			}
+			fsrv.MaxTransfers = &TransferLimit{Limit: n}
+			if len(args) == 3 {
+				dur, err := caddy.ParseDuration(args[2])
+				if err != nil || dur < 0 {
+					return d.Errf("max_transfers queue: %q is not a duration", args[2])
+				}
+				fsrv.MaxTransfers.Queue = caddy.Duration(dur)
+			}
+
+		case "limit_rate":
+			args := d.RemainingArgs()
+			if len(args) != 1 && len(args) != 3 || len(args) == 3 && args[1] != "after" {
+				return d.Err("limit_rate syntax: limit_rate <bytes/s> [after <size>]")
+			}
+			rate, err := sizeArg(d, "limit_rate", args[0])
+			if err != nil {
+				return err
+			}
+			if rate < 1 {
+				return d.Err("limit_rate: the rate must be at least 1 byte/s")
+			}
+			fsrv.LimitRate = &RateLimit{Rate: rate}
+			if len(args) == 3 {
+				if fsrv.LimitRate.After, err = sizeArg(d, "limit_rate after", args[2]); err != nil {
+					return err
+				}
+			}
 
 		default:
 			return d.Errf("unknown subdirective '%s'", sub)

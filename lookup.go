@@ -41,6 +41,8 @@ type resolved struct {
 	// etag is the validator of the body: a header directive's, an ETag
 	// file's, or the computed one of the file or sidecar.
 	etag string
+	// root is the site root the lookup was confined to.
+	root string
 }
 
 // bodyFile returns the open body and its descriptor.
@@ -85,7 +87,7 @@ func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Req
 	}
 
 	ctx := r.Context()
-	entry, err := fsrv.cache.Get(ctx, filename)
+	entry, err := fsrv.cache.GetUnder(ctx, root, filename)
 	if err != nil {
 		return statError(err)
 	}
@@ -104,7 +106,7 @@ func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Req
 			if fileHidden(indexPath, hide) {
 				continue
 			}
-			ie, err := fsrv.cache.Get(ctx, indexPath)
+			ie, err := fsrv.cache.GetUnder(ctx, root, indexPath)
 			if err != nil {
 				continue
 			}
@@ -144,7 +146,7 @@ func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Req
 		h["Vary"] = append(h["Vary"], "Accept-Encoding")
 	}
 
-	*res = resolved{filename: filename, entry: entry}
+	*res = resolved{filename: filename, entry: entry, root: root}
 	owned = true
 	if len(fsrv.precompressors) > 0 {
 		if err := fsrv.selectSidecar(r, res, hide, &etag); err != nil {
@@ -156,7 +158,7 @@ func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Req
 	if res.body == nil {
 		res.body = entry
 		if etag == "" && fsrv.EtagFileExtensions != nil {
-			if etag, err = fsrv.etagFromFile(ctx, filename); err != nil {
+			if etag, err = fsrv.etagFromFile(ctx, root, filename); err != nil {
 				res.release()
 				*res = resolved{}
 				return err
@@ -200,9 +202,9 @@ func (fsrv *FlashServe) selectSidecar(r *http.Request, res *resolved, hide []str
 		if fileHidden(sidecar, hide) {
 			continue
 		}
-		se, err := fsrv.cache.Get(r.Context(), sidecar)
+		se, err := fsrv.cache.GetUnder(r.Context(), res.root, sidecar)
 		if err != nil {
-			if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			if !absent(err) {
 				err = openError(err)
 				if he, ok := err.(caddyhttp.HandlerError); ok && he.StatusCode == http.StatusServiceUnavailable {
 					return err
@@ -217,7 +219,7 @@ func (fsrv *FlashServe) selectSidecar(r *http.Request, res *resolved, hide []str
 		}
 		res.body, res.encoding = se, ae
 		if *etag == "" && fsrv.EtagFileExtensions != nil {
-			if *etag, err = fsrv.etagFromFile(r.Context(), sidecar); err != nil {
+			if *etag, err = fsrv.etagFromFile(r.Context(), res.root, sidecar); err != nil {
 				return err
 			}
 		}
@@ -262,6 +264,9 @@ func (fsrv *FlashServe) lookupFailed(w http.ResponseWriter, r *http.Request, nex
 		// Probably out of file descriptors: spread the clients' retries
 		// over a few seconds so that they do not all come back at once.
 		w.Header().Set("Retry-After", strconv.Itoa(2+weakrand.IntN(4)))
+		if !errors.Is(err, statacc.ErrQueueFull) {
+			counters.fdExhausted.Add(1) // the cache counts its full queue itself
+		}
 	}
 	return err
 }
@@ -316,6 +321,13 @@ func redirect(w http.ResponseWriter, r *http.Request, toPath string) error {
 	return nil
 }
 
+// absent reports whether a sidecar or an ETag file is as good as missing:
+// it does not exist, or the symlinks option refuses it.
+func absent(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) ||
+		errors.Is(err, statacc.ErrSymlink) || errors.Is(err, statacc.ErrEscape)
+}
+
 // statError maps an error from stat(2) to the answer file_server gives.
 func statError(err error) error {
 	switch {
@@ -357,10 +369,10 @@ func serviceUnavailable(err error) error {
 
 // etagFromFile reads the ETag from the first sidecar file (name+suffix)
 // that exists. Newlines are dropped; the value is sent as the file holds it.
-func (fsrv *FlashServe) etagFromFile(ctx context.Context, name string) (string, error) {
+func (fsrv *FlashServe) etagFromFile(ctx context.Context, root, name string) (string, error) {
 	for _, suffix := range fsrv.EtagFileExtensions {
-		e, err := fsrv.cache.Get(ctx, name+suffix)
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		e, err := fsrv.cache.GetUnder(ctx, root, name+suffix)
+		if absent(err) {
 			continue
 		}
 		var b []byte

@@ -44,8 +44,9 @@ type FlashServe struct {
 	// Default: `{http.vars.fs}`, which the `fs` directive sets.
 	FileSystem string `json:"fs,omitempty"`
 
-	// The path to the root of the site. A site root is not a sandbox: links
-	// inside it are followed, wherever they point.
+	// The path to the root of the site. A site root is not a sandbox unless
+	// `symlinks` makes it one: by default links inside it are followed,
+	// wherever they point.
 	// Default: `{http.vars.root}` if set, or the current working directory.
 	Root string `json:"root,omitempty"`
 
@@ -168,7 +169,30 @@ type FlashServe struct {
 	// Default: 16.
 	MaxRanges *int `json:"max_ranges,omitempty"`
 
+	// How symbolic links below the root are treated: `follow` them
+	// wherever they point, as file_server does; `deny` any path with a
+	// link (403); or follow relative links only while they stay `beneath`
+	// the root (403 otherwise, and for every absolute link). On Linux 5.6 and later the kernel enforces deny and
+	// beneath at the open (openat2 with RESOLVE_BENEATH), so no link
+	// swapped in during a request can leave the root; elsewhere an lstat
+	// walk checks the path before the open, which such a race can defeat.
+	// Default: follow.
+	Symlinks string `json:"symlinks,omitempty"`
+
+	// The most response bodies sent at once by this handler, and how long a
+	// request may queue for a place before it gets 503 with Retry-After, as
+	// nginx's limit_conn for file bodies.
+	// Default: no limit.
+	MaxTransfers *TransferLimit `json:"max_transfers,omitempty"`
+
+	// Paces each response body to a rate in bytes per second, after a
+	// first part sent at full speed, as nginx's limit_rate and
+	// limit_rate_after.
+	// Default: no limit.
+	LimitRate *RateLimit `json:"limit_rate,omitempty"`
+
 	precompressors map[string]encode.Precompressed
+	transfers      *transferSlots
 	cache          *statacc.Cache
 	shared         *sharedCache
 	cacheKey       string
@@ -208,6 +232,9 @@ func (FlashServe) CaddyModule() caddy.ModuleInfo {
 // Provision implements caddy.Provisioner.
 func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 	fsrv.logger = ctx.Logger()
+	if err := registerMetrics(ctx); err != nil {
+		return fmt.Errorf("registering metrics: %v", err)
+	}
 	if fsrv.FileSystem == "" {
 		fsrv.FileSystem = "{http.vars.fs}"
 	}
@@ -227,6 +254,7 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 	if fsrv.sendfileMaxChunk == 0 {
 		fsrv.sendfileMaxChunk = 2 << 20
 	}
+	fsrv.transfers = newTransferSlots(fsrv.MaxTransfers)
 	fsrv.maxRanges = defaultMaxRanges
 	if fsrv.MaxRanges != nil {
 		fsrv.maxRanges = *fsrv.MaxRanges
@@ -321,6 +349,15 @@ func (fsrv *FlashServe) Validate() error {
 	if fsrv.PrewarmBudget < 0 || fsrv.PrewarmWorkers < 0 || fsrv.KeepHot < 0 {
 		return fmt.Errorf("prewarm_budget, prewarm_workers and keep_hot must not be negative")
 	}
+	if _, err := statacc.ParseSymlinks(fsrv.Symlinks); err != nil {
+		return err
+	}
+	if err := fsrv.MaxTransfers.validate(); err != nil {
+		return err
+	}
+	if err := fsrv.LimitRate.validate(); err != nil {
+		return err
+	}
 	if fsrv.SendfileMaxChunk < 0 {
 		return fmt.Errorf("sendfile_max_chunk must not be negative")
 	}
@@ -381,7 +418,9 @@ func (s *sharedCache) Destruct() error {
 	if s.hot != nil {
 		s.hot.stop()
 	}
-	return s.Close()
+	err := s.Close()
+	retire(s.Cache)
+	return err
 }
 
 func (fsrv *FlashServe) cacheOptions() statacc.Options {
@@ -391,6 +430,8 @@ func (fsrv *FlashServe) cacheOptions() statacc.Options {
 		MaxOpenFiles: fsrv.MaxOpenFiles,
 		NoInotify:    fsrv.DisableInotify,
 	}
+	// Validate refuses a bad mode; before it runs, follow is as good as any.
+	o.Symlinks, _ = statacc.ParseSymlinks(fsrv.Symlinks)
 	if fsrv.NegativeCache != nil {
 		o.NegativeEntries = *fsrv.NegativeCache
 		if o.NegativeEntries == 0 {
@@ -458,6 +499,16 @@ func (fsrv *FlashServe) ServeHTTP(w http.ResponseWriter, r *http.Request, next c
 	override, err := fsrv.statusOverride(r, repl)
 	if err != nil {
 		return err
+	}
+
+	// A place among max_transfers is taken before decide sets the headers,
+	// which a 503 must not carry; a 304 or a HEAD holds it only while its
+	// headers are written.
+	if fsrv.transfers != nil && r.Method == http.MethodGet {
+		if err := fsrv.transfers.acquire(r.Context(), w); err != nil {
+			return err
+		}
+		defer fsrv.transfers.release()
 	}
 
 	// Step 2, decide: status, headers and ranges.

@@ -22,6 +22,36 @@ const (
 	engineIOUring  = "io_uring"
 )
 
+// engine names a way bodies leave, for the policy and the metrics.
+type engine uint8
+
+const (
+	engMemory engine = iota
+	engSendfile
+	engIOUring
+	engCopy
+	numEngines
+)
+
+var engineNames = [numEngines]string{"memory", "sendfile", "io_uring", "copy"}
+
+// pickEngine applies the transmit policy to one response:
+//   - memory: a small file kept in memory, one Write (with the headers,
+//     which net/http still holds in its buffer);
+//   - sendfile: cleartext HTTP/1.x through the flash_serve listener wrapper;
+//   - copy: pread into pooled buffers, for TLS, HTTP/2, HTTP/3 and encode.
+func (fsrv *FlashServe) pickEngine(w http.ResponseWriter, r *http.Request, res *resolved) engine {
+	if res.body.Data != nil && fsrv.engine == engineAuto {
+		return engMemory
+	}
+	if fsrv.engine != engineCopy && r.ProtoMajor == 1 && r.TLS == nil && res.body.FD() >= 0 {
+		if _, ok := w.(io.ReaderFrom); ok {
+			return engSendfile
+		}
+	}
+	return engCopy
+}
+
 // transmit writes the status line, the headers that decide set, and the
 // body bytes.
 func (fsrv *FlashServe) transmit(w http.ResponseWriter, r *http.Request, res *resolved, p *plan) error {
@@ -35,14 +65,19 @@ func (fsrv *FlashServe) transmit(w http.ResponseWriter, r *http.Request, res *re
 	if p.noBody || r.Method == http.MethodHead {
 		return nil
 	}
+	t := transfer{eng: fsrv.pickEngine(w, r, res)}
+	counters.requests[t.eng].Add(1)
+	if fsrv.LimitRate != nil && fsrv.LimitRate.Rate > 0 {
+		t.pace = &pacer{rate: fsrv.LimitRate.Rate, after: fsrv.LimitRate.After, ctx: r.Context()}
+	}
 	var err error
 	switch {
 	case p.boundary != "":
-		err = fsrv.sendMultipart(w, r, res, p)
+		err = fsrv.sendMultipart(w, r, res, p, &t)
 	case p.ranges != nil:
-		err = fsrv.sendRange(w, r, res, p.ranges[0].start, p.ranges[0].length)
+		err = fsrv.sendRange(w, r, res, &t, p.ranges[0].start, p.ranges[0].length)
 	default:
-		err = fsrv.sendRange(w, r, res, 0, p.length)
+		err = fsrv.sendRange(w, r, res, &t, 0, p.length)
 	}
 	if err == nil {
 		return nil
@@ -61,14 +96,20 @@ func (fsrv *FlashServe) transmit(w http.ResponseWriter, r *http.Request, res *re
 	return nil
 }
 
+// transfer is one response body on its way out.
+type transfer struct {
+	eng  engine
+	pace *pacer // nil without limit_rate
+}
+
 // sendMultipart writes a multipart/byteranges body.
-func (fsrv *FlashServe) sendMultipart(w http.ResponseWriter, r *http.Request, res *resolved, p *plan) error {
+func (fsrv *FlashServe) sendMultipart(w http.ResponseWriter, r *http.Request, res *resolved, p *plan, t *transfer) error {
 	var hdr [256]byte
 	for i, rg := range p.ranges {
 		if _, err := w.Write(appendPartHeader(hdr[:0], i, rg, p.boundary, p.partType, res.body.Size)); err != nil {
 			return err
 		}
-		if err := fsrv.sendRange(w, r, res, rg.start, rg.length); err != nil {
+		if err := fsrv.sendRange(w, r, res, t, rg.start, rg.length); err != nil {
 			return err
 		}
 	}
@@ -77,29 +118,52 @@ func (fsrv *FlashServe) sendMultipart(w http.ResponseWriter, r *http.Request, re
 }
 
 // sendRange sends length bytes of the body from offset start with the
-// engine the policy picks:
-//   - memory: a small file kept in memory, one Write (with the headers,
-//     which net/http still holds in its buffer);
-//   - sendfile: cleartext HTTP/1.x through the flash_serve listener wrapper;
-//   - copy: pread into pooled buffers, for TLS, HTTP/2, HTTP/3 and encode.
-func (fsrv *FlashServe) sendRange(w http.ResponseWriter, r *http.Request, res *resolved, start, length int64) error {
-	body := res.body
-	if body.Data != nil && fsrv.engine == engineAuto {
-		_, err := w.Write(body.Data[start : start+length])
-		return err
+// transfer's engine, in paced chunks under limit_rate.
+func (fsrv *FlashServe) sendRange(w http.ResponseWriter, r *http.Request, res *resolved, t *transfer, start, length int64) error {
+	if t.pace == nil {
+		return fsrv.sendChunk(w, r, res, t.eng, start, length)
 	}
-	file, fd := res.bodyFile()
-	if fsrv.engine != engineCopy && r.ProtoMajor == 1 && r.TLS == nil && fd >= 0 {
-		if rf, ok := w.(io.ReaderFrom); ok {
-			return fsrv.sendFile(rf, w, r, file, fd, start, length)
+	for length > 0 {
+		n := t.pace.next(length)
+		if err := t.pace.wait(); err != nil {
+			return err
+		}
+		if err := fsrv.sendChunk(w, r, res, t.eng, start, n); err != nil {
+			return err
+		}
+		t.pace.sent += n
+		start += n
+		length -= n
+	}
+	return nil
+}
+
+// sendChunk moves one run of body bytes with the given engine.
+func (fsrv *FlashServe) sendChunk(w http.ResponseWriter, r *http.Request, res *resolved, eng engine, start, length int64) error {
+	body := res.body
+	var n int64
+	var err error
+	switch eng {
+	case engMemory:
+		var k int
+		k, err = w.Write(body.Data[start : start+length])
+		n = int64(k)
+	case engSendfile:
+		file, fd := res.bodyFile()
+		var zeroCopy bool
+		n, zeroCopy, err = fsrv.sendFile(w.(io.ReaderFrom), w, r, file, fd, start, length)
+		if !zeroCopy {
+			eng = engCopy
+		}
+	default:
+		file, _ := res.bodyFile()
+		if r.ProtoMajor >= 2 {
+			n, err = transmit.CopySmall(w, file, start, length)
+		} else {
+			n, err = transmit.Copy(w, file, start, length)
 		}
 	}
-	var err error
-	if r.ProtoMajor >= 2 {
-		_, err = transmit.CopySmall(w, file, start, length)
-	} else {
-		_, err = transmit.Copy(w, file, start, length)
-	}
+	counters.bytes[eng].Add(n)
 	return err
 }
 
@@ -107,7 +171,8 @@ var sourcePool = sync.Pool{New: func() any { return new(transmit.FileSource) }}
 
 // sendFile hands the body down the writer chain as a *transmit.FileSource,
 // which the listener wrapper's connection sends with sendfile.
-func (fsrv *FlashServe) sendFile(rf io.ReaderFrom, w http.ResponseWriter, r *http.Request, file *os.File, fd int, start, length int64) error {
+// It reports whether the bytes really went with sendfile.
+func (fsrv *FlashServe) sendFile(rf io.ReaderFrom, w http.ResponseWriter, r *http.Request, file *os.File, fd int, start, length int64) (int64, bool, error) {
 	src := sourcePool.Get().(*transmit.FileSource)
 	*src = transmit.FileSource{File: file, FD: fd, Off: start, N: length}
 	defer func() {
@@ -121,10 +186,11 @@ func (fsrv *FlashServe) sendFile(rf io.ReaderFrom, w http.ResponseWriter, r *htt
 	if err == nil && n != length {
 		err = &transmit.ReadError{Offset: start + n, Err: transmit.ErrTruncated}
 	}
-	if !src.ZeroCopy && length > sniffLen {
+	zeroCopy := src.ZeroCopy
+	if !zeroCopy && length > sniffLen {
 		fsrv.noZeroCopy(r)
 	}
-	return err
+	return n, zeroCopy, err
 }
 
 // sniffLen is what net/http copies through its own buffer before it hands

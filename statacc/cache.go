@@ -48,6 +48,8 @@ type Options struct {
 	// NoInotify turns inotify off: every entry is revalidated after
 	// Revalidate.
 	NoInotify bool
+	// Symlinks confines lookups made with GetUnder. Default: follow.
+	Symlinks Symlinks
 }
 
 // ErrQueueFull is returned by Get when the miss queue is full: the caller
@@ -109,6 +111,7 @@ type Cache struct {
 // the descriptor under them.
 type call struct {
 	path  string
+	root  string // the confinement root, "" with SymlinksFollow
 	done  chan struct{}
 	entry *Entry
 	// pending counts the waiters plus the worker; the last to leave drops
@@ -192,9 +195,20 @@ func (c *Cache) Close() error {
 // (fs.ErrNotExist and the like) and no entry. On a fresh hit Get makes no
 // system call and takes no lock.
 func (c *Cache) Get(ctx context.Context, path string) (*Entry, error) {
+	return c.GetUnder(ctx, "", path)
+}
+
+// GetUnder is Get for a path below root, resolved as the Symlinks option
+// says; with SymlinksFollow, root is ignored. An entry is shared by the
+// lookups under one root: a lookup of the same path under another root
+// resolves it again.
+func (c *Cache) GetUnder(ctx context.Context, root, path string) (*Entry, error) {
+	if c.opts.Symlinks == SymlinksFollow {
+		root = ""
+	}
 	if v, ok := c.entries.Load(path); ok {
 		e := v.(*Entry)
-		if c.fresh(e) {
+		if e.root == root && c.fresh(e) {
 			if e.Err != nil {
 				c.M.NegativeHits.Add(1)
 				return nil, e.Err
@@ -208,7 +222,7 @@ func (c *Cache) Get(ctx context.Context, path string) (*Entry, error) {
 		}
 	}
 	for range 3 {
-		e, err := c.miss(ctx, path)
+		e, err := c.miss(ctx, root, path)
 		if err != errRetry {
 			return e, err
 		}
@@ -224,7 +238,7 @@ func (c *Cache) fresh(e *Entry) bool {
 	return nanotime()-e.checked < int64(ttl)
 }
 
-func (c *Cache) miss(ctx context.Context, path string) (*Entry, error) {
+func (c *Cache) miss(ctx context.Context, root, path string) (*Entry, error) {
 	if c.closed.Load() {
 		return nil, errors.New("statacc: cache closed")
 	}
@@ -233,7 +247,7 @@ func (c *Cache) miss(ctx context.Context, path string) (*Entry, error) {
 	if ok {
 		c.M.Merged.Add(1)
 	} else {
-		cl = &call{path: path, done: make(chan struct{})}
+		cl = &call{path: path, root: root, done: make(chan struct{})}
 		cl.pending.Store(1) // the resolver's: this goroutine's or a worker's
 		c.M.Misses.Add(1)
 		select {
@@ -291,7 +305,7 @@ func (c *Cache) finish(cl *call, inline bool) {
 	if !inline {
 		c.slots <- struct{}{}
 	}
-	cl.entry = c.resolve(cl.path)
+	cl.entry = c.resolve(cl.root, cl.path)
 	<-c.slots
 	c.mu.Lock()
 	delete(c.inflight, cl.path)
@@ -319,7 +333,7 @@ func (c *Cache) worker() {
 
 // resolve stats and opens path and caches the result. It always returns
 // an entry: a negative one holds the error.
-func (c *Cache) resolve(path string) *Entry {
+func (c *Cache) resolve(root, path string) *Entry {
 	dir := filepath.Dir(path)
 	var gen uint64
 	watched := false
@@ -328,7 +342,8 @@ func (c *Cache) resolve(path string) *Entry {
 	}
 	// The age counts from before the stat: what it saw may be that old.
 	checked := nanotime()
-	e := c.load(path)
+	e := c.load(root, path)
+	e.root = root
 	e.watched = watched
 	e.checked = checked
 	if e.Err != nil && !cacheableError(e.Err) {
@@ -359,24 +374,20 @@ func (c *Cache) resolve(path string) *Entry {
 }
 
 // load does the system calls for one path.
-func (c *Cache) load(path string) *Entry {
-	info, err := os.Stat(path)
-	if err != nil {
-		return &Entry{Path: path, Err: err}
-	}
-	if !info.Mode().IsRegular() {
-		return NewEntry(path, info)
-	}
-	f, err := openFile(path)
+func (c *Cache) load(root, path string) *Entry {
+	info, f, err := c.open(root, path)
 	if err != nil && IsFDExhaustion(err) {
 		// Make room by closing idle descriptors, then try once more: a full
 		// fd table must not turn into errors that the cache could avoid.
 		c.M.Shed.Add(1)
 		c.evict(c.opts.MaxOpenFiles/2, false)
-		f, err = openFile(path)
+		info, f, err = c.open(root, path)
 	}
 	if err != nil {
 		return &Entry{Path: path, Err: err}
+	}
+	if f == nil {
+		return NewEntry(path, info)
 	}
 	// Describe what was opened, not what was stat'ed a moment before.
 	if fi, err := f.Stat(); err == nil {
@@ -406,10 +417,24 @@ func (c *Cache) load(path string) *Entry {
 	return e
 }
 
+// open stats path and opens it if it is a regular file, confined below
+// root as the Symlinks option says.
+func (c *Cache) open(root, path string) (fs.FileInfo, *os.File, error) {
+	if root != "" {
+		return openConfined(root, path, c.opts.Symlinks)
+	}
+	info, err := os.Stat(path)
+	if err != nil || !info.Mode().IsRegular() {
+		return info, nil, err
+	}
+	f, err := openFile(path)
+	return info, f, err
+}
+
 // cacheableError reports whether an error describes the path rather than
 // the server's state: only those are cached as negative entries.
 func cacheableError(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || isConfinementError(err)
 }
 
 // IsFDExhaustion reports whether err says the fd table is full.
@@ -443,6 +468,31 @@ func (c *Cache) Invalidate(path string, subtree bool) {
 		}
 		return true
 	})
+}
+
+// Purge drops path's entry, and with subtree every entry below it, so
+// that the next lookup looks again. It returns how many were dropped.
+func (c *Cache) Purge(path string, subtree bool) int {
+	n := 0
+	if v, ok := c.entries.LoadAndDelete(path); ok {
+		c.drop(v.(*Entry))
+		n++
+	}
+	if !subtree {
+		return n
+	}
+	prefix := path
+	if !strings.HasSuffix(prefix, string(filepath.Separator)) {
+		prefix += string(filepath.Separator)
+	}
+	c.entries.Range(func(k, v any) bool {
+		if strings.HasPrefix(k.(string), prefix) && c.entries.CompareAndDelete(k, v) {
+			c.drop(v.(*Entry))
+			n++
+		}
+		return true
+	})
+	return n
 }
 
 // Flush forgets every entry.

@@ -58,6 +58,7 @@ type Entry struct {
 	// is halved at every snapshot, so that old popularity fades.
 	hits  atomic.Int64
 	cache *Cache
+	root  string // the root it was confined to, "" with SymlinksFollow
 }
 
 // File returns the open file of a regular-file entry, nil otherwise.

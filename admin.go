@@ -1,0 +1,226 @@
+package flashserve
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/dustin/go-humanize"
+
+	"github.com/flashserve/caddy-flash-serve/prewarm"
+)
+
+func init() {
+	caddy.RegisterModule(AdminAPI{})
+}
+
+// AdminAPI adds flash_serve's endpoints to Caddy's admin API:
+//
+//	GET  /flash_serve/stats    the module's counters as JSON
+//	POST /flash_serve/purge    {"path": "/srv/www/a.txt"} or {"prefix": "/srv/www/dl/"}
+//	POST /flash_serve/prewarm  {"root": "/srv/www", "paths": ["iso/*"], "budget": "2GiB", "wait": false}
+//
+// Paths are filesystem paths, as the cache knows them, not request paths:
+// one cache serves every site with the same settings, whatever their roots.
+type AdminAPI struct {
+	ctx caddy.Context
+}
+
+// CaddyModule returns the Caddy module information.
+func (AdminAPI) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "admin.api.flash_serve",
+		New: func() caddy.Module { return new(AdminAPI) },
+	}
+}
+
+// Provision implements caddy.Provisioner.
+func (a *AdminAPI) Provision(ctx caddy.Context) error {
+	a.ctx = ctx
+	return registerMetrics(ctx)
+}
+
+// Routes implements caddy.AdminRouter.
+func (a *AdminAPI) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{
+		{Pattern: "/flash_serve/stats", Handler: caddy.AdminHandlerFunc(a.stats)},
+		{Pattern: "/flash_serve/purge", Handler: caddy.AdminHandlerFunc(a.purge)},
+		{Pattern: "/flash_serve/prewarm", Handler: caddy.AdminHandlerFunc(a.prewarm)},
+	}
+}
+
+func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return methodNotAllowed(r.Method, http.MethodGet)
+	}
+	return writeJSON(w, snapshot())
+}
+
+// purgeRequest names what to drop from the caches.
+type purgeRequest struct {
+	// Path drops one entry.
+	Path string `json:"path,omitempty"`
+	// Prefix drops every entry at or below a directory ("/" for all).
+	Prefix string `json:"prefix,omitempty"`
+}
+
+func (a *AdminAPI) purge(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodPost {
+		return methodNotAllowed(r.Method, http.MethodPost)
+	}
+	var req purgeRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	if (req.Path == "") == (req.Prefix == "") {
+		return badRequest(fmt.Errorf("give exactly one of path and prefix"))
+	}
+	target := req.Path + req.Prefix
+	if !filepath.IsAbs(target) {
+		return badRequest(fmt.Errorf("%q is not an absolute filesystem path", target))
+	}
+	target = filepath.Clean(target)
+	purged := 0
+	caches.Range(func(_, v any) bool {
+		c := v.(*sharedCache).Cache
+		if req.Prefix != "" {
+			purged += c.Purge(target, true)
+		} else {
+			purged += c.Purge(target, false)
+		}
+		return true
+	})
+	return writeJSON(w, map[string]int{"purged": purged})
+}
+
+// prewarmRequest asks for files to be read into the page cache.
+type prewarmRequest struct {
+	// Root is the directory the paths are under; they cannot leave it.
+	Root string `json:"root"`
+	// Paths are files, directories or globs under Root; "*" is all of it.
+	// Default: ["*"].
+	Paths []string `json:"paths,omitempty"`
+	// Budget is the most bytes to read: a number or a size such as "2GiB".
+	// Default: 1GiB.
+	Budget json.RawMessage `json:"budget,omitempty"`
+	// Workers is how many files are read at once. Default: 2.
+	Workers int `json:"workers,omitempty"`
+	// Wait makes the request return when the warm-up is done, with its
+	// figures; otherwise it returns at once with what was planned.
+	Wait bool `json:"wait,omitempty"`
+}
+
+func (a *AdminAPI) prewarm(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodPost {
+		return methodNotAllowed(r.Method, http.MethodPost)
+	}
+	var req prewarmRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(req.Root) {
+		return badRequest(fmt.Errorf("root %q is not an absolute directory", req.Root))
+	}
+	if len(req.Paths) == 0 {
+		req.Paths = []string{"*"}
+	}
+	budget, err := parseBudget(req.Budget)
+	if err != nil {
+		return badRequest(err)
+	}
+	if req.Workers < 0 || req.Workers > 64 {
+		return badRequest(fmt.Errorf("workers: %d is outside 0..64", req.Workers))
+	}
+	targets, err := prewarm.Expand(req.Root, req.Paths)
+	if err != nil {
+		return badRequest(err)
+	}
+	var planned int64
+	for _, t := range targets {
+		planned += t.Size
+	}
+	warmer := &prewarm.Warmer{Budget: budget, Workers: max(1, req.Workers)}
+	if !req.Wait {
+		// The warm-up outlives the request but not the config: a reload or
+		// a stop cancels it.
+		go warmer.Run(a.ctx, targets)
+		w.WriteHeader(http.StatusAccepted)
+		return writeJSON(w, map[string]any{"files": len(targets), "bytes": planned, "budget": budget})
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-a.ctx.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	p, err := warmer.Run(ctx, targets)
+	res := map[string]any{"files": p.Files, "bytes": p.Bytes, "budget": budget,
+		"seconds": time.Since(p.Started).Seconds(), "mb_per_sec": p.Rate() / 1e6}
+	if err != nil {
+		res["error"] = err.Error()
+	}
+	return writeJSON(w, res)
+}
+
+// parseBudget reads a budget given as a number of bytes or a size string.
+func parseBudget(raw json.RawMessage) (int64, error) {
+	if len(raw) == 0 {
+		return defaultPrewarmBudget, nil
+	}
+	var n int64
+	if err := json.Unmarshal(raw, &n); err == nil {
+		if n < 1 {
+			return 0, fmt.Errorf("budget must be more than 0")
+		}
+		return n, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return 0, fmt.Errorf("budget: want a number of bytes or a size such as \"2GiB\"")
+	}
+	u, err := humanize.ParseBytes(s)
+	if err != nil || u < 1 || u > 1<<50 {
+		return 0, fmt.Errorf("budget: %q is not a size such as \"2GiB\"", s)
+	}
+	return int64(u), nil
+}
+
+func decodeJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest(fmt.Errorf("decoding the request body: %v", err))
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, v any) error {
+	if w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	return json.NewEncoder(w).Encode(v)
+}
+
+func badRequest(err error) error {
+	return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: err}
+}
+
+func methodNotAllowed(got string, allowed ...string) error {
+	return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed,
+		Err: fmt.Errorf("method %s not allowed; use %s", got, strings.Join(allowed, ", "))}
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner = (*AdminAPI)(nil)
+	_ caddy.AdminRouter = (*AdminAPI)(nil)
+)

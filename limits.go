@@ -1,0 +1,155 @@
+package flashserve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// TransferLimit bounds the response bodies in flight, as nginx's
+// limit_conn does for connections.
+type TransferLimit struct {
+	// The most bodies one handler sends at once.
+	Limit int `json:"limit"`
+	// How long a request may wait for a free place before it is answered
+	// 503 with Retry-After. 0 answers at once.
+	// Default: 0.
+	Queue caddy.Duration `json:"queue,omitempty"`
+}
+
+// RateLimit paces each response body, as nginx's limit_rate.
+type RateLimit struct {
+	// The most body bytes per second for one response.
+	Rate int64 `json:"rate"`
+	// The bytes sent at full speed before pacing starts, as nginx's
+	// limit_rate_after.
+	// Default: 0.
+	After int64 `json:"after,omitempty"`
+}
+
+// counters are the process-wide transmission counters behind the metrics
+// and the admin stats: atomics, because the hot path updates them.
+var counters struct {
+	requests, bytes [numEngines]atomic.Int64
+	// inFlight counts bodies holding a max_transfers place.
+	inFlight atomic.Int64
+	// limited counts 503s answered because max_transfers was full.
+	limited atomic.Int64
+	// fdExhausted counts 503s answered because the fd table was full.
+	fdExhausted atomic.Int64
+}
+
+// errTransfersFull is why a request found max_transfers full.
+var errTransfersFull = errors.New("max_transfers reached: too many response bodies in flight")
+
+// transferSlots is the max_transfers semaphore of one handler.
+type transferSlots struct {
+	slots chan struct{}
+	queue time.Duration
+}
+
+func newTransferSlots(l *TransferLimit) *transferSlots {
+	if l == nil || l.Limit <= 0 {
+		return nil
+	}
+	return &transferSlots{slots: make(chan struct{}, l.Limit), queue: time.Duration(l.Queue)}
+}
+
+// acquire takes a place, waiting at most the queue duration, or until the
+// client hangs up. It answers the error to return to Caddy when it fails.
+func (ts *transferSlots) acquire(ctx context.Context, w http.ResponseWriter) error {
+	select {
+	case ts.slots <- struct{}{}:
+		counters.inFlight.Add(1)
+		return nil
+	default:
+	}
+	if ts.queue > 0 {
+		t := time.NewTimer(ts.queue)
+		defer t.Stop()
+		select {
+		case ts.slots <- struct{}{}:
+			counters.inFlight.Add(1)
+			return nil
+		case <-ctx.Done():
+			return caddyhttp.Error(statusClientClosedRequest, ctx.Err())
+		case <-t.C:
+		}
+	}
+	counters.limited.Add(1)
+	// A client told to come back after the queue would have waited has a
+	// fair chance of a place; at least one second, as Retry-After counts.
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int((ts.queue+time.Second-1)/time.Second))))
+	return caddyhttp.Error(http.StatusServiceUnavailable, errTransfersFull)
+}
+
+func (ts *transferSlots) release() {
+	counters.inFlight.Add(-1)
+	<-ts.slots
+}
+
+// pacer spaces the chunks of one response so that, after the first
+// `after` bytes, the body leaves at `rate` bytes per second on average.
+type pacer struct {
+	rate, after int64
+	sent        int64
+	origin      time.Time // when pacing began; zero before
+	ctx         context.Context
+}
+
+// pacedChunk is the longest run sent between two waits: an eighth of a
+// second's worth, so the rate holds over short bodies too, and at least
+// 4 KiB, so that slow rates do not cost a syscall per few bytes.
+func (p *pacer) next(remaining int64) int64 {
+	if p.sent < p.after {
+		return min(remaining, p.after-p.sent)
+	}
+	return min(remaining, max(p.rate/8, 4096))
+}
+
+// wait sleeps until the bytes sent since pacing began are within the
+// rate, or the client hangs up.
+func (p *pacer) wait() error {
+	if p.sent < p.after {
+		return nil
+	}
+	now := time.Now()
+	if p.origin.IsZero() {
+		p.origin = now
+		return nil
+	}
+	due := p.origin.Add(time.Duration(float64(p.sent-p.after) / float64(p.rate) * float64(time.Second)))
+	d := due.Sub(now)
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-p.ctx.Done():
+		return p.ctx.Err()
+	}
+}
+
+func (l *TransferLimit) validate() error {
+	if l != nil && (l.Limit < 1 || l.Queue < 0) {
+		return fmt.Errorf("max_transfers: the limit must be at least 1 and the queue not negative")
+	}
+	return nil
+}
+
+func (l *RateLimit) validate() error {
+	if l != nil && (l.Rate < 1 || l.After < 0) {
+		return fmt.Errorf("limit_rate: the rate must be at least 1 byte/s and after not negative")
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package statacc
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Symlinks says how a lookup treats symbolic links below the root. The
+// root itself may be a link in every mode: it is configuration, not
+// request input.
+type Symlinks uint8
+
+const (
+	// SymlinksFollow follows links wherever they point, as file_server.
+	SymlinksFollow Symlinks = iota
+	// SymlinksDeny refuses any path with a link below the root.
+	SymlinksDeny
+	// SymlinksBeneath follows relative links only while they stay below
+	// the root; absolute links are refused, as RESOLVE_BENEATH does. On
+	// Linux 5.6 and later the kernel enforces it (openat2 with
+	// RESOLVE_BENEATH), so no race can leave the root; elsewhere an lstat
+	// walk checks each element before the open, which a link swapped in
+	// between can defeat.
+	SymlinksBeneath
+)
+
+// ParseSymlinks reads the symlinks option.
+func ParseSymlinks(s string) (Symlinks, error) {
+	switch s {
+	case "", "follow":
+		return SymlinksFollow, nil
+	case "deny":
+		return SymlinksDeny, nil
+	case "beneath":
+		return SymlinksBeneath, nil
+	}
+	return 0, fmt.Errorf("symlinks: unknown mode %q; want follow, deny or beneath", s)
+}
+
+func (s Symlinks) String() string {
+	return [...]string{"follow", "deny", "beneath"}[s]
+}
+
+// Confinement refusals. Both are fs.ErrPermission, which a server
+// answers with 403, as nginx's disable_symlinks does.
+var (
+	ErrSymlink = fmt.Errorf("%w: a symbolic link on the path (symlinks deny)", fs.ErrPermission)
+	ErrEscape  = fmt.Errorf("%w: the path leaves the root (symlinks beneath)", fs.ErrPermission)
+)
+
+// relativeTo returns path relative to root, or false when path is not
+// below root.
+func relativeTo(root, path string) (string, bool) {
+	root = filepath.Clean(root)
+	path = filepath.Clean(path)
+	if path == root {
+		return ".", true
+	}
+	prefix := root
+	if !strings.HasSuffix(prefix, string(filepath.Separator)) {
+		prefix += string(filepath.Separator)
+	}
+	rel, ok := strings.CutPrefix(path, prefix)
+	if !ok {
+		return "", false
+	}
+	return rel, true
+}
+
+// walkConfined checks each element of path below root with lstat before
+// the path is used: the portable confinement, racy by nature because the
+// tree can change between the check and the open.
+func walkConfined(root, path string, mode Symlinks) error {
+	rel, ok := relativeTo(root, path)
+	if !ok {
+		return ErrEscape
+	}
+	if rel == "." {
+		return nil
+	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return err
+	}
+	cur := filepath.Clean(root)
+	for _, elem := range strings.Split(rel, string(filepath.Separator)) {
+		cur = filepath.Join(cur, elem)
+		fi, err := os.Lstat(cur)
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			continue
+		}
+		if mode == SymlinksDeny {
+			return ErrSymlink
+		}
+		// As openat2's RESOLVE_BENEATH does, refuse absolute links even
+		// when they point inside the root.
+		if link, err := os.Readlink(cur); err != nil {
+			return err
+		} else if filepath.IsAbs(link) {
+			return ErrEscape
+		}
+		target, err := filepath.EvalSymlinks(cur)
+		if err != nil {
+			return err
+		}
+		if _, ok := relativeTo(realRoot, target); !ok {
+			return ErrEscape
+		}
+	}
+	return nil
+}
+
+// openWalked is the portable confined open: the lstat walk, then a stat
+// and, for a regular file, an open.
+func openWalked(root, path string, mode Symlinks) (fs.FileInfo, *os.File, error) {
+	if err := walkConfined(root, path, mode); err != nil {
+		return nil, nil, err
+	}
+	info, err := os.Stat(path)
+	if err != nil || !info.Mode().IsRegular() {
+		return info, nil, err
+	}
+	f, err := openFile(path)
+	return info, f, err
+}
+
+// isConfinementError reports whether err is a refusal, which describes the
+// path and may be cached like a missing file.
+func isConfinementError(err error) bool {
+	return errors.Is(err, ErrSymlink) || errors.Is(err, ErrEscape)
+}
