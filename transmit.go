@@ -66,7 +66,8 @@ func (fsrv *FlashServe) transmit(w http.ResponseWriter, r *http.Request, res *re
 		return nil
 	}
 	t := transfer{eng: fsrv.pickEngine(w, r, res)}
-	counters.requests[t.eng].Add(1)
+	// Counted after the body, by the engine that really sent it.
+	defer func() { counters.requests[t.eng].Add(1) }()
 	if fsrv.LimitRate != nil && fsrv.LimitRate.Rate > 0 {
 		t.pace = &pacer{rate: fsrv.LimitRate.Rate, after: fsrv.LimitRate.After, ctx: r.Context()}
 	}
@@ -121,14 +122,14 @@ func (fsrv *FlashServe) sendMultipart(w http.ResponseWriter, r *http.Request, re
 // transfer's engine, in paced chunks under limit_rate.
 func (fsrv *FlashServe) sendRange(w http.ResponseWriter, r *http.Request, res *resolved, t *transfer, start, length int64) error {
 	if t.pace == nil {
-		return fsrv.sendChunk(w, r, res, t.eng, start, length)
+		return fsrv.sendChunk(w, r, res, t, start, length)
 	}
 	for length > 0 {
 		n := t.pace.next(length)
 		if err := t.pace.wait(); err != nil {
 			return err
 		}
-		if err := fsrv.sendChunk(w, r, res, t.eng, start, n); err != nil {
+		if err := fsrv.sendChunk(w, r, res, t, start, n); err != nil {
 			return err
 		}
 		t.pace.sent += n
@@ -138,9 +139,12 @@ func (fsrv *FlashServe) sendRange(w http.ResponseWriter, r *http.Request, res *r
 	return nil
 }
 
-// sendChunk moves one run of body bytes with the given engine.
-func (fsrv *FlashServe) sendChunk(w http.ResponseWriter, r *http.Request, res *resolved, eng engine, start, length int64) error {
+// sendChunk moves one run of body bytes with the transfer's engine. When
+// sendfile turns out to be impossible (no listener wrapper), the transfer
+// goes on as a copy.
+func (fsrv *FlashServe) sendChunk(w http.ResponseWriter, r *http.Request, res *resolved, t *transfer, start, length int64) error {
 	body := res.body
+	eng := t.eng
 	var n int64
 	var err error
 	switch eng {
@@ -153,7 +157,7 @@ func (fsrv *FlashServe) sendChunk(w http.ResponseWriter, r *http.Request, res *r
 		var zeroCopy bool
 		n, zeroCopy, err = fsrv.sendFile(w.(io.ReaderFrom), w, r, file, fd, start, length)
 		if !zeroCopy {
-			eng = engCopy
+			eng, t.eng = engCopy, engCopy
 		}
 	default:
 		file, _ := res.bodyFile()

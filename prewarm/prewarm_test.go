@@ -1,11 +1,9 @@
 package prewarm
 
 import (
-	"context"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/flashserve/caddy-flash-serve/statacc"
@@ -28,57 +26,6 @@ func writeSynced(t *testing.T, path string, size int) {
 		t.Fatal(err)
 	}
 	f.Close()
-}
-
-func TestWarmRestoresResidencyWithinBudget(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("mincore and fadvise are Linux's here")
-	}
-	dir := t.TempDir()
-	big := filepath.Join(dir, "big.bin")
-	second := filepath.Join(dir, "second.bin")
-	writeSynced(t, big, 4<<20)
-	writeSynced(t, second, 1<<20)
-	for _, p := range []string{big, second} {
-		if err := Evict(p); err != nil {
-			t.Fatal(err)
-		}
-		r, err := FileResidency(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Resident > r.Size/10 {
-			t.Skipf("the page cache keeps %s after DONTNEED (%d of %d bytes): cannot test eviction here", p, r.Resident, r.Size)
-		}
-	}
-	// A budget of 300 pages and a bit: the first file is warmed up to the
-	// last whole page that fits, and the second not at all.
-	budget := 300*PageSize + PageSize/2
-	w := &Warmer{Budget: budget, Workers: 2}
-	p, err := w.Run(context.Background(), []Target{{Path: big, Size: 4 << 20}, {Path: second, Size: 1 << 20}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r1, _ := FileResidency(big)
-	r2, _ := FileResidency(second)
-	if r1.Resident != 300*PageSize {
-		t.Fatalf("first file: %d bytes resident, want exactly %d (300 pages)", r1.Resident, 300*PageSize)
-	}
-	if r2.Resident != 0 {
-		t.Fatalf("second file: %d bytes resident, but the budget was spent", r2.Resident)
-	}
-	if p.Bytes != 300*PageSize || p.Files != 1 {
-		t.Fatalf("progress %+v", p)
-	}
-	// Without a budget, everything comes back.
-	if _, err := (&Warmer{}).Run(context.Background(), []Target{{Path: big, Size: 4 << 20}, {Path: second, Size: 1 << 20}}); err != nil {
-		t.Fatal(err)
-	}
-	for _, path := range []string{big, second} {
-		if r, _ := FileResidency(path); r.Percent() != 100 {
-			t.Fatalf("%s: %.1f%% resident after an unlimited warm-up", path, r.Percent())
-		}
-	}
 }
 
 func TestHotSetRoundTripAndCorruption(t *testing.T) {

@@ -141,32 +141,6 @@ var changes = []change{
 	},
 }
 
-func TestInvalidationWithInotify(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("inotify is Linux's")
-	}
-	for _, ch := range changes {
-		t.Run(ch.name, func(t *testing.T) {
-			c := New(Options{Workers: 2, Revalidate: time.Hour})
-			defer c.Close()
-			path := ch.setup(t, t.TempDir())
-			if got := describe(t, c, path); got != ch.before {
-				t.Fatalf("before: %q, want %q", got, ch.before)
-			}
-			hits := c.M.Hits.Load() + c.M.NegativeHits.Load()
-			if got := describe(t, c, path); got != ch.before {
-				t.Fatalf("second look: %q, want %q", got, ch.before)
-			}
-			if c.M.Hits.Load()+c.M.NegativeHits.Load() != hits+1 {
-				t.Fatalf("the second look was not a cache hit")
-			}
-			ch.apply(t, path)
-			took := within(t, 100*time.Millisecond, c, path, ch.after)
-			t.Logf("seen after %v", took)
-		})
-	}
-}
-
 func TestInvalidationByRevalidateWithoutInotify(t *testing.T) {
 	const revalidate = 300 * time.Millisecond
 	for _, ch := range changes {
@@ -190,62 +164,6 @@ func TestInvalidationByRevalidateWithoutInotify(t *testing.T) {
 			// Generous slack on top of revalidate: this is a bound, not a timing.
 			within(t, revalidate+400*time.Millisecond, c, path, ch.after)
 		})
-	}
-}
-
-func TestInvalidationUnderLoad(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("inotify is Linux's")
-	}
-	c := New(Options{Workers: 4, Revalidate: time.Hour})
-	defer c.Close()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "hot.txt")
-	write(t, path, "v0")
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	// Readers hammer the path. They yield after each request, as request
-	// goroutines do when they write to a socket; pure spinning would
-	// measure the scheduler's time slice, not the cache.
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				if e, err := c.Get(ctx, path); err == nil {
-					if _, err := e.ReadAll(); err != nil && !errors.Is(err, fs.ErrClosed) {
-						t.Errorf("reading a held entry: %v", err)
-					}
-					e.Release()
-				}
-				runtime.Gosched()
-			}
-		}()
-	}
-	for i := 1; i <= 50; i++ {
-		want := "v" + strconv.Itoa(i)
-		tmp := path + ".tmp"
-		write(t, tmp, want)
-		os.Rename(tmp, path)
-		within(t, 100*time.Millisecond, c, path, fmt.Sprintf("%d:%s", len(want), want))
-	}
-	cancel()
-	wg.Wait()
-}
-
-func TestOverflowFlushes(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("inotify is Linux's")
-	}
-	c := New(Options{Workers: 2, Revalidate: time.Hour})
-	defer c.Close()
-	dir := t.TempDir()
-	p := filepath.Join(dir, "x")
-	write(t, p, "1")
-	describe(t, c, p)
-	c.watch.handle(-1, 0x4000 /* IN_Q_OVERFLOW */, "")
-	if c.Len() != 0 {
-		t.Fatalf("%d entries survived a queue overflow", c.Len())
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // Symlinks says how a lookup treats symbolic links below the root. The
@@ -108,6 +109,10 @@ func walkConfined(root, path string, mode Symlinks) error {
 		}
 		target, err := filepath.EvalSymlinks(cur)
 		if err != nil {
+			if _, ok := err.(*fs.PathError); !ok {
+				// EvalSymlinks says "too many links" without an errno.
+				err = &fs.PathError{Op: "evalsymlinks", Path: cur, Err: syscall.ELOOP}
+			}
 			return err
 		}
 		if _, ok := relativeTo(realRoot, target); !ok {

@@ -1,0 +1,49 @@
+//go:build linux && !flashserve_portable
+
+package flashserve
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/flashserve/caddy-flash-serve/prewarm"
+)
+
+// bigFileEngine sends a large file on cleartext HTTP/1.1: the listener wrapper sends it with sendfile.
+const bigFileEngine = "sendfile"
+
+// prewarmThroughAPI evicts a file from the page cache, prewarms it through
+// the admin API and checks with mincore that it is resident again.
+func prewarmThroughAPI(t *testing.T, admin, root, bigPath string, size int) {
+	t.Helper()
+	// Dirty pages cannot be dropped: write them back first.
+	if f, err := os.Open(bigPath); err == nil {
+		f.Sync()
+		f.Close()
+	}
+	if err := prewarm.Evict(bigPath); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := prewarm.FileResidency(bigPath); r.Resident == r.Size {
+		t.Fatalf("the file is still resident after DONTNEED (%d bytes): the test would prove nothing", r.Resident)
+	}
+	checkPrewarmAnswer(t, admin, root, size)
+	if r, err := prewarm.FileResidency(bigPath); err != nil || r.Resident < r.Size {
+		t.Errorf("after prewarm: %d of %d bytes resident (%v)", r.Resident, r.Size, err)
+	}
+}
+
+func checkPrewarmAnswer(t *testing.T, admin, root string, size int) {
+	t.Helper()
+	status, b := adminCall(t, "POST", admin+"/flash_serve/prewarm", fmt.Sprintf(`{"root": %q, "paths": ["big.bin"], "budget": "64MiB", "wait": true}`, root))
+	if status != 200 {
+		t.Fatalf("prewarm: %d %s", status, b)
+	}
+	var pw struct{ Files, Bytes int64 }
+	json.Unmarshal(b, &pw)
+	if pw.Files != 1 || pw.Bytes < int64(size) {
+		t.Errorf("prewarm answered %s; want 1 file of %d bytes", b, size)
+	}
+}
