@@ -105,8 +105,20 @@ func backToBaseline(t testing.TB, base resources, threadBound int) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("resources did not return: now %+v, baseline %+v, thread bound %d", now, base, threadBound)
+			t.Fatalf("resources did not return: now %+v, baseline %+v, thread bound %d; open fds: %v", now, base, threadBound, openFDs())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// openFDs lists what the process's descriptors point at, for a failure
+// message.
+func openFDs() []string {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	var out []string
+	for _, e := range ents {
+		target, _ := os.Readlink("/proc/self/fd/" + e.Name())
+		out = append(out, e.Name()+"→"+target)
+	}
+	return out
 }

@@ -379,8 +379,11 @@ func (c *Cache) load(root, path string) *Entry {
 	if err != nil && IsFDExhaustion(err) {
 		// Make room by closing idle descriptors, then try once more: a full
 		// fd table must not turn into errors that the cache could avoid.
+		// Half of what is open now, not of max_open_files: the table may be
+		// full far below that limit (a lowered RLIMIT_NOFILE, many
+		// connections).
 		c.M.Shed.Add(1)
-		c.evict(c.opts.MaxOpenFiles/2, false)
+		c.evict(int(min(int64(c.opts.MaxOpenFiles), c.M.OpenFiles.Load()))/2, false)
 		info, f, err = c.open(root, path)
 	}
 	if err != nil {

@@ -88,3 +88,45 @@ func TestOverflowFlushes(t *testing.T) {
 		t.Fatalf("%d entries survived a queue overflow", c.Len())
 	}
 }
+
+// TestRealQueueOverflowFlushes overflows a real inotify queue: with
+// fs.inotify.max_queued_events lowered to 4 for the cache's instance, a
+// burst of changes outruns the reader, the kernel queues IN_Q_OVERFLOW,
+// and the whole cache is flushed, so that no change lost in the overflow
+// leaves a stale entry.
+func TestRealQueueOverflowFlushes(t *testing.T) {
+	const knob = "/proc/sys/fs/inotify/max_queued_events"
+	old, err := os.ReadFile(knob)
+	if err != nil {
+		t.Fatalf("reading %s: %v", knob, err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("lowering fs.inotify.max_queued_events needs root (CI runs as root)")
+	}
+	if err := os.WriteFile(knob, []byte("4"), 0o644); err != nil {
+		t.Fatalf("lowering %s: %v", knob, err)
+	}
+	// The limit is read when an instance is made: restore it right after.
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	os.WriteFile(knob, old, 0o644)
+	defer c.Close()
+
+	dir := t.TempDir()
+	p := filepath.Join(dir, "watched.txt")
+	write(t, p, "before")
+	for round := 0; c.M.Flushes.Load() == 0; round++ {
+		if round == 20 {
+			t.Fatal("20 bursts of 500 changes never overflowed a queue of 4 events")
+		}
+		if got := describe(t, c, p); got == "" {
+			t.Fatal("no entry")
+		}
+		for i := range 500 {
+			write(t, filepath.Join(dir, "burst-"+strconv.Itoa(i)), "x")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	write(t, p, "after the overflow")
+	within(t, 100*time.Millisecond, c, p, fmt.Sprintf("%d:%s", len("after the overflow"), "after the overflow"))
+	t.Logf("flushes: %d, invalidations: %d", c.M.Flushes.Load(), c.M.Invalidations.Load())
+}
