@@ -426,7 +426,7 @@ http://127.0.0.1:%d {
 				// on the old one; stock file_server loses the same ones. Go
 				// retries by itself only on reused connections.
 				for attempt := 0; attempt < 2; attempt++ {
-					var fresh bool
+					fresh := true // a dial that fails never gets a connection
 					req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d%s", port, name), nil)
 					req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 						GotConn: func(i httptrace.GotConnInfo) { fresh = !i.Reused }}))
