@@ -75,7 +75,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    max_open_files <n>
 //	    negative_cache <n>
 //	    memory_cache  <budget> [max_file <size>]
-//	    transmit      auto|sendfile|copy
+//	    transmit      auto|sendfile|io_uring|copy
 //	    sendfile_max_chunk <size>
 //	    prewarm       <paths or globs...>
 //	    prewarm_budget <size>
@@ -249,14 +249,12 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "transmit":
 			var s string
 			if !d.Args(&s) || d.NextArg() {
-				return d.Err("transmit takes one argument: auto, sendfile or copy")
+				return d.Err("transmit takes one argument: auto, sendfile, io_uring or copy")
 			}
 			switch s {
-			case engineAuto, engineSendfile, engineCopy:
-			case engineIOUring:
-				return d.Err("transmit io_uring: the io_uring engine is not in this version yet; use auto")
+			case engineAuto, engineSendfile, engineCopy, engineIOUring:
 			default:
-				return d.Errf("transmit: unknown engine %q; want auto, sendfile or copy", s)
+				return d.Errf("transmit: unknown engine %q; want auto, sendfile, io_uring or copy", s)
 			}
 			fsrv.Transmit = s
 

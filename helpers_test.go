@@ -22,13 +22,13 @@ func loadSites(t testing.TB, globals, sites string) {
 	if !strings.Contains(globals, "admin") {
 		globals += "\n\tadmin off"
 	}
+	if !strings.Contains(globals, "log {") {
+		globals += "\n\tlog {\n\t\tlevel ERROR\n\t}"
+	}
 	cfgText := fmt.Sprintf(`{
 	%s
 	persist_config off
 	storage file_system %s
-	log {
-		level ERROR
-	}
 	servers {
 		listener_wrappers {
 			flash_serve

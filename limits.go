@@ -44,6 +44,8 @@ var counters struct {
 	limited atomic.Int64
 	// fdExhausted counts 503s answered because the fd table was full.
 	fdExhausted atomic.Int64
+	// ringFallbacks counts io_uring reads redone with pread.
+	ringFallbacks atomic.Int64
 }
 
 // errTransfersFull is why a request found max_transfers full.

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flashserve/caddy-flash-serve/statacc"
+	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
 func init() {
@@ -133,8 +134,13 @@ type FlashServe struct {
 	// with the headers, sends the rest with sendfile on cleartext HTTP/1.x
 	// (through the flash_serve listener wrapper), and copies with pread
 	// and pooled buffers elsewhere (TLS, HTTP/2, HTTP/3, encode).
-	// `sendfile` never uses the memory copy; `copy` always copies.
-	// `io_uring` is reserved and refused for now.
+	// Data that may not be in the page cache (probed with mincore) is read
+	// through io_uring, so that a cold read parks its goroutine instead of
+	// holding an OS thread. `sendfile` never uses the memory copy or
+	// io_uring; `copy` always copies with pread; `io_uring` reads every
+	// body through io_uring. Where io_uring is unavailable (an old kernel,
+	// kernel.io_uring_disabled, seccomp), the handler says why once and
+	// does without.
 	// Default: auto.
 	Transmit string `json:"transmit,omitempty"`
 
@@ -193,6 +199,10 @@ type FlashServe struct {
 
 	precompressors map[string]encode.Precompressed
 	transfers      *transferSlots
+	// ring is the shared io_uring, nil where it is unavailable or unused;
+	// holdsRing says Cleanup must give the reference back.
+	ring      *transmit.Ring
+	holdsRing bool
 	cache          *statacc.Cache
 	shared         *sharedCache
 	cacheKey       string
@@ -302,6 +312,9 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 	if err := fsrv.provisionCache(); err != nil {
 		return err
 	}
+	if fsrv.engine == engineAuto || fsrv.engine == engineIOUring {
+		fsrv.provisionRing(fsrv.cache.Options().Workers)
+	}
 
 	if len(fsrv.Prewarm) > 0 {
 		fsrv.startPrewarm(ctx)
@@ -340,11 +353,9 @@ func (fsrv *FlashServe) Validate() error {
 		return fmt.Errorf("memory_cache budget and max_file must not be negative")
 	}
 	switch fsrv.Transmit {
-	case "", engineAuto, engineSendfile, engineCopy:
-	case engineIOUring:
-		return fmt.Errorf("transmit io_uring: the io_uring engine is not in this version yet; use auto, which sends with sendfile")
+	case "", engineAuto, engineSendfile, engineCopy, engineIOUring:
 	default:
-		return fmt.Errorf("transmit: unknown engine %q; want auto, sendfile or copy", fsrv.Transmit)
+		return fmt.Errorf("transmit: unknown engine %q; want auto, sendfile, io_uring or copy", fsrv.Transmit)
 	}
 	if fsrv.PrewarmBudget < 0 || fsrv.PrewarmWorkers < 0 || fsrv.KeepHot < 0 {
 		return fmt.Errorf("prewarm_budget, prewarm_workers and keep_hot must not be negative")
@@ -395,6 +406,9 @@ func (fsrv *FlashServe) Cleanup() error {
 		}
 		if fsrv.cache != nil {
 			_, err = caches.Delete(fsrv.cacheKey)
+		}
+		if fsrv.holdsRing {
+			rings.Delete(ringKey)
 		}
 	})
 	return err

@@ -39,10 +39,20 @@ var engineNames = [numEngines]string{"memory", "sendfile", "io_uring", "copy"}
 //   - memory: a small file kept in memory, one Write (with the headers,
 //     which net/http still holds in its buffer);
 //   - sendfile: cleartext HTTP/1.x through the flash_serve listener wrapper;
-//   - copy: pread into pooled buffers, for TLS, HTTP/2, HTTP/3 and encode.
+//   - copy: pread into pooled buffers, for TLS, HTTP/2, HTTP/3 and encode;
+//   - io_uring: data not known to be in the page cache, probed with mincore;
+//     what is resident leaves as above, the rest is read through the ring.
 func (fsrv *FlashServe) pickEngine(w http.ResponseWriter, r *http.Request, res *resolved) engine {
 	if res.body.Data != nil && fsrv.engine == engineAuto {
 		return engMemory
+	}
+	if fsrv.ring != nil && res.body.FD() >= 0 {
+		// io_uring where it wins: data that may not be in the page cache.
+		// A file seen whole in it within the last second goes straight to
+		// sendfile or copy, without a probe.
+		if fsrv.engine == engineIOUring || !res.body.RecentlyResident() {
+			return engIOUring
+		}
 	}
 	if fsrv.engine != engineCopy && r.ProtoMajor == 1 && r.TLS == nil && res.body.FD() >= 0 {
 		if _, ok := w.(io.ReaderFrom); ok {
@@ -152,6 +162,10 @@ func (fsrv *FlashServe) sendChunk(w http.ResponseWriter, r *http.Request, res *r
 		var k int
 		k, err = w.Write(body.Data[start : start+length])
 		n = int64(k)
+	case engIOUring:
+		// sendThroughRing counts its bytes by the way each run left.
+		_, err = fsrv.sendThroughRing(w, r, res, start, length)
+		return err
 	case engSendfile:
 		file, fd := res.bodyFile()
 		var zeroCopy bool

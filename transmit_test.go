@@ -32,7 +32,7 @@ type engineSites struct {
 	files map[string][]byte
 }
 
-var engines = []string{engineAuto, engineSendfile, engineCopy}
+var engines = []string{engineAuto, engineSendfile, engineCopy, engineIOUring}
 
 func startEngineSites(t *testing.T) *engineSites {
 	t.Helper()

@@ -54,12 +54,30 @@ type Entry struct {
 	checked int64       // nanotime of the last stat
 	watched bool        // whether inotify watches the entry's directory
 	used    atomic.Bool // CLOCK mark: used since the last eviction sweep
+	// residentAt is the nanotime when the whole file was last seen in the
+	// page cache, 0 if never.
+	residentAt atomic.Int64
 	// hits counts the requests that used the entry, for the hot set; it
 	// is halved at every snapshot, so that old popularity fades.
 	hits  atomic.Int64
 	cache *Cache
 	root  string // the root it was confined to, "" with SymlinksFollow
 }
+
+// residentFor is how long a file seen whole in the page cache is assumed
+// to stay there: long enough that a hot file is probed about once a
+// second, short enough that memory pressure is noticed soon.
+const residentFor = int64(time.Second)
+
+// RecentlyResident reports whether the whole file was seen in the page
+// cache within the last second.
+func (e *Entry) RecentlyResident() bool {
+	at := e.residentAt.Load()
+	return at != 0 && nanotime()-at < residentFor
+}
+
+// MarkResident records that the whole file is in the page cache now.
+func (e *Entry) MarkResident() { e.residentAt.Store(nanotime()) }
 
 // File returns the open file of a regular-file entry, nil otherwise.
 // It stays open until the reference the caller holds is released.

@@ -1,0 +1,208 @@
+//go:build linux && !flashserve_portable
+
+package transmit
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func ringFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if target, _ := os.Readlink("/proc/self/fd/" + e.Name()); strings.Contains(target, "io_uring") || strings.Contains(target, "eventfd") {
+			n++
+		}
+	}
+	return n
+}
+
+func testFile(t *testing.T, size int) (*os.File, []byte) {
+	t.Helper()
+	b := make([]byte, size)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	p := filepath.Join(t.TempDir(), "data")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f, b
+}
+
+// evict drops a file's pages from the page cache, after writing them back.
+func evict(t *testing.T, f *os.File) {
+	t.Helper()
+	f.Sync()
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRingReadsExactBytes(t *testing.T) {
+	before := ringFDs(t)
+	r, err := NewRing(RingOptions{Entries: 32, Workers: 4})
+	if err != nil {
+		t.Fatalf("io_uring should work on this kernel: %v", err)
+	}
+	f, want := testFile(t, 8<<20+123)
+	evict(t, f)
+	fd := int(f.Fd())
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 3))
+			buf := make([]byte, 256<<10)
+			for range 20 {
+				off := rng.Int64N(int64(len(want)))
+				n := min(int64(len(buf)), int64(len(want))-off)
+				got, err := r.ReadAt(fd, buf[:n], off)
+				if err != nil || int64(got) != n || !bytes.Equal(buf[:n], want[off:off+n]) {
+					t.Errorf("read %d at %d: %d bytes, %v", n, off, got, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// A read past the end returns what there is.
+	buf := make([]byte, 4096)
+	if n, err := r.ReadAt(fd, buf, int64(len(want))-100); n != 100 || err != nil {
+		t.Errorf("read across the end: %d, %v; want 100, nil", n, err)
+	}
+	// A read of a bad descriptor fails with its errno.
+	if _, err := r.ReadAt(1<<20, buf, 0); !errors.Is(err, syscall.EBADF) {
+		t.Errorf("read of a bad fd: %v, want EBADF", err)
+	}
+	// Injected failures are reported, and the ring goes on.
+	r.InjectFailures(1)
+	if _, err := r.ReadAt(fd, buf, 0); !errors.Is(err, syscall.ECANCELED) {
+		t.Errorf("injected failure: %v, want ECANCELED", err)
+	}
+	if n, err := r.ReadAt(fd, buf, 0); n != len(buf) || err != nil {
+		t.Errorf("after the failure: %d, %v", n, err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ReadAt(fd, buf, 0); !errors.Is(err, ErrRingClosed) {
+		t.Errorf("read after Close: %v, want ErrRingClosed", err)
+	}
+	if after := ringFDs(t); after != before {
+		t.Errorf("ring and eventfd descriptors: %d before, %d after Close", before, after)
+	}
+}
+
+// TestColdReadsHoldNoThreads reads 256 cold files at once through the
+// ring: the goroutines park, so the OS threads stay bounded by the
+// runtime's own, not one per read as with pread.
+func TestColdReadsHoldNoThreads(t *testing.T) {
+	r, err := NewRing(RingOptions{Workers: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var files []*os.File
+	for range 256 {
+		f, _ := testFile(t, 256<<10)
+		evict(t, f)
+		files = append(files, f)
+	}
+	threads := func() int {
+		b, _ := os.ReadFile("/proc/self/status")
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+				var n int
+				for _, c := range strings.TrimSpace(v) {
+					n = n*10 + int(c-'0')
+				}
+				return n
+			}
+		}
+		return 0
+	}
+	before := threads()
+	var wg sync.WaitGroup
+	var peak atomic.Int64
+	peak.Store(int64(before))
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				if n := int64(threads()); n > peak.Load() {
+					peak.Store(n)
+				}
+			}
+		}
+	}()
+	for _, f := range files {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 256<<10)
+			if n, err := r.ReadAt(int(f.Fd()), buf, 0); n != len(buf) || err != nil {
+				t.Errorf("cold read: %d, %v", n, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-sampled
+	t.Logf("threads: %d before, peak %d during 256 cold reads (GOMAXPROCS %d)", before, peak.Load(), runtime.GOMAXPROCS(0))
+	if peak.Load() > int64(before+8) {
+		t.Errorf("256 cold reads through the ring raised the threads from %d to %d", before, peak.Load())
+	}
+}
+
+func TestResidentPrefix(t *testing.T) {
+	f, _ := testFile(t, 1<<20)
+	fd := int(f.Fd())
+	evict(t, f)
+	if n, err := ResidentPrefix(fd, 0, 1<<20); err != nil || n != 0 {
+		t.Fatalf("evicted file: %d resident, %v; want 0", n, err)
+	}
+	buf := make([]byte, 64<<10)
+	f.ReadAt(buf, 0) // the first 64 KiB (and readahead after it)
+	n, err := ResidentPrefix(fd, 0, 1<<20)
+	if err != nil || n < 64<<10 {
+		t.Fatalf("after reading 64 KiB: %d resident, %v", n, err)
+	}
+	if n, _ := ResidentPrefix(fd, 100, 1000); n != 1000 {
+		t.Errorf("a resident span at an unaligned offset: %d, want 1000", n)
+	}
+	all := make([]byte, 1<<20)
+	f.ReadAt(all, 0)
+	if n, _ := ResidentPrefix(fd, 4096, 1<<20-4096); n != 1<<20-4096 {
+		t.Errorf("after reading it all: %d resident, want %d", n, 1<<20-4096)
+	}
+}

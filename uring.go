@@ -1,0 +1,169 @@
+package flashserve
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"syscall"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/flashserve/caddy-flash-serve/transmit"
+)
+
+// rings holds the process's io_uring across config reloads, as caches
+// holds the statacc caches.
+var rings = caddy.NewUsagePool()
+
+const ringKey = "io_uring"
+
+// ringHolder is the shared ring, or why there is none.
+type ringHolder struct {
+	ring     *transmit.Ring
+	err      error
+	warnOnce sync.Once // why there is none is said once per attempt
+}
+
+// Destruct implements caddy.Destructor.
+func (h *ringHolder) Destruct() error {
+	if h.ring != nil {
+		return h.ring.Close()
+	}
+	return nil
+}
+
+// provisionRing takes a reference to the shared ring. Without io_uring the
+// handler falls back to sendfile and copy, saying why once.
+func (fsrv *FlashServe) provisionRing(workers int) {
+	v, _, _ := rings.LoadOrNew(ringKey, func() (caddy.Destructor, error) {
+		r, err := transmit.NewRing(transmit.RingOptions{Workers: workers})
+		return &ringHolder{ring: r, err: err}, nil
+	})
+	h := v.(*ringHolder)
+	fsrv.holdsRing = true
+	if h.err != nil {
+		if transmit.RingSupported || fsrv.engine == engineIOUring {
+			h.warnOnce.Do(func() {
+				fsrv.logger.Warn("io_uring is unavailable: data not in the page cache is read with sendfile or pread, "+
+					"which hold an OS thread while the disk answers", zap.Error(h.err))
+			})
+		}
+		return
+	}
+	fsrv.ring = h.ring
+}
+
+// coldChunk is the most bytes one io_uring read brings in: large enough
+// for the disk's queue, small enough to start writing soon.
+const coldChunk = 256 << 10
+
+var coldBufPool = sync.Pool{New: func() any { b := make([]byte, coldChunk); return &b }}
+
+// residencyProbe is the span probed with mincore at a time: what is
+// resident in it goes out with sendfile (or pread), what is not is read
+// through the ring.
+const residencyProbe = 2 << 20
+
+// sendThroughRing sends a body of which some data may be missing from the
+// page cache. Resident runs leave as they would without io_uring (sendfile
+// on cleartext HTTP/1.x, pread otherwise); the rest is read through the
+// ring, so that the goroutine parks while the disk answers instead of
+// holding an OS thread in a blocking read. With `transmit io_uring` every
+// byte is read through the ring.
+func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, res *resolved, start, length int64) (int64, error) {
+	file, fd := res.bodyFile()
+	_, canSendfile := w.(io.ReaderFrom)
+	canSendfile = canSendfile && r.ProtoMajor == 1 && r.TLS == nil && fd >= 0
+	var bufp *[]byte
+	defer func() {
+		if bufp != nil {
+			coldBufPool.Put(bufp)
+		}
+	}()
+	var sent int64
+	for sent < length {
+		off := start + sent
+		if fsrv.engine == engineAuto {
+			resident, err := transmit.ResidentPrefix(fd, off, min(length-sent, residencyProbe))
+			if err == nil && resident > 0 {
+				var n int64
+				if canSendfile {
+					var zeroCopy bool
+					n, zeroCopy, err = fsrv.sendFile(w.(io.ReaderFrom), w, r, file, fd, off, resident)
+					if zeroCopy {
+						counters.bytes[engSendfile].Add(n)
+					} else {
+						counters.bytes[engCopy].Add(n)
+					}
+				} else {
+					n, err = transmit.Copy(w, file, off, resident)
+					counters.bytes[engCopy].Add(n)
+				}
+				sent += n
+				if err != nil {
+					return sent, err
+				}
+				continue
+			}
+		}
+		if bufp == nil {
+			bufp = coldBufPool.Get().(*[]byte)
+		}
+		buf := (*bufp)[:min(int64(len(*bufp)), length-sent)]
+		eng := engIOUring
+		n, err := fsrv.ring.ReadAt(fd, buf, off)
+		if err != nil && ringFault(err) {
+			// The ring failed, not the disk: this read goes on with pread,
+			// and the response does not notice.
+			counters.ringFallbacks.Add(1)
+			eng = engCopy
+			fsrv.logger.Debug("io_uring read failed; reading with pread", zap.Error(err))
+			n, err = file.ReadAt(buf, off)
+			if err == io.EOF && n == len(buf) {
+				err = nil
+			}
+		}
+		if n < len(buf) {
+			if err == nil || err == io.EOF {
+				err = transmit.ErrTruncated
+			}
+			if n > 0 {
+				w.Write(buf[:n])
+				sent += int64(n)
+			}
+			return sent, &transmit.ReadError{Offset: off + int64(n), Err: err}
+		}
+		k, err := w.Write(buf)
+		sent += int64(k)
+		counters.bytes[eng].Add(int64(k))
+		if err != nil {
+			return sent, err
+		}
+	}
+	if start == 0 && length == res.body.Size {
+		// All of it was resident or has just been read: it is now.
+		res.body.MarkResident()
+	}
+	return sent, nil
+}
+
+// ringFault reports whether a failed ring read is the ring's failure (it
+// was closed, cancelled, refused or out of memory) rather than the file's,
+// so that pread may do it instead.
+func ringFault(err error) bool {
+	if errors.Is(err, transmit.ErrRingClosed) {
+		return true
+	}
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return true
+	}
+	switch errno {
+	case syscall.ECANCELED, syscall.EAGAIN, syscall.EINTR, syscall.ENOMEM, syscall.EINVAL,
+		syscall.EOPNOTSUPP, syscall.EBUSY, syscall.EBADF:
+		return true
+	}
+	return false
+}

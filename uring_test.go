@@ -1,0 +1,225 @@
+//go:build linux && !flashserve_portable
+
+package flashserve
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flashserve/caddy-flash-serve/prewarm"
+)
+
+// coldTree writes n files of size bytes and evicts them from the page
+// cache.
+func coldTree(t *testing.T, n, size int) (string, map[string][]byte) {
+	t.Helper()
+	root := t.TempDir()
+	files := map[string][]byte{}
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(size)))
+	for i := range n {
+		b := make([]byte, size)
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		name := fmt.Sprintf("/c%04d.bin", i)
+		p := filepath.Join(root, name)
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Write(b)
+		f.Sync()
+		f.Close()
+		if err := prewarm.Evict(p); err != nil {
+			t.Fatal(err)
+		}
+		files[name] = b
+	}
+	return root, files
+}
+
+func sharedRingHolder(t *testing.T) *ringHolder {
+	t.Helper()
+	var h *ringHolder
+	rings.Range(func(_, v any) bool { h = v.(*ringHolder); return false })
+	if h == nil {
+		t.Fatal("no shared ring")
+	}
+	return h
+}
+
+func TestColdBodiesGoThroughTheRing(t *testing.T) {
+	root, files := coldTree(t, 4, 3<<20+1000)
+	port := freePort(t)
+	loadSites(t, "", fmt.Sprintf("http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve\n}\n", port, root))
+	if sharedRingHolder(t).ring == nil {
+		t.Fatalf("io_uring should work on this kernel: %v", sharedRingHolder(t).err)
+	}
+	c := &http.Client{Timeout: 30 * time.Second}
+	for name, want := range files {
+		ring0, sf0 := counters.bytes[engIOUring].Load(), counters.bytes[engSendfile].Load()
+		if status, _, got := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 || !bytes.Equal(got, want) {
+			t.Fatalf("%s cold: status %d, %d bytes", name, status, len(got))
+		}
+		if counters.bytes[engIOUring].Load() == ring0 {
+			t.Errorf("%s cold: no byte was read through io_uring", name)
+		}
+		// Now resident: sendfile carries it all, and nothing goes through
+		// the ring.
+		ring1, sf1 := counters.bytes[engIOUring].Load(), counters.bytes[engSendfile].Load()
+		if status, _, got := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 || !bytes.Equal(got, want) {
+			t.Fatalf("%s warm: status %d", name, status)
+		}
+		if d := counters.bytes[engIOUring].Load() - ring1; d != 0 {
+			t.Errorf("%s warm: %d bytes through io_uring, want 0", name, d)
+		}
+		if d := counters.bytes[engSendfile].Load() - sf1; d < int64(len(want))-sniffLen {
+			t.Errorf("%s warm: %d bytes with sendfile of %d", name, d, len(want))
+		}
+		_ = sf0
+	}
+}
+
+// TestRingFailureDegrades makes every io_uring read fail as cancelled:
+// each transfer goes on with pread, and no response fails.
+func TestRingFailureDegrades(t *testing.T) {
+	root, files := coldTree(t, 3, 1<<20+77)
+	port := freePort(t)
+	loadSites(t, "", fmt.Sprintf("http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve {\n\t\ttransmit io_uring\n\t}\n}\n", port, root))
+	h := sharedRingHolder(t)
+	if h.ring == nil {
+		t.Fatalf("io_uring should work on this kernel: %v", h.err)
+	}
+	h.ring.InjectFailures(1 << 20)
+	defer h.ring.InjectFailures(0)
+	fallbacks := counters.ringFallbacks.Load()
+	c := &http.Client{Timeout: 30 * time.Second}
+	for name, want := range files {
+		if status, _, got := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 || !bytes.Equal(got, want) {
+			t.Fatalf("%s with io_uring failing: status %d, %d bytes", name, status, len(got))
+		}
+	}
+	if counters.ringFallbacks.Load() == fallbacks {
+		t.Error("no read fell back to pread: the failures were not injected")
+	}
+}
+
+// TestRingUnavailableAtStart disables io_uring with the kernel's own
+// switch before the ring is made: the handler says why, once, and serves
+// every body without it.
+func TestRingUnavailableAtStart(t *testing.T) {
+	const knob = "/proc/sys/kernel/io_uring_disabled"
+	old, err := os.ReadFile(knob)
+	if err != nil {
+		t.Fatalf("this kernel has no %s: %v", knob, err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("setting kernel.io_uring_disabled needs root (CI runs as root)")
+	}
+	if err := os.WriteFile(knob, []byte("2"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			os.WriteFile(knob, old, 0o644)
+			restored = true
+		}
+	}
+	defer restore()
+
+	root, files := coldTree(t, 2, 600<<10)
+	port := freePort(t)
+	logFile := filepath.Join(t.TempDir(), "caddy.log")
+	loadSites(t, fmt.Sprintf("log {\n\t\toutput file %s\n\t\tlevel WARN\n\t}", logFile),
+		fmt.Sprintf("http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve {\n\t\ttransmit io_uring\n\t}\n}\n", port, root))
+	restore() // the ring was tried at provision; the switch can go back
+	if h := sharedRingHolder(t); h.ring != nil || h.err == nil {
+		t.Fatal("a ring was made with kernel.io_uring_disabled=2")
+	}
+	ring0 := counters.bytes[engIOUring].Load()
+	c := &http.Client{Timeout: 30 * time.Second}
+	for name, want := range files {
+		if status, _, got := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 || !bytes.Equal(got, want) {
+			t.Fatalf("%s without io_uring: status %d", name, status)
+		}
+	}
+	if counters.bytes[engIOUring].Load() != ring0 {
+		t.Error("bytes counted as io_uring without a ring")
+	}
+	b, _ := os.ReadFile(logFile)
+	if n := strings.Count(string(b), "io_uring is unavailable"); n != 1 || !strings.Contains(string(b), "io_uring_disabled") {
+		t.Errorf("want one warning naming kernel.io_uring_disabled; the log has %d:\n%s", n, b)
+	}
+}
+
+// TestColdStormHoldsFewThreads sends 400 concurrent requests for 400
+// files that are not in the page cache: lookups hold at most stat_workers
+// threads and bodies are read through io_uring, so the OS threads stay
+// bounded, where blocking reads would hold one each.
+func TestColdStormHoldsFewThreads(t *testing.T) {
+	root, files := coldTree(t, 400, 128<<10)
+	port := freePort(t)
+	loadSites(t, "", fmt.Sprintf("http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve {\n\t\tstat_workers 8\n\t}\n}\n", port, root))
+	tr := &http.Transport{MaxIdleConnsPerHost: 400}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	get(t, c, fmt.Sprintf("http://127.0.0.1:%d/c0000.bin", port))
+	base := threadCount(t)
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Add(1)
+	go func() {
+		defer sampler.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				if n := int64(threadCount(t)); n > peak.Load() {
+					peak.Store(n)
+				}
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for name, want := range files {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, name))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || !bytes.Equal(got, want) {
+				t.Errorf("%s: status %d, %d bytes", name, resp.StatusCode, len(got))
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(stop)
+	sampler.Wait()
+	t.Logf("threads: %d before, peak %d during 400 cold requests", base, peak.Load())
+	// The test's own 400 clients run in this process too; they park on the
+	// netpoller as well, so the bound holds for both.
+	if peak.Load() > int64(base+8+8) {
+		t.Errorf("400 cold requests raised the threads from %d to %d; want at most stat_workers (8) + 8 more", base, peak.Load())
+	}
+}
