@@ -203,10 +203,10 @@ type FlashServe struct {
 	// holdsRing says Cleanup must give the reference back.
 	ring      *transmit.Ring
 	holdsRing bool
-	cache          *statacc.Cache
-	shared         *sharedCache
-	cacheKey       string
-	prewarm        *prewarmRun
+	cache     *statacc.Cache
+	shared    *sharedCache
+	cacheKey  string
+	prewarm   *prewarmRun
 	// hide holds Hide with static entries made absolute; hideDynamic is set
 	// when some entry has a placeholder and must be rebuilt per request.
 	hide             []string
