@@ -146,6 +146,11 @@ func (a *AdminAPI) prewarm(w http.ResponseWriter, r *http.Request) error {
 		planned += t.Size
 	}
 	warmer := &prewarm.Warmer{Budget: budget, Workers: max(1, req.Workers)}
+	var h *ringHolder
+	rings.Range(func(_, v any) bool { h = v.(*ringHolder); return false })
+	if h != nil && h.ring != nil {
+		warmer.ReadAt = h.ring.ReadAt
+	}
 	if !req.Wait {
 		// The warm-up outlives the request but not the config: a reload or
 		// a stop cancels it.

@@ -151,7 +151,7 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 			logger.Warn("expanding prewarm paths", zap.String("root", root), zap.Error(err))
 		}
 		targets = dedupeTargets(append(targets, more...))
-		warm(runCtx, logger, targets, budget, workers, "prewarm")
+		warm(runCtx, logger, targets, budget, workers, "prewarm", fsrv.ringReader())
 		if fsrv.KeepHot <= 0 {
 			return
 		}
@@ -165,18 +165,18 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 				// The saved snapshot, not a fresh one: taking one halves
 				// the counts, which is the keeper's job.
 				hs, _ := prewarm.LoadHotSet(hotPath)
-				warm(runCtx, logger, hs.Targets(), budget, workers, "keep_hot")
+				warm(runCtx, logger, hs.Targets(), budget, workers, "keep_hot", fsrv.ringReader())
 			}
 		}
 	}()
 }
 
 // warm runs one warm-up and logs its progress and summary.
-func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, budget int64, workers int, what string) {
+func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, budget int64, workers int, what string, readAt prewarm.ReaderAt) {
 	if len(targets) == 0 {
 		return
 	}
-	w := &prewarm.Warmer{Budget: budget, Workers: workers, Every: prewarmLogEvery,
+	w := &prewarm.Warmer{Budget: budget, Workers: workers, Every: prewarmLogEvery, ReadAt: readAt,
 		OnProgress: func(p prewarm.Progress) {
 			fields := []zap.Field{
 				zap.Int64("files", p.Files), zap.Int64("bytes", p.Bytes),
@@ -207,4 +207,12 @@ func dedupeTargets(ts []prewarm.Target) []prewarm.Target {
 		}
 	}
 	return out
+}
+
+// ringReader reads through the handler's io_uring, or is nil without one.
+func (fsrv *FlashServe) ringReader() prewarm.ReaderAt {
+	if fsrv.ring == nil {
+		return nil
+	}
+	return fsrv.ring.ReadAt
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/flashserve/caddy-flash-serve/statacc"
 	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
@@ -50,7 +51,7 @@ func (fsrv *FlashServe) pickEngine(w http.ResponseWriter, r *http.Request, res *
 		// io_uring where it wins: data that may not be in the page cache.
 		// A file seen whole in it within the last second goes straight to
 		// sendfile or copy, without a probe.
-		if fsrv.engine == engineIOUring || !res.body.RecentlyResident() {
+		if fsrv.engine == engineIOUring || !res.body.RecentlyResident() && !fsrv.probeWhole(res.body) {
 			return engIOUring
 		}
 	}
@@ -60,6 +61,27 @@ func (fsrv *FlashServe) pickEngine(w http.ResponseWriter, r *http.Request, res *
 		}
 	}
 	return engCopy
+}
+
+// wholeProbeMax is the largest file probed whole (one mincore over all
+// of it, a byte of vector per page: 256 KiB for 1 GiB); larger files are
+// probed chunk by chunk as they are sent.
+const wholeProbeMax = 1 << 30
+
+// probeWhole looks for the whole body in the page cache, at most once a
+// second per file, and reports whether it is all there. A hot file then
+// leaves by sendfile or copy without a probe per request, as a range
+// request of a large file would otherwise cost one.
+func (fsrv *FlashServe) probeWhole(body *statacc.Entry) bool {
+	if body.Size > wholeProbeMax || !body.ClaimProbe() {
+		return false
+	}
+	n, err := transmit.ResidentPrefix(body.FD(), 0, body.Size)
+	if err != nil || n < body.Size {
+		return false
+	}
+	body.MarkResident()
+	return true
 }
 
 // transmit writes the status line, the headers that decide set, and the

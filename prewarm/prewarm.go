@@ -74,6 +74,9 @@ type Warmer struct {
 	// at the end with Done set.
 	OnProgress func(Progress)
 	Every      time.Duration
+	// ReadAt, if set, reads instead of pread: the handler passes its
+	// io_uring, so that a worker waiting for the disk holds no OS thread.
+	ReadAt ReaderAt
 
 	files, bytes atomic.Int64
 }
@@ -136,7 +139,7 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 		go func() {
 			defer wg.Done()
 			for j := range ch {
-				n, err := warmFile(ctx, j.t.Path, j.n)
+				n, err := warmFile(ctx, j.t.Path, j.n, w.ReadAt)
 				w.bytes.Add(n)
 				Stats.PrewarmedBytes.Add(n)
 				if err == nil {
@@ -175,9 +178,12 @@ feed:
 
 var readBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
+// ReaderAt reads len(buf) bytes of the open file fd at off.
+type ReaderAt func(fd int, buf []byte, off int64) (int, error)
+
 // readPrefix reads the first n bytes of f through a pooled buffer, which
 // leaves them in the page cache.
-func readPrefix(ctx context.Context, f *os.File, n int64) (int64, error) {
+func readPrefix(ctx context.Context, f *os.File, n int64, readAt ReaderAt) (int64, error) {
 	bp := readBufs.Get().(*[]byte)
 	defer readBufs.Put(bp)
 	buf := *bp
@@ -186,7 +192,18 @@ func readPrefix(ctx context.Context, f *os.File, n int64) (int64, error) {
 		if ctx.Err() != nil {
 			return done, ctx.Err()
 		}
-		m, err := f.ReadAt(buf[:min(int64(len(buf)), n-done)], done)
+		chunk := buf[:min(int64(len(buf)), n-done)]
+		var m int
+		var err error
+		if readAt != nil {
+			if m, err = readAt(int(f.Fd()), chunk, done); err != nil {
+				m, err = f.ReadAt(chunk, done) // the ring failed: pread does it
+			} else if m < len(chunk) {
+				err = io.EOF
+			}
+		} else {
+			m, err = f.ReadAt(chunk, done)
+		}
 		done += int64(m)
 		if err == io.EOF {
 			return done, nil

@@ -13,7 +13,7 @@ import (
 // warmFile brings the first n bytes of a file into the page cache: an
 // fadvise(WILLNEED) starts the readahead for the whole span, and reads
 // through it make sure it has landed before the file counts as warm.
-func warmFile(ctx context.Context, path string, n int64) (int64, error) {
+func warmFile(ctx context.Context, path string, n int64, readAt ReaderAt) (int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
@@ -23,7 +23,7 @@ func warmFile(ctx context.Context, path string, n int64) (int64, error) {
 	// that exactly the budgeted pages are read, no more.
 	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM)
 	unix.Fadvise(int(f.Fd()), 0, n, unix.FADV_WILLNEED)
-	return readPrefix(ctx, f, n)
+	return readPrefix(ctx, f, n, readAt)
 }
 
 // FileResidency asks mincore(2) which pages of the file are resident.

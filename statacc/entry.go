@@ -55,8 +55,8 @@ type Entry struct {
 	watched bool        // whether inotify watches the entry's directory
 	used    atomic.Bool // CLOCK mark: used since the last eviction sweep
 	// residentAt is the nanotime when the whole file was last seen in the
-	// page cache, 0 if never.
-	residentAt atomic.Int64
+	// page cache, 0 if never; probedAt when it was last looked for there.
+	residentAt, probedAt atomic.Int64
 	// hits counts the requests that used the entry, for the hot set; it
 	// is halved at every snapshot, so that old popularity fades.
 	hits  atomic.Int64
@@ -78,6 +78,15 @@ func (e *Entry) RecentlyResident() bool {
 
 // MarkResident records that the whole file is in the page cache now.
 func (e *Entry) MarkResident() { e.residentAt.Store(nanotime()) }
+
+// ClaimProbe reports whether the caller should look for the whole file in
+// the page cache now: true for one caller per second, so that concurrent
+// requests for a large file do not all probe it at once.
+func (e *Entry) ClaimProbe() bool {
+	now := nanotime()
+	last := e.probedAt.Load()
+	return (last == 0 || now-last >= residentFor) && e.probedAt.CompareAndSwap(last, now)
+}
 
 // File returns the open file of a regular-file entry, nil otherwise.
 // It stays open until the reference the caller holds is released.
