@@ -420,12 +420,16 @@ http://127.0.0.1:%d {
 				var resp *http.Response
 				var err error
 				// A GET that gets no response at all on a fresh connection is
-				// retried (twice at most), as RFC 9110 §9.2.2 lets clients do
-				// and browsers do. During a reload, Caddy's new listener socket takes over
+				// retried, as RFC 9110 §9.2.2 lets clients do and browsers do,
+				// for up to a second: under the race detector a reload is slow
+				// and the same client can meet several in a row. During a reload, Caddy's new listener socket takes over
 				// (SO_REUSEPORT) and the kernel resets connections still queued
 				// on the old one; stock file_server loses the same ones. Go
 				// retries by itself only on reused connections.
-				for attempt := 0; attempt < 3; attempt++ {
+				for attempt := 0; attempt < 20; attempt++ {
+					if attempt > 0 {
+						time.Sleep(50 * time.Millisecond)
+					}
 					fresh := true // a dial that fails never gets a connection
 					req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d%s", port, name), nil)
 					req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{

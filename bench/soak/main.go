@@ -344,18 +344,21 @@ func mustReq(ctx context.Context, method, url string) *http.Request {
 	return r
 }
 
-// do sends a request, retrying once a GET or HEAD that got no response at
-// all on a fresh connection (RFC 9110 §9.2.2): during a reload Caddy's new
-// listener socket takes over and the kernel resets what is still queued on
-// the old one.
+// do sends a request, retrying (for up to a second) a GET or HEAD that
+// got no response at all on a fresh connection (RFC 9110 §9.2.2): during a
+// reload Caddy's new listener socket takes over and the kernel resets what
+// is still queued on the old one.
 func do(cl *http.Client, req *http.Request, c *counters) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
 		fresh := true // a dial that fails never gets a connection
 		r := req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
 			GotConn: func(i httptrace.GotConnInfo) { fresh = !i.Reused }}))
 		resp, err := cl.Do(r)
 		c.requests.Add(1)
-		if err == nil || attempt == 1 || !fresh || !(errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+		if err == nil || attempt == 20 || !fresh || !(errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
 			return resp, err
 		}
 		c.retried.Add(1)
