@@ -3,8 +3,6 @@
 package flashserve
 
 import (
-	"encoding/json"
-	"fmt"
 	"testing"
 )
 
@@ -15,13 +13,5 @@ const bigFileEngine = "copy"
 // mincore, only the answer can be checked: the file was read whole.
 func prewarmThroughAPI(t *testing.T, admin, root, bigPath string, size int) {
 	t.Helper()
-	status, b := adminCall(t, "POST", admin+"/flash_serve/prewarm", fmt.Sprintf(`{"root": %q, "paths": ["big.bin"], "budget": "64MiB", "wait": true}`, root))
-	if status != 200 {
-		t.Fatalf("prewarm: %d %s", status, b)
-	}
-	var pw struct{ Files, Bytes int64 }
-	json.Unmarshal(b, &pw)
-	if pw.Files != 1 || pw.Bytes < int64(size) {
-		t.Errorf("prewarm answered %s; want 1 file of %d bytes", b, size)
-	}
+	checkPrewarmAnswer(t, admin, root, size)
 }

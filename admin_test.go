@@ -170,3 +170,18 @@ func TestMetricsAndAdminAPI(t *testing.T) {
 		t.Errorf("prewarm bytes metric %v after prewarming %d bytes", d, len(big))
 	}
 }
+
+// checkPrewarmAnswer prewarms big.bin through the admin API and checks the
+// answer: one file, read whole.
+func checkPrewarmAnswer(t *testing.T, admin, root string, size int) {
+	t.Helper()
+	status, b := adminCall(t, "POST", admin+"/flash_serve/prewarm", fmt.Sprintf(`{"root": %q, "paths": ["big.bin"], "budget": "64MiB", "wait": true}`, root))
+	if status != 200 {
+		t.Fatalf("prewarm: %d %s", status, b)
+	}
+	var pw struct{ Files, Bytes int64 }
+	json.Unmarshal(b, &pw)
+	if pw.Files != 1 || pw.Bytes < int64(size) {
+		t.Errorf("prewarm answered %s; want 1 file of %d bytes", b, size)
+	}
+}
