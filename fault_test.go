@@ -517,7 +517,9 @@ func reloadWrapper() string {
 }
 
 // connectionDropped reports whether a request failed because the
-// connection was closed or reset before any response came.
+// connection was closed or reset before any response came: at the dial,
+// while the request was written (EPIPE), or while waiting for the answer.
 func connectionDropped(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF)
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

@@ -358,7 +358,7 @@ func do(cl *http.Client, req *http.Request, c *counters) (*http.Response, error)
 			GotConn: func(i httptrace.GotConnInfo) { fresh = !i.Reused }}))
 		resp, err := cl.Do(r)
 		c.requests.Add(1)
-		if err == nil || attempt == 20 || !fresh || !(errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+		if err == nil || attempt == 20 || !fresh || !(errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
 			return resp, err
 		}
 		c.retried.Add(1)
