@@ -403,9 +403,18 @@ http://127.0.0.1:%d {
 	if resp, err := http.Post(admin+"/load", "application/json", bytes.NewReader(config(0))); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("first load: %v %v", err, resp)
 	}
-	// Warm up, so that the cached entries are in the baseline.
+	// Warm up, so that the cached entries are in the baseline; the first
+	// load has just handed the listener over, with its resets.
 	for name := range files {
-		get(t, http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d%s", port, name))
+		waitFor(t, "the first config to serve "+name, 10*time.Second, func() bool {
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, name))
+			if err != nil {
+				return false
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode == 200
+		})
 	}
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	base := countResources(t)
