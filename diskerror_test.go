@@ -104,7 +104,7 @@ func TestDiskReadError(t *testing.T) {
 		}
 	}
 	c.CloseIdleConnections()
-	base := countResources(t)
+	base := settledResources(t)
 
 	for engine, port := range ports {
 		t.Run(engine, func(t *testing.T) {

@@ -103,7 +103,7 @@ func TestFileChangedDuringLargeTransfer(t *testing.T) {
 		get(t, warm, s.base[e]+"/tiny.txt")
 	}
 	warm.CloseIdleConnections()
-	base := countResources(t)
+	base := settledResources(t)
 	for _, engine := range []string{engineSendfile, engineCopy} {
 		for _, change := range []string{"replace", "delete", "truncate"} {
 			t.Run(engine+"/"+change, func(t *testing.T) {
@@ -329,7 +329,7 @@ func TestSlowReadersHoldNoThreads(t *testing.T) {
 	}
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	c.CloseIdleConnections()
-	base := countResources(t)
+	base := settledResources(t)
 	var conns []net.Conn
 	for i := range 300 {
 		e := engines[i%len(engines)]
@@ -420,7 +420,7 @@ http://127.0.0.1:%d {
 		})
 	}
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	base := countResources(t)
+	base := settledResources(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var requests, failures, retried atomic.Int64

@@ -73,6 +73,26 @@ func countResources(t testing.TB) resources {
 	return resources{fds: len(ents), goroutines: runtime.NumGoroutine(), threads: threadCount(t)}
 }
 
+// settledResources is the baseline of a fault test: the counts once the
+// connections a warm-up closed are gone on the server's side too (their
+// sockets close a moment after the client's), so that the baseline holds
+// no descriptor that would later leave room for a leaked one.
+func settledResources(t testing.TB) resources {
+	t.Helper()
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	last, same := countResources(t), 0
+	for deadline := time.Now().Add(5 * time.Second); same < 3 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		now := countResources(t)
+		if now.fds == last.fds && now.goroutines == last.goroutines {
+			same++
+		} else {
+			last, same = now, 0
+		}
+	}
+	return last
+}
+
 // threadCount reads the process's OS threads from /proc/self/status.
 func threadCount(t testing.TB) int {
 	b, err := os.ReadFile("/proc/self/status")

@@ -103,6 +103,9 @@ type Cache struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	closed atomic.Bool
+	// sawUnwatched is set once a descriptor is cached without inotify to
+	// tell of its file's deletion: the janitor then walks every second.
+	sawUnwatched atomic.Bool
 }
 
 // call is one resolution in flight; concurrent misses for a path share it.
@@ -162,7 +165,50 @@ func New(o Options) *Cache {
 		c.wg.Add(1)
 		go c.worker()
 	}
+	c.wg.Add(1)
+	go c.janitor()
 	return c
+}
+
+// janitor drops entries that are no longer fresh, as nginx's
+// open_file_cache drops inactive ones. A stale entry would be looked up
+// again by its next request anyway; what the janitor adds is that a
+// descriptor the cache holds on a file deleted or replaced where inotify
+// cannot see it (unwatched directory, inotify off, NFS) is closed within
+// about twice the staleness bound even if nobody asks for that path again,
+// so the file's disk space is freed. It walks the map only as often as an
+// entry can go stale: every second while some directory is unwatched,
+// else every Revalidate/2.
+func (c *Cache) janitor() {
+	defer c.wg.Done()
+	for {
+		period := c.opts.Revalidate / 2
+		if c.sawUnwatched.Load() {
+			period = min(period, time.Second)
+		}
+		t := time.NewTimer(max(period, 100*time.Millisecond))
+		select {
+		case <-c.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		c.dropStale()
+	}
+}
+
+// dropStale forgets every entry that is no longer fresh. Entries in use
+// keep their descriptor until their last transfer releases it.
+func (c *Cache) dropStale() int {
+	n := 0
+	c.entries.Range(func(k, v any) bool {
+		if e := v.(*Entry); !c.fresh(e) && c.entries.CompareAndDelete(k, v) {
+			c.drop(e)
+			n++
+		}
+		return true
+	})
+	return n
 }
 
 // Options returns the options in force, defaults filled in.
@@ -346,6 +392,9 @@ func (c *Cache) resolve(root, path string) *Entry {
 	e.root = root
 	e.watched = watched
 	e.checked = checked
+	if !watched && e.file != nil && !c.sawUnwatched.Load() {
+		c.sawUnwatched.Store(true)
+	}
 	if e.Err != nil && !cacheableError(e.Err) {
 		return e // an answer for this request, not for the next one
 	}

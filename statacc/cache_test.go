@@ -392,3 +392,47 @@ func BenchmarkGetHit(b *testing.B) {
 		}
 	})
 }
+
+// TestStaleDescriptorOfDeletedFileIsClosed: without inotify the cache
+// cannot see a deletion, but it must not keep the deleted file (and its
+// disk space) open for ever when nobody asks for it again. The janitor
+// closes the descriptor of a stale entry within about twice the staleness
+// bound; a transfer that still holds a reference keeps reading until it
+// releases it.
+func TestStaleDescriptorOfDeletedFileIsClosed(t *testing.T) {
+	dir := t.TempDir()
+	idle := filepath.Join(dir, "idle")
+	busy := filepath.Join(dir, "busy")
+	write(t, idle, "idle")
+	write(t, busy, "busy")
+	c := New(Options{Workers: 1, Revalidate: 200 * time.Millisecond, NoInotify: true, MemoryBudget: -1})
+	defer c.Close()
+	describe(t, c, idle)
+	held, err := c.Get(context.Background(), busy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := c.M.OpenFiles.Load(); n != 2 {
+		t.Fatalf("OpenFiles = %d, want 2", n)
+	}
+	os.Remove(idle)
+	os.Remove(busy)
+	deadline := time.Now().Add(3 * time.Second)
+	for c.M.OpenFiles.Load() > 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the deleted, idle file's descriptor is still open after 3 s (OpenFiles = %d)", c.M.OpenFiles.Load())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c.Len() != 0 {
+		t.Fatalf("%d entries left; want the stale ones dropped", c.Len())
+	}
+	buf := make([]byte, 4)
+	if _, err := held.File().ReadAt(buf, 0); err != nil || string(buf) != "busy" {
+		t.Fatalf("a held entry's read after the janitor ran: %q, %v", buf, err)
+	}
+	held.Release()
+	if n := c.M.OpenFiles.Load(); n != 0 {
+		t.Fatalf("OpenFiles = %d after the last release", n)
+	}
+}

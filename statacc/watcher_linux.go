@@ -74,6 +74,7 @@ func (w *watcher) add(dir string) (uint64, bool) {
 			return 0, false
 		}
 		delete(w.byDir, dir)
+		w.cache.M.UnwatchedDirs.Add(-1) // counted again below if it fails again
 	}
 	wd, err := unix.InotifyAddWatch(w.fd, dir, watchMask)
 	if err != nil {
