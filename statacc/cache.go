@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -106,6 +105,7 @@ type Cache struct {
 	// sawUnwatched is set once a descriptor is cached without inotify to
 	// tell of its file's deletion: the janitor then walks every second.
 	sawUnwatched atomic.Bool
+	hot          *hotCounter
 }
 
 // call is one resolution in flight; concurrent misses for a path share it.
@@ -157,6 +157,7 @@ func New(o Options) *Cache {
 		slots:    make(chan struct{}, o.Workers),
 		inflight: make(map[string]*call),
 		stop:     make(chan struct{}),
+		hot:      newHotCounter(),
 	}
 	if !o.NoInotify {
 		c.watch = newWatcher(c)
@@ -390,6 +391,9 @@ func (c *Cache) resolve(root, path string) *Entry {
 	checked := nanotime()
 	e := c.load(root, path)
 	e.root = root
+	if e.Err == nil && e.Mode.IsRegular() {
+		e.hotKey = c.hot.key(path)
+	}
 	e.watched = watched
 	e.checked = checked
 	if !watched && e.file != nil && !c.sawUnwatched.Load() {
@@ -499,6 +503,9 @@ func (c *Cache) drop(e *Entry) {
 	if e.Err != nil {
 		c.M.NegativeCount.Add(-1)
 		return
+	}
+	if e.Mode.IsRegular() {
+		c.hot.leave(e)
 	}
 	e.Release()
 }
@@ -615,41 +622,6 @@ func (c *Cache) ringAdd(e *Entry) {
 	c.ringMu.Lock()
 	c.ring = append(c.ring, e)
 	c.ringMu.Unlock()
-}
-
-// HotFile is one entry of a hot-set snapshot.
-type HotFile struct {
-	Path string `json:"path"`
-	Size int64  `json:"size"`
-	Hits int64  `json:"hits"`
-}
-
-// Hottest returns the n regular files with the most hits, hottest first,
-// and halves every count, so that the next snapshot favours recent use.
-// The counts live in the entries, so their memory is bounded by the
-// cache's, whatever the number of paths requested.
-func (c *Cache) Hottest(n int) []HotFile {
-	var all []HotFile
-	c.entries.Range(func(_, v any) bool {
-		e := v.(*Entry)
-		if e.Err == nil && e.Mode.IsRegular() {
-			if h := e.hits.Load(); h > 0 {
-				all = append(all, HotFile{Path: e.Path, Size: e.Size, Hits: h})
-				e.hits.Store(h / 2)
-			}
-		}
-		return true
-	})
-	slices.SortFunc(all, func(a, b HotFile) int {
-		switch {
-		case a.Hits > b.Hits:
-			return -1
-		case a.Hits < b.Hits:
-			return 1
-		}
-		return strings.Compare(a.Path, b.Path)
-	})
-	return all[:min(n, len(all))]
 }
 
 // Len is the number of cached entries, for tests and the admin API.

@@ -57,11 +57,12 @@ type Entry struct {
 	// residentAt is the nanotime when the whole file was last seen in the
 	// page cache, 0 if never; probedAt when it was last looked for there.
 	residentAt, probedAt atomic.Int64
-	// hits counts the requests that used the entry, for the hot set; it
-	// is halved at every snapshot, so that old popularity fades.
-	hits  atomic.Int64
-	cache *Cache
-	root  string // the root it was confined to, "" with SymlinksFollow
+	// hits counts the requests that used the entry since its count was
+	// last folded into the cache's sketch of the hot set (hotcount.go).
+	hits   atomic.Int64
+	hotKey uint64 // the path's hash in that sketch
+	cache  *Cache
+	root   string // the root it was confined to, "" with SymlinksFollow
 }
 
 // residentFor is how long a file seen whole in the page cache is assumed
