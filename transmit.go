@@ -51,7 +51,9 @@ func (fsrv *FlashServe) pickEngine(w http.ResponseWriter, r *http.Request, res *
 		// io_uring where it wins: data that may not be in the page cache.
 		// A file seen whole in it within the last second goes straight to
 		// sendfile or copy, without a probe.
-		if fsrv.engine == engineIOUring || !res.body.RecentlyResident() && !fsrv.probeWhole(res.body) {
+		// A small body is not probed here: sendThroughRing reads it with
+		// one RWF_NOWAIT read, which is the probe and the read at once.
+		if fsrv.engine == engineIOUring || !res.body.RecentlyResident() && (res.body.Size <= noWaitMax || !fsrv.probeWhole(res.body)) {
 			return engIOUring
 		}
 	}
@@ -186,7 +188,7 @@ func (fsrv *FlashServe) sendChunk(w http.ResponseWriter, r *http.Request, res *r
 		n = int64(k)
 	case engIOUring:
 		// sendThroughRing counts its bytes by the way each run left.
-		_, err = fsrv.sendThroughRing(w, r, res, start, length)
+		_, err = fsrv.sendThroughRing(w, r, res, t, start, length)
 		return err
 	case engSendfile:
 		file, fd := res.bodyFile()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/flashserve/caddy-flash-serve/transmit"
 )
@@ -56,6 +57,13 @@ func TestSendfileCarriesTheBody(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+		}
+		// The server counts a sendfile call's bytes when it returns, which
+		// can be just after the client has read them.
+		want := n - sniffLen
+		deadline := time.Now().Add(2 * time.Second)
+		for transmit.Stats.SendfileBytes.Load()-before < want && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
 		}
 		return n, transmit.Stats.SendfileBytes.Load() - before
 	}

@@ -61,6 +61,11 @@ const coldChunk = 256 << 10
 
 var coldBufPool = sync.Pool{New: func() any { b := make([]byte, coldChunk); return &b }}
 
+// noWaitMax is the largest body read with one RWF_NOWAIT read instead of
+// a mincore probe: copying it costs less than the probe's two extra system
+// calls and its mmap lock.
+const noWaitMax = 64 << 10
+
 // residencyProbe is the span probed with mincore at a time: what is
 // resident in it goes out with sendfile (or pread), what is not is read
 // through the ring.
@@ -72,7 +77,7 @@ const residencyProbe = 2 << 20
 // ring, so that the goroutine parks while the disk answers instead of
 // holding an OS thread in a blocking read. With `transmit io_uring` every
 // byte is read through the ring.
-func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, res *resolved, start, length int64) (int64, error) {
+func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, res *resolved, t *transfer, start, length int64) (int64, error) {
 	file, fd := res.bodyFile()
 	_, canSendfile := w.(io.ReaderFrom)
 	canSendfile = canSendfile && r.ProtoMajor == 1 && r.TLS == nil && fd >= 0
@@ -83,6 +88,22 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 		}
 	}()
 	var sent int64
+	if fsrv.engine == engineAuto && length <= noWaitMax {
+		// A small body: one read that takes only what the page cache holds
+		// answers the residency question and reads the data at once. What
+		// it cannot take whole goes the long way below.
+		bufp = coldBufPool.Get().(*[]byte)
+		buf := (*bufp)[:length]
+		if n, err := transmit.ReadNoWait(fd, buf, start); err == nil && n == len(buf) {
+			k, err := w.Write(buf)
+			counters.bytes[engCopy].Add(int64(k))
+			t.eng = engCopy // the ring had nothing to do
+			if err == nil && start == 0 && length == res.body.Size {
+				res.body.MarkResident()
+			}
+			return int64(k), err
+		}
+	}
 	for sent < length {
 		off := start + sent
 		if fsrv.engine == engineAuto {
