@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flashserve/caddy-flash-serve/prewarm"
+	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
 // residencyCommand is `caddy flash-serve residency PATH...`.
@@ -132,6 +133,13 @@ func prewarmCommand() *cobra.Command {
 				w.Every = 200 * time.Millisecond
 			}
 			w.OnProgress = func(p prewarm.Progress) { printProgress(out, p, goal, tty) }
+			// Read through io_uring where there is one, as the server does,
+			// so that many workers on a slow disk hold no threads; pread
+			// otherwise, and for any read the ring fails.
+			if ring, err := transmit.NewRing(transmit.RingOptions{Workers: max(1, workers)}); err == nil {
+				defer ring.Close()
+				w.ReadAt = ring.ReadAt
+			}
 			_, err = w.Run(ctx, targets)
 			return err
 		},

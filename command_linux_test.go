@@ -1,0 +1,77 @@
+//go:build linux && !flashserve_portable
+
+package flashserve
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flashserve/caddy-flash-serve/prewarm"
+)
+
+// runCaddyCommand runs `caddy ARGS...` as a child (the test binary, see
+// TestMain) and returns what it printed.
+func runCaddyCommand(t *testing.T, args ...string) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe)
+	cmd.Env = append(os.Environ(), "FLASH_SERVE_TEST_CADDY_ARGS="+strings.Join(args, "\x1f"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("caddy %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// TestPrewarmAndResidencyCommands: `caddy flash-serve prewarm` makes
+// evicted files resident within its budget, counted to the page, and
+// prints plain progress lines to a pipe; `residency --json` reports what
+// mincore says.
+func TestPrewarmAndResidencyCommands(t *testing.T) {
+	root, files := coldTree(t, 4, 1<<20) // 4 MiB, evicted
+	for name := range files {
+		if r, _ := prewarm.FileResidency(filepath.Join(root, name)); r.Resident == r.Size {
+			t.Skipf("%s is still resident after DONTNEED: this filesystem keeps it", name)
+		}
+	}
+	out := runCaddyCommand(t, "flash-serve", "prewarm", root, "--budget", "2MiB")
+	if !strings.Contains(out, "files") || strings.Contains(out, "\r") {
+		t.Errorf("prewarm to a pipe should print plain lines:\n%s", out)
+	}
+	res, err := prewarm.Residencies([]string{root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resident int64
+	for _, r := range res {
+		resident += r.Resident
+	}
+	if resident < 2<<20-4096 || resident > 2<<20 {
+		t.Errorf("after prewarm --budget 2MiB, %d bytes resident; want 2 MiB to the page", resident)
+	}
+
+	var report struct {
+		Files         int     `json:"files"`
+		Bytes         int64   `json:"bytes"`
+		ResidentBytes int64   `json:"resident_bytes"`
+		Percent       float64 `json:"resident_percent"`
+	}
+	js := runCaddyCommand(t, "flash-serve", "residency", "--json", root)
+	if err := json.Unmarshal([]byte(js[strings.Index(js, "{"):]), &report); err != nil {
+		t.Fatalf("residency --json: %v\n%s", err, js)
+	}
+	if report.Files != 4 || report.Bytes != 4<<20 || report.ResidentBytes != resident {
+		t.Errorf("residency --json = %+v; want 4 files, 4 MiB, %d resident", report, resident)
+	}
+}
