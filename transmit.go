@@ -193,7 +193,7 @@ func (fsrv *FlashServe) sendChunk(w http.ResponseWriter, r *http.Request, res *r
 	case engSendfile:
 		file, fd := res.bodyFile()
 		var zeroCopy bool
-		n, zeroCopy, err = fsrv.sendFile(w.(io.ReaderFrom), w, r, file, fd, start, length)
+		n, zeroCopy, err = fsrv.sendFile(w.(io.ReaderFrom), w, r, file, fd, res.body.Head, start, length)
 		if !zeroCopy {
 			eng, t.eng = engCopy, engCopy
 		}
@@ -214,9 +214,9 @@ var sourcePool = sync.Pool{New: func() any { return new(transmit.FileSource) }}
 // sendFile hands the body down the writer chain as a *transmit.FileSource,
 // which the listener wrapper's connection sends with sendfile.
 // It reports whether the bytes really went with sendfile.
-func (fsrv *FlashServe) sendFile(rf io.ReaderFrom, w http.ResponseWriter, r *http.Request, file *os.File, fd int, start, length int64) (int64, bool, error) {
+func (fsrv *FlashServe) sendFile(rf io.ReaderFrom, w http.ResponseWriter, r *http.Request, file *os.File, fd int, head []byte, start, length int64) (int64, bool, error) {
 	src := sourcePool.Get().(*transmit.FileSource)
-	*src = transmit.FileSource{File: file, FD: fd, Off: start, N: length}
+	*src = transmit.FileSource{File: file, FD: fd, Off: start, N: length, Head: head}
 	defer func() {
 		*src = transmit.FileSource{}
 		sourcePool.Put(src)

@@ -112,7 +112,7 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 				var n int64
 				if canSendfile {
 					var zeroCopy bool
-					n, zeroCopy, err = fsrv.sendFile(w.(io.ReaderFrom), w, r, file, fd, off, resident)
+					n, zeroCopy, err = fsrv.sendFile(w.(io.ReaderFrom), w, r, file, fd, res.body.Head, off, resident)
 					if zeroCopy {
 						counters.bytes[engSendfile].Add(n)
 					} else {

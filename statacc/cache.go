@@ -389,7 +389,7 @@ func (c *Cache) resolve(root, path string) *Entry {
 	}
 	// The age counts from before the stat: what it saw may be that old.
 	checked := nanotime()
-	e := c.load(root, path)
+	e := c.load(root, path, watched)
 	e.root = root
 	if e.Err == nil && e.Mode.IsRegular() {
 		e.hotKey = c.hot.key(path)
@@ -426,8 +426,10 @@ func (c *Cache) resolve(root, path string) *Entry {
 	return e
 }
 
-// load does the system calls for one path.
-func (c *Cache) load(root, path string) *Entry {
+// load does the system calls for one path. withHead says whether to keep
+// the file's head: only where inotify watches, so that a file rewritten in
+// place cannot be served with an old head for longer than the event takes.
+func (c *Cache) load(root, path string, withHead bool) *Entry {
 	info, f, err := c.open(root, path)
 	if err != nil && IsFDExhaustion(err) {
 		// Make room by closing idle descriptors, then try once more: a full
@@ -467,6 +469,18 @@ func (c *Cache) load(root, path string) *Entry {
 			}
 		} else {
 			c.M.MemoryBytes.Add(-e.Size)
+		}
+	}
+	switch {
+	case e.Data != nil:
+		e.Head = e.Data[:min(len(e.Data), HeadSize)]
+	case e.Size > 0 && withHead:
+		// One read now saves one on every response of this entry. A read
+		// that would wait for the disk is not worth it on this path: the
+		// head is left out, and responses read it as the rest.
+		head := make([]byte, min(e.Size, HeadSize))
+		if n, err := readHead(f, head); n == len(head) && err == nil {
+			e.Head = head
 		}
 	}
 	e.cache = c

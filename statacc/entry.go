@@ -44,6 +44,11 @@ type Entry struct {
 	Err error
 	// Data is the whole content of a small file kept in memory, nil if not.
 	Data []byte
+	// Head is the file's first HeadSize bytes (fewer if it is shorter),
+	// read once when the file is opened: net/http reads that much of a
+	// body itself before it hands the rest to sendfile, and serving it from
+	// here saves a pread per response. It is as fresh as the entry.
+	Head []byte
 
 	file *os.File // the open file of a regular-file entry
 	fd   int      // file's descriptor, read once so Fd() is never called again
@@ -64,6 +69,10 @@ type Entry struct {
 	cache  *Cache
 	root   string // the root it was confined to, "" with SymlinksFollow
 }
+
+// HeadSize is how much of a file an entry keeps in Head: net/http's
+// sniff length, what it copies through its buffer before ReadFrom.
+const HeadSize = 512
 
 // residentFor is how long a file seen whole in the page cache is assumed
 // to stay there: long enough that a hot file is probed about once a

@@ -3,6 +3,7 @@
 package statacc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestInvalidationWithInotify(t *testing.T) {
@@ -129,4 +133,105 @@ func TestRealQueueOverflowFlushes(t *testing.T) {
 	write(t, p, "after the overflow")
 	within(t, 100*time.Millisecond, c, p, fmt.Sprintf("%d:%s", len("after the overflow"), "after the overflow"))
 	t.Logf("flushes: %d, invalidations: %d", c.M.Flushes.Load(), c.M.Invalidations.Load())
+}
+
+// TestHeadIsKeptWhereWatched: an entry keeps its file's first HeadSize
+// bytes only where inotify watches (so a rewrite in place ends it within
+// the event's delay), only when the page cache holds them (a worker never
+// waits for the disk for a head), and a rewrite in place gives the next
+// entry the new head.
+func TestHeadIsKeptWhereWatched(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	content := make([]byte, 5000)
+	for i := range content {
+		content[i] = byte(i * 7)
+	}
+	if err := os.WriteFile(p, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	head := func(c *Cache) []byte {
+		e, err := c.Get(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Release()
+		return e.Head
+	}
+
+	watched := New(Options{Workers: 1, Revalidate: time.Hour})
+	defer watched.Close()
+	if h := head(watched); !bytes.Equal(h, content[:HeadSize]) {
+		t.Fatalf("watched: head of %d bytes, want the first %d of the file", len(h), HeadSize)
+	}
+	unwatched := New(Options{Workers: 1, NoInotify: true})
+	defer unwatched.Close()
+	if h := head(unwatched); h != nil {
+		t.Fatalf("without inotify: a head of %d bytes; want none", len(h))
+	}
+
+	// Rewritten in place, same size: the next entry has the new head.
+	for i := range content {
+		content[i] = ^content[i]
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt(content, 0)
+	f.Close()
+	deadline := time.Now().Add(100 * time.Millisecond)
+	for !bytes.Equal(head(watched), content[:HeadSize]) {
+		if time.Now().After(deadline) {
+			t.Fatal("the rewritten head was not seen within 100 ms")
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	// Not in the page cache: no head, and no wait for the disk.
+	cold := filepath.Join(dir, "cold")
+	if err := os.WriteFile(cold, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	evict(t, cold)
+	e, err := watched.Get(context.Background(), cold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Release()
+	if e.Head != nil {
+		t.Errorf("a file not in the page cache got a head of %d bytes", len(e.Head))
+	}
+}
+
+// evict drops a file from the page cache and checks with mincore that its
+// first page is gone, trying again while something still holds it.
+func evict(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.Sync()
+	for try := 0; ; try++ {
+		unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+		m, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vec := make([]byte, 1)
+		_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), 4096, uintptr(unsafe.Pointer(&vec[0])))
+		unix.Munmap(m)
+		if errno != 0 {
+			t.Fatal(errno)
+		}
+		if vec[0]&1 == 0 {
+			return
+		}
+		if try == 20 {
+			t.Fatalf("%s stays in the page cache after DONTNEED", path)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

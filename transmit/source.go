@@ -23,6 +23,11 @@ type FileSource struct {
 	// ZeroCopy is set once the connection has sent bytes with sendfile.
 	ZeroCopy bool
 	// Sent counts the bytes sent so far, by either path.
+	// Head, if set, holds the file's first bytes: reads within it are
+	// served from memory. net/http reads the first 512 bytes of a body
+	// through its own buffer before it calls ReadFrom, so a cached head
+	// saves that pread on every response that starts at offset 0.
+	Head []byte
 	Sent int64
 }
 
@@ -34,6 +39,13 @@ func (s *FileSource) Read(p []byte) (int, error) {
 	}
 	if int64(len(p)) > s.N {
 		p = p[:s.N]
+	}
+	if s.Off < int64(len(s.Head)) {
+		n := copy(p, s.Head[s.Off:])
+		s.Off += int64(n)
+		s.N -= int64(n)
+		s.Sent += int64(n)
+		return n, nil
 	}
 	n, err := s.File.ReadAt(p, s.Off)
 	s.Off += int64(n)
