@@ -58,13 +58,21 @@ func sharedRingHolder(t *testing.T) *ringHolder {
 	return h
 }
 
-func TestColdBodiesGoThroughTheRing(t *testing.T) {
-	root, files := coldTree(t, 4, 3<<20+1000)
+// ringSite serves root with transmit auto and checks that the shared
+// ring exists.
+func ringSite(t *testing.T, root string) int {
+	t.Helper()
 	port := freePort(t)
 	loadSites(t, "", fmt.Sprintf("http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve\n}\n", port, root))
 	if sharedRingHolder(t).ring == nil {
 		t.Fatalf("io_uring should work on this kernel: %v", sharedRingHolder(t).err)
 	}
+	return port
+}
+
+func TestColdBodiesGoThroughTheRing(t *testing.T) {
+	root, files := coldTree(t, 4, 3<<20+1000)
+	port := ringSite(t, root)
 	c := &http.Client{Timeout: 30 * time.Second}
 	for name, want := range files {
 		ring0, sf0 := counters.bytes[engIOUring].Load(), counters.bytes[engSendfile].Load()
@@ -109,11 +117,7 @@ func counterReaches(c *atomic.Int64, want int64) int64 {
 // Ranges of a small file go the same way.
 func TestSmallBodiesReadWithoutWaiting(t *testing.T) {
 	root, files := coldTree(t, 3, 20<<10+33)
-	port := freePort(t)
-	loadSites(t, "", fmt.Sprintf("http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve\n}\n", port, root))
-	if sharedRingHolder(t).ring == nil {
-		t.Fatalf("io_uring should work on this kernel: %v", sharedRingHolder(t).err)
-	}
+	port := ringSite(t, root)
 	c := &http.Client{Timeout: 30 * time.Second}
 	for name, want := range files {
 		url := fmt.Sprintf("http://127.0.0.1:%d%s", port, name)
