@@ -177,9 +177,10 @@ func New(o Options) *Cache {
 // descriptor the cache holds on a file deleted or replaced where inotify
 // cannot see it (unwatched directory, inotify off, NFS) is closed within
 // about twice the staleness bound even if nobody asks for that path again,
-// so the file's disk space is freed. It walks the map only as often as an
-// entry can go stale: every second while some directory is unwatched,
-// else every Revalidate/2.
+// so the file's disk space is freed. It walks the map only about as often
+// as an entry can go stale: every second once a descriptor was cached
+// without inotify (whose entries are fresh for a second), else every
+// Revalidate/2.
 func (c *Cache) janitor() {
 	defer c.wg.Done()
 	for {
