@@ -2,6 +2,7 @@ package flashserve
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -132,13 +133,29 @@ func FuzzJoinRequestPath(f *testing.F) {
 	})
 }
 
-// FuzzCaddyfile checks that no input makes the directive's parser panic.
+// FuzzCaddyfile checks that no input makes the directive's parser panic,
+// and that what it accepts survives the trip to JSON and back unchanged,
+// as a config adapted from a Caddyfile must.
 func FuzzCaddyfile(f *testing.F) {
 	f.Add("flash_serve browse {\n root /srv\n max_ranges 4\n memory_cache 1MiB max_file 1KiB\n}")
 	f.Add("flash_serve {\n precompressed\n prewarm *\n keep_hot 1m\n}")
 	f.Fuzz(func(t *testing.T, input string) {
 		d := caddyfile.NewTestDispenser(input)
 		fsrv := new(FlashServe)
-		_ = fsrv.UnmarshalCaddyfile(d)
+		if fsrv.UnmarshalCaddyfile(d) != nil {
+			return
+		}
+		first, err := json.Marshal(fsrv)
+		if err != nil {
+			t.Fatalf("%q parsed but does not marshal: %v", input, err)
+		}
+		var back FlashServe
+		if err := json.Unmarshal(first, &back); err != nil {
+			t.Fatalf("%q: its JSON %s does not unmarshal: %v", input, first, err)
+		}
+		second, _ := json.Marshal(&back)
+		if !bytes.Equal(first, second) {
+			t.Fatalf("%q: JSON changes on the way back:\n%s\n%s", input, first, second)
+		}
 	})
 }
