@@ -121,37 +121,30 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 	if workers == 0 {
 		workers = 2
 	}
-	staticRoot := ""
-	if fsrv.Root != "" && !strings.Contains(fsrv.Root, "{") {
-		staticRoot = fsrv.Root
-	}
 	hotPath := shared.hot.path
 	run.wg.Add(1)
 	go func() {
 		defer run.wg.Done()
-		// The hot set first: it names absolute paths, and it is what the
-		// clients asked for most before the restart.
-		var targets []prewarm.Target
+		// The hot set first, at once: it names absolute paths, and it is
+		// what the clients asked for most before the restart.
 		hs, err := prewarm.LoadHotSet(hotPath)
 		if err != nil {
 			logger.Warn("ignoring the hot set", zap.Error(err))
 		}
-		targets = append(targets, hs.Targets()...)
-		root := staticRoot
-		if root == "" {
-			// A placeholder root is known only from a request.
-			select {
-			case root = <-run.roots:
-			case <-runCtx.Done():
-				return
-			}
+		hot := dedupeTargets(hs.Targets())
+		used := warm(runCtx, logger, hot, budget, workers, "prewarm of the hot set", fsrv.ringReader())
+		if budget -= used; budget <= 0 {
+			return
+		}
+		root, ok := fsrv.prewarmRoot(runCtx, logger, run.roots)
+		if !ok {
+			return
 		}
 		more, err := prewarm.Expand(root, fsrv.Prewarm)
 		if err != nil {
 			logger.Warn("expanding prewarm paths", zap.String("root", root), zap.Error(err))
 		}
-		targets = dedupeTargets(append(targets, more...))
-		warm(runCtx, logger, targets, budget, workers, "prewarm", fsrv.ringReader())
+		warm(runCtx, logger, withoutTargets(dedupeTargets(more), hot), budget, workers, "prewarm", fsrv.ringReader())
 		if fsrv.KeepHot <= 0 {
 			return
 		}
@@ -171,10 +164,58 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 	}()
 }
 
+// prewarmRoot returns the directory the prewarm paths are under: the
+// configured root; else the root the running config's routes set before
+// this handler (`root * /srv`); else, said once at INFO, the first
+// request's. ok is false when ctx ends first.
+func (fsrv *FlashServe) prewarmRoot(ctx context.Context, logger *zap.Logger, fromRequest <-chan string) (string, bool) {
+	if !strings.Contains(fsrv.Root, "{") {
+		return absRoot(fsrv.Root), true
+	}
+	why := "the root has a placeholder"
+	if fsrv.Root == defaultRoot {
+		root, ok, reason := fsrv.runningRoot(ctx, fromRequest)
+		if ok {
+			return root, true
+		}
+		if ctx.Err() != nil {
+			return "", false
+		}
+		why = reason
+	}
+	logger.Info("prewarm waits for the first request to learn the site root",
+		zap.String("root", fsrv.Root), zap.String("reason", why))
+	select {
+	case root := <-fromRequest:
+		return absRoot(root), true
+	case <-ctx.Done():
+		return "", false
+	}
+}
+
+// withoutTargets returns ts less the paths in seen.
+func withoutTargets(ts, seen []prewarm.Target) []prewarm.Target {
+	if len(seen) == 0 {
+		return ts
+	}
+	skip := make(map[string]bool, len(seen))
+	for _, t := range seen {
+		skip[t.Path] = true
+	}
+	out := ts[:0]
+	for _, t := range ts {
+		if !skip[t.Path] {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // warm runs one warm-up and logs its progress and summary.
-func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, budget int64, workers int, what string, readAt prewarm.ReaderAt) {
+// It returns the bytes it read.
+func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, budget int64, workers int, what string, readAt prewarm.ReaderAt) int64 {
 	if len(targets) == 0 {
-		return
+		return 0
 	}
 	w := &prewarm.Warmer{Budget: budget, Workers: workers, Every: prewarmLogEvery, ReadAt: readAt,
 		OnProgress: func(p prewarm.Progress) {
@@ -189,9 +230,11 @@ func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, bud
 			}
 			logger.Info(what+" progress", fields...)
 		}}
-	if _, err := w.Run(ctx, targets); err != nil && ctx.Err() == nil {
+	p, err := w.Run(ctx, targets)
+	if err != nil && ctx.Err() == nil {
 		logger.Warn(what+" stopped early", zap.Error(err))
 	}
+	return p.Bytes
 }
 
 func dedupeTargets(ts []prewarm.Target) []prewarm.Target {

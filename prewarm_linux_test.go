@@ -5,6 +5,7 @@ package flashserve
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,6 +90,171 @@ func TestHotSetSurvivesRestart(t *testing.T) {
 				t.Fatalf("%s is %.0f%% resident after the restart", p, r.Percent())
 			}
 			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// TestPrewarmAtLoadWithRootDirective loads Caddyfiles that set the root
+// the usual way, with the root directive (at the site's top, inside a
+// handle block, relative to the working directory), and makes no request:
+// the files under each root must come into the page cache by themselves,
+// and a directory under no root must stay out of it.
+func TestPrewarmAtLoadWithRootDirective(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	base := t.TempDir()
+	dirs := map[string]string{}
+	var all []string
+	for _, name := range []string{"site", "static", "unrelated"} {
+		dir := filepath.Join(base, name)
+		os.Mkdir(dir, 0o755)
+		dirs[name] = dir
+		for i := range 4 {
+			p := filepath.Join(dir, fmt.Sprintf("f%d.bin", i))
+			if err := os.WriteFile(p, []byte(strings.Repeat(name[:1], 256<<10)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, p)
+		}
+	}
+	resident := func(p string) float64 {
+		r, err := prewarm.FileResidency(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Percent()
+	}
+	evictAll(t, all)
+	wd, _ := os.Getwd()
+	relStatic, err := filepath.Rel(wd, dirs["static"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	loadSites(t, "", fmt.Sprintf(`http://127.0.0.1:%d {
+	bind 127.0.0.1
+	root * %s
+	flash_serve {
+		prewarm *
+	}
+}
+http://127.0.0.1:%d {
+	bind 127.0.0.1
+	handle /static/* {
+		root * %s
+		flash_serve {
+			prewarm *.bin
+		}
+	}
+}
+`, freePort(t), dirs["site"], freePort(t), relStatic))
+
+	start := time.Now()
+	for _, name := range []string{"site", "static"} {
+		for i := range 4 {
+			p := filepath.Join(dirs[name], fmt.Sprintf("f%d.bin", i))
+			for resident(p) < 100 {
+				if time.Since(start) > 20*time.Second {
+					t.Fatalf("%s is %.0f%% resident %v after the load, with no request", p, resident(p), time.Since(start))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
+	t.Logf("both roots resident %v after the load", time.Since(start))
+	for i := range 4 {
+		p := filepath.Join(dirs["unrelated"], fmt.Sprintf("f%d.bin", i))
+		if pct := resident(p); pct > 0 {
+			t.Errorf("%s, under no root, is %.0f%% resident", p, pct)
+		}
+	}
+}
+
+// TestPrewarmSaysWhatItWaitsFor: a root with a request placeholder is
+// known only from a request. Prewarm says so once at INFO, warms nothing
+// before, and warms the root the first request names.
+func TestPrewarmSaysWhatItWaitsFor(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	base := t.TempDir()
+	dir := filepath.Join(base, "127.0.0.1")
+	os.Mkdir(dir, 0o755)
+	var files []string
+	for i := range 3 {
+		p := filepath.Join(dir, fmt.Sprintf("f%d.bin", i))
+		os.WriteFile(p, []byte(strings.Repeat("p", 128<<10)), 0o644)
+		files = append(files, p)
+	}
+	evictAll(t, files)
+	logFile := filepath.Join(t.TempDir(), "caddy.log")
+	port := freePort(t)
+	loadSites(t, fmt.Sprintf("log {\n\t\toutput file %s\n\t\tlevel INFO\n\t}", logFile), fmt.Sprintf(`http://127.0.0.1:%d {
+	bind 127.0.0.1
+	root * %s/{http.request.host}
+	flash_serve {
+		prewarm *
+	}
+}
+`, port, base))
+	var line string
+	for deadline := time.Now().Add(10 * time.Second); line == ""; time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(logFile)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "prewarm waits for the first request") {
+				line = l
+			}
+		}
+		if line == "" && time.Now().After(deadline) {
+			t.Fatalf("no INFO line about what prewarm waits for; the log:\n%s", b)
+		}
+	}
+	if !strings.Contains(line, "placeholder") {
+		t.Errorf("the INFO line does not say why: %s", line)
+	}
+	for _, p := range files {
+		if r, _ := prewarm.FileResidency(p); r.Resident > 0 {
+			t.Fatalf("%s warmed before any request named the root", p)
+		}
+	}
+	if status, _, _ := get(t, http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/f0.bin", port)); status != 200 {
+		t.Fatalf("status %d", status)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		done := true
+		for _, p := range files[1:] { // f0 was read by the request itself
+			if r, _ := prewarm.FileResidency(p); r.Percent() < 100 {
+				done = false
+			}
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the root the first request named was not warmed")
+		}
+	}
+}
+
+// evictAll drops the files from the page cache, and fails the test if the
+// kernel keeps any page of them: a residency test would prove nothing.
+func evictAll(t *testing.T, paths []string) {
+	t.Helper()
+	for _, p := range paths {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if f, err := os.Open(p); err == nil {
+				f.Sync() // dirty pages stay whatever DONTNEED says
+				f.Close()
+			}
+			if err := prewarm.Evict(p); err != nil {
+				t.Fatal(err)
+			}
+			r, err := prewarm.FileResidency(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Resident == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s stays %.0f%% resident after DONTNEED", p, r.Percent())
+			}
 		}
 	}
 }
