@@ -77,7 +77,7 @@ func (r redirectTo) Error() string { return "redirect to " + string(r) }
 // redirect, then precompressed sidecars, then the file itself.
 func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Request, repl *caddy.Replacer) error {
 	hide := fsrv.hidePaths(repl)
-	root := fsrv.expand(r, repl, fsrv.Root, ".")
+	root := fsrv.siteRoot(r, repl)
 	if fsrv.prewarm != nil {
 		fsrv.prewarm.seeRoot(root)
 	}
@@ -87,7 +87,7 @@ func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Req
 	}
 
 	ctx := r.Context()
-	entry, err := fsrv.cache.GetUnder(ctx, root, filename)
+	entry, err := fsrv.cache.GetConfined(ctx, root, fsrv.symlinks, filename)
 	if err != nil {
 		return statError(err)
 	}
@@ -106,7 +106,14 @@ func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Req
 			if fileHidden(indexPath, hide) {
 				continue
 			}
-			ie, err := fsrv.cache.GetUnder(ctx, root, indexPath)
+			ie, err := fsrv.cache.GetConfined(ctx, root, fsrv.symlinks, indexPath)
+			if statacc.IsRefused(err) {
+				// An index the symlinks mode refuses is a 403, as nginx's
+				// disable_symlinks answers: skipping it would hand the
+				// directory to the next index, the listing or pass_thru,
+				// which is not what the site's author linked there.
+				return statError(err)
+			}
 			if err != nil {
 				continue
 			}
@@ -202,13 +209,14 @@ func (fsrv *FlashServe) selectSidecar(r *http.Request, res *resolved, hide []str
 		if fileHidden(sidecar, hide) {
 			continue
 		}
-		se, err := fsrv.cache.GetUnder(r.Context(), res.root, sidecar)
+		se, err := fsrv.cache.GetConfined(r.Context(), res.root, fsrv.symlinks, sidecar)
 		if err != nil {
 			if !absent(err) {
-				err = openError(err)
-				if he, ok := err.(caddyhttp.HandlerError); ok && he.StatusCode == http.StatusServiceUnavailable {
-					return err
+				if statacc.IsFDExhaustion(err) || errors.Is(err, statacc.ErrQueueFull) {
+					return serviceUnavailable(err)
 				}
+				// Unreadable or looping: skipped, as file_server skips a
+				// sidecar it cannot stat; the file itself is sent.
 				fsrv.logger.Warn("opening precompressed file failed", zap.String("filename", sidecar), zap.Error(err))
 			}
 			continue
@@ -255,6 +263,10 @@ func (fsrv *FlashServe) lookupFailed(w http.ResponseWriter, r *http.Request, nex
 		}
 		return caddyhttp.Error(http.StatusNotFound, nil)
 	case errors.Is(err, errBrowse):
+		if fsrv.listing != nil {
+			repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+			return fsrv.listing.serve(w, r, next, repl, fsrv.siteRoot(r, repl))
+		}
 		return fsrv.fallback.ServeHTTP(w, r, next)
 	case errors.As(err, &to):
 		return redirect(w, r, string(to))
@@ -322,10 +334,12 @@ func redirect(w http.ResponseWriter, r *http.Request, toPath string) error {
 }
 
 // absent reports whether a sidecar or an ETag file is as good as missing:
-// it does not exist, or the symlinks option refuses it.
+// it does not exist, or the symlinks option refuses it. A refused sidecar
+// or ETag file is ignored rather than answered 403, because it only
+// replaces bytes or a validator of a file that is served anyway: the file
+// itself is what the request names, and it passed the confinement.
 func absent(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) ||
-		errors.Is(err, statacc.ErrSymlink) || errors.Is(err, statacc.ErrEscape)
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || statacc.IsRefused(err)
 }
 
 // statError maps an error from stat(2) to the answer file_server gives.
@@ -371,7 +385,7 @@ func serviceUnavailable(err error) error {
 // that exists. Newlines are dropped; the value is sent as the file holds it.
 func (fsrv *FlashServe) etagFromFile(ctx context.Context, root, name string) (string, error) {
 	for _, suffix := range fsrv.EtagFileExtensions {
-		e, err := fsrv.cache.GetUnder(ctx, root, name+suffix)
+		e, err := fsrv.cache.GetConfined(ctx, root, fsrv.symlinks, name+suffix)
 		if absent(err) {
 			continue
 		}

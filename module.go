@@ -216,8 +216,12 @@ type FlashServe struct {
 	sendfileMaxChunk int
 	warnOnce         *sync.Once
 	cleanupOnce      *sync.Once
-	// fallback is the embedded file_server for browse and non-OS filesystems.
+	// fallback is the embedded file_server for browse and non-OS filesystems;
+	// listing replaces it for listings under symlinks deny and beneath.
 	fallback *fileserver.FileServer
+	listing  *confinedBrowse
+	symlinks statacc.Symlinks
+	roots    *siteRoots
 	logger   *zap.Logger
 }
 
@@ -288,6 +292,16 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 	if err := fsrv.fallback.Provision(ctx); err != nil {
 		return fmt.Errorf("provisioning the embedded file_server: %v", err)
 	}
+	// Validate refuses a bad mode; before it runs, follow is as good as any.
+	fsrv.symlinks, _ = statacc.ParseSymlinks(fsrv.Symlinks)
+	if err := fsrv.provisionConfinedBrowse(ctx); err != nil {
+		return err
+	}
+	roots, err := newSiteRoots(fsrv.Root)
+	if err != nil {
+		return fmt.Errorf("resolving the site root: %w", err)
+	}
+	fsrv.roots = roots
 
 	fsrv.hide = append([]string(nil), fsrv.Hide...)
 	// A relative data directory sits under the working directory, and it
@@ -444,8 +458,8 @@ func (fsrv *FlashServe) cacheOptions() statacc.Options {
 		MaxOpenFiles: fsrv.MaxOpenFiles,
 		NoInotify:    fsrv.DisableInotify,
 	}
-	// Validate refuses a bad mode; before it runs, follow is as good as any.
-	o.Symlinks, _ = statacc.ParseSymlinks(fsrv.Symlinks)
+	// The symlinks mode is not a cache setting: every lookup names its own
+	// (GetConfined), so sites with other modes share one cache.
 	if fsrv.NegativeCache != nil {
 		o.NegativeEntries = *fsrv.NegativeCache
 		if o.NegativeEntries == 0 {

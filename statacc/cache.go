@@ -47,7 +47,8 @@ type Options struct {
 	// NoInotify turns inotify off: every entry is revalidated after
 	// Revalidate.
 	NoInotify bool
-	// Symlinks confines lookups made with GetUnder. Default: follow.
+	// Symlinks confines lookups made with GetUnder; GetConfined takes the
+	// mode per lookup instead. Default: follow.
 	Symlinks Symlinks
 }
 
@@ -91,7 +92,7 @@ type Cache struct {
 	// worker: at most Workers at once, and so at most Workers threads.
 	slots    chan struct{}
 	mu       sync.Mutex // guards inflight; taken on the miss path only
-	inflight map[string]*call
+	inflight map[lookupKey]*call
 	watch    *watcher
 	// ring holds the cached entries that hold a descriptor, in the order
 	// the eviction clock visits them; hand is the clock's position.
@@ -108,13 +109,21 @@ type Cache struct {
 	hot          *hotCounter
 }
 
-// call is one resolution in flight; concurrent misses for a path share it.
-// It holds a reference to its entry until every waiter has taken its own,
+// lookupKey is everything that changes a lookup's answer: the path, and
+// the root and mode it is confined with. Concurrent misses merge only when
+// all three match, so that sites with other roots or modes sharing the
+// cache never get each other's confinement answer.
+type lookupKey struct {
+	path, root string
+	mode       Symlinks
+}
+
+// call is one resolution in flight; concurrent misses for a lookupKey
+// share it. It holds a reference to its entry until every waiter has taken its own,
 // so that an eviction between the resolution and the waiters cannot close
 // the descriptor under them.
 type call struct {
-	path  string
-	root  string // the confinement root, "" with SymlinksFollow
+	key   lookupKey // root is "" and mode follow for unconfined lookups
 	done  chan struct{}
 	entry *Entry
 	// pending counts the waiters plus the worker; the last to leave drops
@@ -155,7 +164,7 @@ func New(o Options) *Cache {
 		opts:     o,
 		jobs:     make(chan *call, o.QueueLength),
 		slots:    make(chan struct{}, o.Workers),
-		inflight: make(map[string]*call),
+		inflight: make(map[lookupKey]*call),
 		stop:     make(chan struct{}),
 		hot:      newHotCounter(),
 	}
@@ -241,22 +250,31 @@ func (c *Cache) Close() error {
 // Get returns the entry for path with a reference that the caller must
 // give back with Release. A path that does not exist gives its error
 // (fs.ErrNotExist and the like) and no entry. On a fresh hit Get makes no
-// system call and takes no lock.
+// system call and takes no lock. The lookup is not confined (symlinks
+// follow).
 func (c *Cache) Get(ctx context.Context, path string) (*Entry, error) {
-	return c.GetUnder(ctx, "", path)
+	return c.GetConfined(ctx, "", SymlinksFollow, path)
 }
 
 // GetUnder is Get for a path below root, resolved as the Symlinks option
-// says; with SymlinksFollow, root is ignored. An entry is shared by the
-// lookups under one root: a lookup of the same path under another root
-// resolves it again.
+// says; with SymlinksFollow, root is ignored.
 func (c *Cache) GetUnder(ctx context.Context, root, path string) (*Entry, error) {
-	if c.opts.Symlinks == SymlinksFollow {
+	return c.GetConfined(ctx, root, c.opts.Symlinks, path)
+}
+
+// GetConfined is Get for a path below root, resolved as mode says; with
+// SymlinksFollow, root is ignored. root and path must be absolute and
+// clean (the cache compares them as strings). An entry answers only the
+// lookups with its root and mode: a lookup of the same path under another
+// root or mode resolves it again, so that one site's confinement answer is
+// never handed to another.
+func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, path string) (*Entry, error) {
+	if mode == SymlinksFollow {
 		root = ""
 	}
 	if v, ok := c.entries.Load(path); ok {
 		e := v.(*Entry)
-		if e.root == root && c.fresh(e) {
+		if e.root == root && e.mode == mode && c.fresh(e) {
 			if e.Err != nil {
 				c.M.NegativeHits.Add(1)
 				return nil, e.Err
@@ -270,7 +288,7 @@ func (c *Cache) GetUnder(ctx context.Context, root, path string) (*Entry, error)
 		}
 	}
 	for range 3 {
-		e, err := c.miss(ctx, root, path)
+		e, err := c.miss(ctx, lookupKey{path: path, root: root, mode: mode})
 		if err != errRetry {
 			return e, err
 		}
@@ -286,16 +304,16 @@ func (c *Cache) fresh(e *Entry) bool {
 	return nanotime()-e.checked < int64(ttl)
 }
 
-func (c *Cache) miss(ctx context.Context, root, path string) (*Entry, error) {
+func (c *Cache) miss(ctx context.Context, key lookupKey) (*Entry, error) {
 	if c.closed.Load() {
 		return nil, errors.New("statacc: cache closed")
 	}
 	c.mu.Lock()
-	cl, ok := c.inflight[path]
+	cl, ok := c.inflight[key]
 	if ok {
 		c.M.Merged.Add(1)
 	} else {
-		cl = &call{path: path, root: root, done: make(chan struct{})}
+		cl = &call{key: key, done: make(chan struct{})}
 		cl.pending.Store(1) // the resolver's: this goroutine's or a worker's
 		c.M.Misses.Add(1)
 		select {
@@ -303,7 +321,7 @@ func (c *Cache) miss(ctx context.Context, root, path string) (*Entry, error) {
 			// A slot is free: resolve on this goroutine, which saves two
 			// goroutine switches per miss; the slot still bounds the
 			// threads that lookups can hold.
-			c.inflight[path] = cl
+			c.inflight[key] = cl
 			c.mu.Unlock()
 			c.finish(cl, true)
 			defer cl.leave()
@@ -312,7 +330,7 @@ func (c *Cache) miss(ctx context.Context, root, path string) (*Entry, error) {
 		}
 		select {
 		case c.jobs <- cl:
-			c.inflight[path] = cl
+			c.inflight[key] = cl
 		default:
 			c.mu.Unlock()
 			c.M.QueueFull.Add(1)
@@ -353,10 +371,10 @@ func (c *Cache) finish(cl *call, inline bool) {
 	if !inline {
 		c.slots <- struct{}{}
 	}
-	cl.entry = c.resolve(cl.root, cl.path)
+	cl.entry = c.resolve(cl.key)
 	<-c.slots
 	c.mu.Lock()
-	delete(c.inflight, cl.path)
+	delete(c.inflight, cl.key)
 	c.mu.Unlock()
 	close(cl.done)
 	if !inline {
@@ -381,7 +399,8 @@ func (c *Cache) worker() {
 
 // resolve stats and opens path and caches the result. It always returns
 // an entry: a negative one holds the error.
-func (c *Cache) resolve(root, path string) *Entry {
+func (c *Cache) resolve(key lookupKey) *Entry {
+	path := key.path
 	dir := filepath.Dir(path)
 	var gen uint64
 	watched := false
@@ -390,8 +409,8 @@ func (c *Cache) resolve(root, path string) *Entry {
 	}
 	// The age counts from before the stat: what it saw may be that old.
 	checked := nanotime()
-	e := c.load(root, path, watched)
-	e.root = root
+	e := c.load(key, watched)
+	e.root, e.mode = key.root, key.mode
 	if e.Err == nil && e.Mode.IsRegular() {
 		e.hotKey = c.hot.key(path)
 	}
@@ -430,8 +449,9 @@ func (c *Cache) resolve(root, path string) *Entry {
 // load does the system calls for one path. withHead says whether to keep
 // the file's head: only where inotify watches, so that a file rewritten in
 // place cannot be served with an old head for longer than the event takes.
-func (c *Cache) load(root, path string, withHead bool) *Entry {
-	info, f, err := c.open(root, path)
+func (c *Cache) load(key lookupKey, withHead bool) *Entry {
+	path := key.path
+	info, f, err := c.open(key)
 	if err != nil && IsFDExhaustion(err) {
 		// Make room by closing idle descriptors, then try once more: a full
 		// fd table must not turn into errors that the cache could avoid.
@@ -440,7 +460,7 @@ func (c *Cache) load(root, path string, withHead bool) *Entry {
 		// connections).
 		c.M.Shed.Add(1)
 		c.evict(int(min(int64(c.opts.MaxOpenFiles), c.M.OpenFiles.Load()))/2, false)
-		info, f, err = c.open(root, path)
+		info, f, err = c.open(key)
 	}
 	if err != nil {
 		return &Entry{Path: path, Err: err}
@@ -488,11 +508,12 @@ func (c *Cache) load(root, path string, withHead bool) *Entry {
 	return e
 }
 
-// open stats path and opens it if it is a regular file, confined below
-// root as the Symlinks option says.
-func (c *Cache) open(root, path string) (fs.FileInfo, *os.File, error) {
-	if root != "" {
-		return openConfined(root, path, c.opts.Symlinks)
+// open stats the key's path and opens it if it is a regular file, confined
+// below its root as its mode says.
+func (c *Cache) open(key lookupKey) (fs.FileInfo, *os.File, error) {
+	path := key.path
+	if key.mode != SymlinksFollow {
+		return openConfined(key.root, path, key.mode, openRegular)
 	}
 	info, err := os.Stat(path)
 	if err != nil || !info.Mode().IsRegular() {

@@ -122,19 +122,63 @@ func walkConfined(root, path string, mode Symlinks) error {
 	return nil
 }
 
+// openKinds says which kinds of file a confined lookup opens; of the
+// others it returns only the info.
+type openKinds uint8
+
+const (
+	openNone openKinds = iota
+	openRegular
+	openRegularOrDir
+)
+
+func (k openKinds) has(info fs.FileInfo) bool {
+	return k >= openRegular && info.Mode().IsRegular() || k == openRegularOrDir && info.IsDir()
+}
+
 // openWalked is the portable confined open: the lstat walk, then a stat
-// and, for a regular file, an open.
-func openWalked(root, path string, mode Symlinks) (fs.FileInfo, *os.File, error) {
+// and, for the kinds want names, an open.
+func openWalked(root, path string, mode Symlinks, want openKinds) (fs.FileInfo, *os.File, error) {
 	if err := walkConfined(root, path, mode); err != nil {
 		return nil, nil, err
 	}
 	info, err := os.Stat(path)
-	if err != nil || !info.Mode().IsRegular() {
+	if err != nil || !want.has(info) {
 		return info, nil, err
 	}
 	f, err := openFile(path)
 	return info, f, err
 }
+
+// StatConfined returns the info of path below root, resolved as mode says,
+// for readers outside the cache (the directory listings): the same
+// confinement as a cache lookup, and the same refusals.
+func StatConfined(root, path string, mode Symlinks) (fs.FileInfo, error) {
+	if mode == SymlinksFollow {
+		return os.Stat(path)
+	}
+	info, _, err := openConfined(root, path, mode, openNone)
+	return info, err
+}
+
+// OpenConfined opens a regular file or a directory below root, resolved
+// as mode says. Other kinds of file (FIFOs, devices, sockets) are not
+// opened: it answers fs.ErrNotExist for them, as a server answers 404.
+func OpenConfined(root, path string, mode Symlinks) (*os.File, error) {
+	if mode == SymlinksFollow {
+		f, err := openFile(path)
+		return f, err
+	}
+	_, f, err := openConfined(root, path, mode, openRegularOrDir)
+	if err == nil && f == nil {
+		err = &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
+	}
+	return f, err
+}
+
+// IsRefused reports whether err is a refusal of the symlinks mode
+// (ErrSymlink or ErrEscape), as opposed to a missing or unreadable file.
+func IsRefused(err error) bool { return isConfinementError(err) }
 
 // isConfinementError reports whether err is a refusal, which describes the
 // path and may be cached like a missing file.

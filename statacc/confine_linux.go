@@ -13,11 +13,11 @@ import (
 // openConfined resolves path below root with openat2, so that the kernel
 // refuses any link that leaves root (beneath) or any link at all (deny),
 // at the moment of the open: a link swapped in after a check cannot win.
-// It returns the file's info and, for a regular file, the open file.
-func openConfined(root, path string, mode Symlinks) (fs.FileInfo, *os.File, error) {
+// It returns the file's info and, for the kinds want names, the open file.
+func openConfined(root, path string, mode Symlinks, want openKinds) (fs.FileInfo, *os.File, error) {
 	rel, ok := relativeTo(root, path)
 	if !ok {
-		return nil, nil, ErrEscape
+		return nil, nil, &fs.PathError{Op: "openat2", Path: path, Err: ErrEscape}
 	}
 	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -34,29 +34,32 @@ func openConfined(root, path string, mode Symlinks) (fs.FileInfo, *os.File, erro
 	fd, err := unix.Openat2(rootFD, rel, &how)
 	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) && !openat2Works() {
 		// Linux before 5.6, or a seccomp filter without openat2.
-		return openWalked(root, path, mode)
+		return openWalked(root, path, mode, want)
 	}
 	if err != nil {
 		return nil, nil, confinedError(path, err, mode)
 	}
-	var st unix.Stat_t
-	err = unix.Fstat(fd, &st)
-	unix.Close(fd)
+	// The info of what was resolved, from its descriptor: a second lookup
+	// by name would follow links the confinement refuses.
+	pathFile := os.NewFile(uintptr(fd), path)
+	info, err := pathFile.Stat()
+	pathFile.Close()
 	if err != nil {
-		return nil, nil, &fs.PathError{Op: "fstat", Path: path, Err: err}
+		return nil, nil, err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		info, err := os.Stat(path) // not a body: the info is all we need
-		return info, nil, err
+	if !want.has(info) {
+		return info, nil, nil // not a body: the info is all we need
 	}
 	how.Flags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC
+	if info.IsDir() {
+		how.Flags |= unix.O_DIRECTORY
+	}
 	fd, err = unix.Openat2(rootFD, rel, &how)
 	if err != nil {
 		return nil, nil, confinedError(path, err, mode)
 	}
 	f := os.NewFile(uintptr(fd), path)
-	info, err := f.Stat()
-	if err != nil {
+	if info, err = f.Stat(); err != nil {
 		f.Close()
 		return nil, nil, err
 	}

@@ -8,6 +8,6 @@ import (
 )
 
 // openConfined is the lstat walk outside Linux: see SymlinksBeneath.
-func openConfined(root, path string, mode Symlinks) (fs.FileInfo, *os.File, error) {
-	return openWalked(root, path, mode)
+func openConfined(root, path string, mode Symlinks, want openKinds) (fs.FileInfo, *os.File, error) {
+	return openWalked(root, path, mode, want)
 }

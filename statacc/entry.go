@@ -67,7 +67,8 @@ type Entry struct {
 	hits   atomic.Int64
 	hotKey uint64 // the path's hash in that sketch
 	cache  *Cache
-	root   string // the root it was confined to, "" with SymlinksFollow
+	root   string   // the root it was confined to, "" with SymlinksFollow
+	mode   Symlinks // the confinement it was resolved with
 }
 
 // HeadSize is how much of a file an entry keeps in Head: net/http's
