@@ -365,3 +365,48 @@ func TestSitesSharingACacheKeepTheirConfinement(t *testing.T) {
 	}
 	t.Logf("%d responses checked", checked)
 }
+
+// TestSiteRootsCanonical checks the forms a root takes against the
+// canonical path, and that a request pays no allocation for a root that is
+// static, already canonical, or the same relative root as the last one.
+func TestSiteRootsCanonical(t *testing.T) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	static, err := newSiteRoots("docs/../site")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(cwd, "site"); static.static != want {
+		t.Errorf("static root docs/../site: %q, want %q", static.static, want)
+	}
+	sr, err := newSiteRoots("{http.vars.root}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sr.static != "" {
+		t.Errorf("a placeholder root resolved at provisioning: %q", sr.static)
+	}
+	abs := filepath.Join(cwd, "srv")
+	for in, want := range map[string]string{
+		"":                 cwd,
+		".":                cwd,
+		"docs":             filepath.Join(cwd, "docs"),
+		"./docs/":          filepath.Join(cwd, "docs"),
+		"a/../docs":        filepath.Join(cwd, "docs"),
+		abs:                abs,
+		abs + "/x/../":     abs,
+		abs + "//y/./../.": abs,
+	} {
+		if got := sr.canonical(in); got != want {
+			t.Errorf("root %q: %q, want %q", in, got, want)
+		}
+	}
+	for _, root := range []string{abs, "docs", ""} {
+		sr.canonical(root)
+		if n := testing.AllocsPerRun(100, func() { sr.canonical(root) }); n != 0 {
+			t.Errorf("root %q: %v allocations per request, want 0", root, n)
+		}
+	}
+}

@@ -182,6 +182,9 @@ type FlashServe struct {
 	// beneath at the open (openat2 with RESOLVE_BENEATH), so no link
 	// swapped in during a request can leave the root; elsewhere an lstat
 	// walk checks the path before the open, which such a race can defeat.
+	// The rule holds for index files (a refused one is 403), sidecars and
+	// ETag files (a refused one is ignored) and listings (a refused link is
+	// left out), as the README's Security section says.
 	// Default: follow.
 	Symlinks string `json:"symlinks,omitempty"`
 

@@ -165,11 +165,16 @@ func StatConfined(root, path string, mode Symlinks) (fs.FileInfo, error) {
 // as mode says. Other kinds of file (FIFOs, devices, sockets) are not
 // opened: it answers fs.ErrNotExist for them, as a server answers 404.
 func OpenConfined(root, path string, mode Symlinks) (*os.File, error) {
+	var f *os.File
+	var err error
 	if mode == SymlinksFollow {
-		f, err := openFile(path)
-		return f, err
+		var info fs.FileInfo
+		if info, err = os.Stat(path); err == nil && openRegularOrDir.has(info) {
+			f, err = openFile(path)
+		}
+	} else {
+		_, f, err = openConfined(root, path, mode, openRegularOrDir)
 	}
-	_, f, err := openConfined(root, path, mode, openRegularOrDir)
 	if err == nil && f == nil {
 		err = &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
 	}
