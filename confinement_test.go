@@ -140,6 +140,11 @@ func TestConfinementEveryPath(t *testing.T) {
 	if _, h, _ := fetch("follow-browse", "/sc-rel/page.txt"); h.Get("Content-Encoding") != "gzip" {
 		t.Fatalf("follow /sc-rel/page.txt: no gzip sidecar; the fixture's sidecar link does not lead outside")
 	}
+	// A looping sidecar is skipped in every mode, as file_server skips a
+	// sidecar it cannot stat: the file itself is sent.
+	if status, h, body := fetch("follow-browse", "/sc-loop/page.txt"); status != 200 || h.Get("Content-Encoding") != "" || string(body) != "inside page\n" {
+		t.Errorf("follow /sc-loop/page.txt: %d, Content-Encoding %q, body %q; want the file itself", status, h.Get("Content-Encoding"), body)
+	}
 
 	type want struct {
 		status int
