@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -169,8 +168,8 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 // this handler (`root * /srv`); else, said once at INFO, the first
 // request's. ok is false when ctx ends first.
 func (fsrv *FlashServe) prewarmRoot(ctx context.Context, logger *zap.Logger, fromRequest <-chan string) (string, bool) {
-	if !strings.Contains(fsrv.Root, "{") {
-		return absRoot(fsrv.Root), true
+	if fsrv.roots.static != "" {
+		return fsrv.roots.static, true
 	}
 	why := "the root has a placeholder"
 	if fsrv.Root == defaultRoot {
@@ -187,7 +186,7 @@ func (fsrv *FlashServe) prewarmRoot(ctx context.Context, logger *zap.Logger, fro
 		zap.String("root", fsrv.Root), zap.String("reason", why))
 	select {
 	case root := <-fromRequest:
-		return absRoot(root), true
+		return root, true // siteRoot made it canonical
 	case <-ctx.Done():
 		return "", false
 	}

@@ -2,7 +2,6 @@ package flashserve
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -141,7 +140,7 @@ func (fsrv *FlashServe) runningRoot(ctx context.Context, fromRequest <-chan stri
 					if !st.certain {
 						return "", false, st.why
 					}
-					return absRoot(st.root), true, ""
+					return fsrv.roots.canonical(st.root), true, ""
 				}
 			}
 		}
@@ -149,20 +148,8 @@ func (fsrv *FlashServe) runningRoot(ctx context.Context, fromRequest <-chan stri
 		case <-ctx.Done():
 			return "", false, ""
 		case r := <-fromRequest:
-			return absRoot(r), true, ""
+			return r, true, "" // already canonical
 		case <-tick.C:
 		}
 	}
-}
-
-// absRoot is the directory a request's root names: "" (no root set) is
-// the working directory, as lookup's "." is.
-func absRoot(root string) string {
-	if root == "" {
-		root = "."
-	}
-	if abs, err := filepath.Abs(root); err == nil {
-		return abs
-	}
-	return root
 }

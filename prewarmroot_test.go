@@ -1,7 +1,6 @@
 package flashserve
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -64,14 +63,5 @@ func TestRouteRoot(t *testing.T) {
 				t.Fatal("an uncertain root must say why")
 			}
 		})
-	}
-}
-
-func TestAbsRoot(t *testing.T) {
-	wd, _ := filepath.Abs(".")
-	for in, want := range map[string]string{"": wd, ".": wd, "sub/../x": filepath.Join(wd, "x"), "/srv/": "/srv"} {
-		if got := absRoot(in); got != want {
-			t.Errorf("absRoot(%q) = %q, want %q", in, got, want)
-		}
 	}
 }
