@@ -27,6 +27,10 @@ type Stats struct {
 	// wrapper's connections did.
 	SendfileCalls     int64 `json:"sendfile_calls"`
 	SendfileFallbacks int64 `json:"sendfile_fallbacks"`
+	// SendfileRefused counts sendfile calls the kernel refused (EINVAL,
+	// ENOSYS, EOPNOTSUPP: a file sendfile cannot read); those bodies were
+	// copied from where sendfile stopped.
+	SendfileRefused int64 `json:"sendfile_refused"`
 	// Statacc sums the counters of every cache, live or retired.
 	Statacc CacheStats `json:"statacc"`
 	// Caches is the number of live caches (one per distinct setting).
@@ -103,6 +107,7 @@ func snapshot() Stats {
 		TransfersInFlight: counters.inFlight.Load(),
 		SendfileCalls:     transmit.Stats.SendfileCalls.Load(),
 		SendfileFallbacks: transmit.Stats.Fallbacks.Load(),
+		SendfileRefused:   transmit.Stats.Refused.Load(),
 		Prewarm: PrewarmStats{
 			Bytes:               prewarm.Stats.PrewarmedBytes.Load(),
 			Files:               prewarm.Stats.PrewarmedFiles.Load(),
@@ -150,6 +155,7 @@ var (
 	descRejected  = prometheus.NewDesc(metricsNamespace+"rejected_total", "503 answers, by cause: max_transfers, stat_queue, fd_exhaustion.", []string{"cause"}, nil)
 	descSendfile  = prometheus.NewDesc(metricsNamespace+"sendfile_calls_total", "sendfile(2) calls made by the listener wrapper.", nil, nil)
 	descFallbacks = prometheus.NewDesc(metricsNamespace+"sendfile_fallbacks_total", "Bodies the listener wrapper had to copy instead.", nil, nil)
+	descRefused   = prometheus.NewDesc(metricsNamespace+"sendfile_refused_total", "sendfile(2) calls the kernel refused (EINVAL, ENOSYS, EOPNOTSUPP); the rest of each body was copied.", nil, nil)
 
 	descHits          = prometheus.NewDesc(metricsNamespace+"statacc_hits_total", "Lookups answered from the cache without a system call.", nil, nil)
 	descNegativeHits  = prometheus.NewDesc(metricsNamespace+"statacc_negative_hits_total", "Lookups answered \"no such file\" from the cache.", nil, nil)
@@ -170,7 +176,7 @@ var (
 	descHotResident  = prometheus.NewDesc(metricsNamespace+"hot_set_resident_bytes", "Bytes of the last saved hot set in the page cache when it was saved.", nil, nil)
 )
 
-var allDescs = []*prometheus.Desc{descRequests, descBytes, descInFlight, descRejected, descSendfile, descFallbacks,
+var allDescs = []*prometheus.Desc{descRequests, descBytes, descInFlight, descRejected, descSendfile, descFallbacks, descRefused,
 	descHits, descNegativeHits, descMisses, descMerged, descQueueDepth, descWait, descInvalidations, descFlushes,
 	descEvictions, descOpenFiles, descEntries, descMemoryBytes, descPrewarmBytes, descPrewarmFiles, descHotSet, descHotResident}
 
@@ -200,6 +206,7 @@ func (metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(descSendfile, float64(s.SendfileCalls))
 	counter(descFallbacks, float64(s.SendfileFallbacks))
+	counter(descRefused, float64(s.SendfileRefused))
 	st := s.Statacc
 	counter(descHits, float64(st.Hits))
 	counter(descNegativeHits, float64(st.NegativeHits))

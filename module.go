@@ -144,8 +144,10 @@ type FlashServe struct {
 	// Default: auto.
 	Transmit string `json:"transmit,omitempty"`
 
-	// The most bytes one sendfile turn sends before the connection's
-	// write-idle deadline is renewed, as nginx's sendfile_max_chunk.
+	// The most bytes one sendfile turn sends before the connection lets
+	// others have their turn, as nginx's sendfile_max_chunk. The
+	// write-idle deadline is renewed within a turn, after every sendfile
+	// call that made progress.
 	// Default: 2 MiB.
 	SendfileMaxChunk int `json:"sendfile_max_chunk,omitempty"`
 

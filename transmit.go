@@ -221,15 +221,32 @@ func (fsrv *FlashServe) sendFile(rf io.ReaderFrom, w http.ResponseWriter, r *htt
 		*src = transmit.FileSource{}
 		sourcePool.Put(src)
 	}()
-	if restore := widenWriteChunk(w, fsrv.sendfileMaxChunk); restore != nil {
+	if restore := widenWriteChunk(w, fsrv.sendfileMaxChunk, src); restore != nil {
 		defer restore()
 	}
-	n, err := rf.ReadFrom(src)
+	// One ReadFrom sends the whole body through the listener wrapper. A
+	// chain that copies instead ends each ReadFrom after one ReadTurn, so
+	// that Caddy renews its deadline between them: loop until done.
+	var n int64
+	var err error
+	for {
+		src.StartTurn()
+		var k int64
+		k, err = rf.ReadFrom(src)
+		n += k
+		if err != nil || src.N <= 0 || k <= 0 {
+			break
+		}
+	}
 	if err == nil && n != length {
 		err = &transmit.ReadError{Offset: start + n, Err: transmit.ErrTruncated}
 	}
+	if src.Refused {
+		fsrv.logger.Debug("sendfile refused by the kernel; the rest of the body was copied",
+			zap.String("filename", file.Name()))
+	}
 	zeroCopy := src.ZeroCopy
-	if !zeroCopy && length > sniffLen {
+	if !zeroCopy && !src.Refused && length > sniffLen {
 		fsrv.noZeroCopy(r)
 	}
 	return n, zeroCopy, err
@@ -239,17 +256,34 @@ func (fsrv *FlashServe) sendFile(rf io.ReaderFrom, w http.ResponseWriter, r *htt
 // a ReadFrom to the connection.
 const sniffLen = 512
 
-// widenWriteChunk raises Caddy's write chunk (64 KiB by default, see
-// write_idle) to the sendfile chunk for this response, so that one
-// sendfile call can send up to that much, as nginx's sendfile_max_chunk
-// does. The write-idle deadline still covers every chunk.
-func widenWriteChunk(w http.ResponseWriter, chunk int) (restore func()) {
+// widenWriteChunk raises Caddy's write chunk (max_write_chunk, 64 KiB by
+// default) to the sendfile chunk for this response, so that one turn of
+// the listener wrapper's connection can send up to that much, as nginx's
+// sendfile_max_chunk does, and hands the connection Caddy's write-idle
+// policy, which it applies within the turn (transmit.IdlePolicy). The
+// rate window is left alone: Override would restart it on every call.
+// Caddy's own chunk stays the bound of a turn that is copied through its
+// writer (src.ReadTurn), so that its deadline is renewed as often as for
+// file_server.
+func widenWriteChunk(w http.ResponseWriter, chunk int, src *transmit.FileSource) (restore func()) {
 	for {
 		if itw, ok := w.(*caddyhttp.IdleTimeoutWriter); ok {
-			if itw.MaxChunk >= chunk {
+			src.Idle = transmit.IdlePolicy{
+				Timeout: itw.Deadline.Timeout,
+				MinRate: itw.Deadline.MinRate,
+				Ceiling: itw.Deadline.HardDeadline,
+			}
+			prev := itw.MaxChunk
+			own := prev
+			if own <= 0 {
+				own = caddyhttp.DefaultMaxWriteChunk
+			}
+			src.ReadTurn = int64(own)
+			if own >= chunk {
 				return nil
 			}
-			return itw.Override(itw.Deadline.Timeout, itw.Deadline.MinRate, chunk)
+			itw.MaxChunk = chunk
+			return func() { itw.MaxChunk = prev }
 		}
 		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
 		if !ok {

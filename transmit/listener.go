@@ -1,9 +1,11 @@
 package transmit
 
 import (
+	"errors"
 	"io"
 	"net"
 	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -70,11 +72,46 @@ func (l *listener) Accept() (net.Conn, error) {
 // Conn is a TCP connection that sends a *FileSource with sendfile.
 type Conn struct {
 	*net.TCPConn
+	// wdl is the write deadline last set through the connection, in
+	// Unix nanoseconds (0: none): the deadline a turn starts with, which
+	// the renewer extends (see renewer).
+	wdl atomic.Int64
 }
 
 // Stats count what the wrapped connections sent, process-wide.
 var Stats struct {
 	SendfileBytes, SendfileCalls, Fallbacks atomic.Int64
+	// Refused counts sendfile calls the kernel refused (EINVAL, ENOSYS,
+	// EOPNOTSUPP); the rest of each of those bodies was copied.
+	Refused atomic.Int64
+}
+
+// SetWriteDeadline implements net.Conn, noting the deadline for ReadFrom.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	c.noteWriteDeadline(t)
+	return c.TCPConn.SetWriteDeadline(t)
+}
+
+// SetDeadline implements net.Conn, noting the deadline for ReadFrom.
+func (c *Conn) SetDeadline(t time.Time) error {
+	c.noteWriteDeadline(t)
+	return c.TCPConn.SetDeadline(t)
+}
+
+func (c *Conn) noteWriteDeadline(t time.Time) {
+	var ns int64
+	if !t.IsZero() {
+		ns = t.UnixNano()
+	}
+	c.wdl.Store(ns)
+}
+
+// writeDeadline is the write deadline last set through the connection.
+func (c *Conn) writeDeadline() time.Time {
+	if ns := c.wdl.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // ReadFrom implements io.ReaderFrom. net/http calls it with what the
@@ -83,14 +120,79 @@ var Stats struct {
 // against Content-Length, so keep-alive survives.
 func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	src, limit := findSource(r)
-	if src == nil || limit <= 0 || src.FD < 0 {
+	if src != nil && limit == 0 {
+		// A turn after the last byte (the body was a multiple of the
+		// writer's chunk): nothing to send, and nothing to fall back from.
+		return 0, nil
+	}
+	if src == nil || limit < 0 || src.FD < 0 {
 		Stats.Fallbacks.Add(1)
 		return c.TCPConn.ReadFrom(r)
 	}
-	n, err := c.sendfile(src, limit)
+	ren := newRenewer(src.Idle, c.writeDeadline())
+	var n int64
+	var err error
+	if !src.Refused {
+		n, err = c.sendfile(src, limit, &ren)
+		if errors.Is(err, errRefused) {
+			// As Go's own sendfile does: what the kernel will not send
+			// from this file is copied, from where sendfile stopped.
+			Stats.Refused.Add(1)
+			src.Refused = true
+			err = nil
+		}
+	}
+	if err == nil && src.Refused && n < limit {
+		var m int64
+		m, err = c.copyTurn(src, limit-n, &ren, n)
+		n += m
+	}
 	consumed(r, n)
 	src.Sent += n
 	return n, err
+}
+
+// errRefused reports that the kernel cannot sendfile from this file or to
+// this socket; nothing of the refused call was sent.
+var errRefused = errors.New("sendfile refused")
+
+// copyTurn copies limit bytes of src to the connection through a pooled
+// buffer, renewing the write deadline as the sendfile loop does; sent is
+// what the turn has already sent.
+func (c *Conn) copyTurn(src *FileSource, limit int64, ren *renewer, sent int64) (int64, error) {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	var written int64
+	for written < limit {
+		if sent+written > 0 {
+			c.renew(ren, sent+written)
+		}
+		nr, rerr := src.fill(buf[:min(int64(len(buf)), limit-written)])
+		nw, werr := c.TCPConn.Write(buf[:nr])
+		written += int64(nw)
+		if nw < nr {
+			// Not sent: the next read is from the first unsent byte.
+			src.Off -= int64(nr - nw)
+			src.N += int64(nr - nw)
+		}
+		if werr != nil {
+			return written, werr
+		}
+		if rerr != nil {
+			return written, rerr
+		}
+	}
+	return written, nil
+}
+
+// renew moves the write deadline on after sent bytes of the turn.
+func (c *Conn) renew(ren *renewer, sent int64) {
+	if d, ok := ren.next(time.Now(), sent); ok {
+		// Straight to the socket: the noted deadline stays the one the
+		// turn started with.
+		c.TCPConn.SetWriteDeadline(d)
+	}
 }
 
 // Interface guards

@@ -3,6 +3,7 @@
 package transmit
 
 import (
+	"fmt"
 	"net"
 
 	"golang.org/x/sys/unix"
@@ -12,25 +13,37 @@ import (
 // one goroutine's turn, as nginx's sendfile_max_chunk (2m) does.
 var MaxChunk int64 = 2 << 20
 
+// sendfileCall is unix.Sendfile; tests replace it to make the kernel
+// refuse.
+var sendfileCall = unix.Sendfile
+
 func newConn(tc *net.TCPConn) net.Conn { return &Conn{TCPConn: tc} }
 
 // sendfile sends up to limit bytes of src at its offset. The socket is
 // non-blocking: on EAGAIN, RawConn.Write parks the goroutine on the
 // netpoller until the socket drains, under the connection's write
-// deadline, instead of holding a thread.
-func (c *Conn) sendfile(src *FileSource, limit int64) (int64, error) {
+// deadline, instead of holding a thread. Every call that follows progress
+// renews that deadline (see renewer).
+//
+// A refusal by the kernel (EINVAL, ENOSYS, EOPNOTSUPP: a file or socket
+// sendfile cannot take) returns the bytes sent before it with an error
+// wrapping errRefused.
+func (c *Conn) sendfile(src *FileSource, limit int64, ren *renewer) (int64, error) {
 	rc, err := c.TCPConn.SyscallConn()
 	if err != nil {
 		return 0, err
 	}
 	var written int64
 	for written < limit {
+		if written > 0 {
+			c.renew(ren, written)
+		}
 		chunk := int(min(limit-written, MaxChunk))
 		var n int
 		var serr error
 		err := rc.Write(func(fd uintptr) bool {
 			for {
-				n, serr = unix.Sendfile(int(fd), src.FD, &src.Off, chunk)
+				n, serr = sendfileCall(int(fd), src.FD, &src.Off, chunk)
 				if serr != unix.EINTR {
 					break
 				}
@@ -43,6 +56,9 @@ func (c *Conn) sendfile(src *FileSource, limit int64) (int64, error) {
 			Stats.SendfileBytes.Add(int64(n))
 		}
 		Stats.SendfileCalls.Add(1)
+		if serr == unix.EINVAL || serr == unix.ENOSYS || serr == unix.EOPNOTSUPP {
+			return written, fmt.Errorf("%w: %w", errRefused, serr)
+		}
 		src.ZeroCopy = true
 		switch {
 		case err != nil: // the deadline, or the connection closed under us

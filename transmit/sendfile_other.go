@@ -15,6 +15,6 @@ var MaxChunk int64 = 2 << 20
 // sendfile, flash_serve's bodies are copied.
 func newConn(tc *net.TCPConn) net.Conn { return tc }
 
-func (c *Conn) sendfile(*FileSource, int64) (int64, error) {
+func (c *Conn) sendfile(*FileSource, int64, *renewer) (int64, error) {
 	return 0, errors.New("sendfile is not supported on this OS")
 }

@@ -3,6 +3,7 @@ package transmit
 import (
 	"io"
 	"os"
+	"time"
 )
 
 // FileSource is a response body: length bytes of a shared, open file from
@@ -22,14 +23,52 @@ type FileSource struct {
 	Off, N int64
 	// ZeroCopy is set once the connection has sent bytes with sendfile.
 	ZeroCopy bool
-	// Sent counts the bytes sent so far, by either path.
+	// Refused is set when the kernel refused sendfile for this body
+	// (EINVAL, ENOSYS, EOPNOTSUPP); the connection then copies the rest.
+	Refused bool
 	// Head, if set, holds the file's first bytes: reads within it are
 	// served from memory. net/http reads the first 512 bytes of a body
 	// through its own buffer before it calls ReadFrom, so a cached head
 	// saves that pread on every response that starts at offset 0.
 	Head []byte
+	// Sent counts the bytes sent so far, by either path.
 	Sent int64
+
+	// Idle is the write-idle policy of the response, which the wrapped
+	// connection applies inside a sendfile turn. The zero value renews
+	// nothing.
+	Idle IdlePolicy
+
+	// ReadTurn, if positive, is the most bytes Read returns after
+	// StartTurn before it reports io.EOF. A writer chain that copies the
+	// body (no listener wrapper) then returns to its caller after each
+	// such turn, and Caddy's write-idle writer renews its deadline
+	// before the next one, as it does for every chunk it writes itself.
+	// The wrapped connection's sendfile and copy do not count against it.
+	ReadTurn int64
+	turnLeft int64
 }
+
+// IdlePolicy is Caddy's write-idle deadline for one response
+// (write_idle_timeout, write_min_rate, write_timeout), which the wrapped
+// connection keeps within a sendfile turn: Caddy sets the deadline once
+// per turn, and a turn can be far larger than its write chunk.
+type IdlePolicy struct {
+	// Timeout is how long a write may make no progress. Zero renews
+	// nothing.
+	Timeout time.Duration
+	// MinRate, if positive, is the rate in bytes per second the client
+	// must keep over the whole body: each byte sent adds 1/MinRate
+	// seconds to the deadline the turn started with, instead of the
+	// deadline being pushed to now+Timeout.
+	MinRate int64
+	// Ceiling, if set, is never passed (Caddy's HardDeadline, from
+	// write_timeout).
+	Ceiling time.Time
+}
+
+// StartTurn gives Read a fresh ReadTurn.
+func (s *FileSource) StartTurn() { s.turnLeft = s.ReadTurn }
 
 // Read implements io.Reader with pread. A file that ends before N bytes
 // gives a *ReadError wrapping ErrTruncated, never padding.
@@ -37,6 +76,23 @@ func (s *FileSource) Read(p []byte) (int, error) {
 	if s.N <= 0 {
 		return 0, io.EOF
 	}
+	if s.ReadTurn > 0 {
+		if s.turnLeft <= 0 {
+			return 0, io.EOF
+		}
+		if int64(len(p)) > s.turnLeft {
+			p = p[:s.turnLeft]
+		}
+	}
+	n, err := s.fill(p)
+	s.Sent += int64(n)
+	s.turnLeft -= int64(n)
+	return n, err
+}
+
+// fill reads the next bytes of the body into p (at most N), from Head or
+// with pread, and moves Off and N past them.
+func (s *FileSource) fill(p []byte) (int, error) {
 	if int64(len(p)) > s.N {
 		p = p[:s.N]
 	}
@@ -44,13 +100,11 @@ func (s *FileSource) Read(p []byte) (int, error) {
 		n := copy(p, s.Head[s.Off:])
 		s.Off += int64(n)
 		s.N -= int64(n)
-		s.Sent += int64(n)
 		return n, nil
 	}
 	n, err := s.File.ReadAt(p, s.Off)
 	s.Off += int64(n)
 	s.N -= int64(n)
-	s.Sent += int64(n)
 	if n < len(p) {
 		if err == nil || err == io.EOF {
 			err = ErrTruncated
