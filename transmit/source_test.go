@@ -50,3 +50,34 @@ func TestFileSourceHead(t *testing.T) {
 		t.Errorf("truncated: %d bytes, %v; want 2000 and ErrTruncated", len(got), err)
 	}
 }
+
+// TestFileSourceReadTurn: with ReadTurn set, Read reports io.EOF after
+// that many bytes until StartTurn, so that a copying writer chain returns
+// to its caller once per turn; the bytes of all turns are the body.
+func TestFileSourceReadTurn(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	data := bytes.Repeat([]byte("0123456789"), 1000)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	src := &FileSource{File: f, FD: int(f.Fd()), Off: 5, N: 9000, Head: data[:512], ReadTurn: 4096}
+	var got []byte
+	var turns []int
+	for src.N > 0 && len(turns) < 10 {
+		src.StartTurn()
+		b, err := io.ReadAll(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		turns = append(turns, len(b))
+		got = append(got, b...)
+	}
+	if !bytes.Equal(got, data[5:9005]) || len(turns) != 3 || turns[0] != 4096 || turns[1] != 4096 || src.Sent != 9000 {
+		t.Errorf("turns %v, %d bytes (exact: %v), Sent %d; want 4096, 4096, 808 of the body", turns, len(got), bytes.Equal(got, data[5:9005]), src.Sent)
+	}
+}
