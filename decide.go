@@ -9,6 +9,12 @@ import (
 
 // plan is the decision step's outcome: what the response carries. The
 // headers are already set when it is returned.
+//
+// It is allocated once per response and also backs the header values the
+// handler sets (see value), so that nothing the response header map holds
+// outlives the response: Caddy's header handler and others write into the
+// slices they find there (hdr[k][i] = ...), and a slice shared between
+// responses would carry one response's edit into every later one.
 type plan struct {
 	status int
 	// ranges are the parts to send; nil means the whole body.
@@ -26,6 +32,38 @@ type plan struct {
 	// rangeBuf backs ranges for requests with few of them, so parsing
 	// allocates nothing.
 	rangeBuf [2]byteRange
+	// values backs the one-value header slices handed out by value; a
+	// 200 uses 6 of them (7 with a sidecar, 8 with one range).
+	values  [8]string
+	nvalues int
+}
+
+// value returns v as a header value of this response: a slice of length
+// and capacity 1 carved from the plan, so that appending to it copies and
+// writing into it changes this response alone.
+func (p *plan) value(v string) []string {
+	if p.nvalues == len(p.values) {
+		return []string{v} // more headers than a response usually sets
+	}
+	i := p.nvalues
+	p.nvalues++
+	p.values[i] = v
+	return p.values[i : i+1 : i+1]
+}
+
+// addValue adds v to the values of the header key, as http.Header.Add
+// does, without writing into the slice already there: an earlier handler
+// may share it with other responses.
+func (p *plan) addValue(h http.Header, key, v string) {
+	old := h[key]
+	if len(old) == 0 {
+		h[key] = p.value(v)
+		return
+	}
+	vs := make([]string, len(old)+1)
+	copy(vs, old)
+	vs[len(old)] = v
+	h[key] = vs
 }
 
 // decide sets the response headers from the resolved representation and
@@ -33,19 +71,19 @@ type plan struct {
 // fills in the status and body plan. It is net/http's serveContent made
 // into a pure step, so that transmission can be replaced.
 func decide(p *plan, h http.Header, r *http.Request, res *resolved, maxRanges int) {
-	switch {
-	case res.etag == "":
-	case res.etag == res.body.ETag:
-		h["Etag"] = res.body.ETagHeader
-	default:
-		h["Etag"] = []string{res.etag}
+	if res.etag != "" {
+		h["Etag"] = p.value(res.etag)
 	}
 	if headerValue(h, "Content-Type") == "" {
-		// An explicit nil (no type known) stops net/http from sniffing.
-		h["Content-Type"] = res.entry.ContentTypeHeader
+		if ct := res.entry.ContentType; ct != "" {
+			h["Content-Type"] = p.value(ct)
+		} else {
+			// An explicit nil (no type known) stops net/http from sniffing.
+			h["Content-Type"] = nil
+		}
 	}
 	if res.entry.LastModified != "" {
-		h["Last-Modified"] = res.entry.LastModifiedHeader
+		h["Last-Modified"] = p.value(res.entry.LastModified)
 	}
 	v := validators{etag: res.etag, modTime: res.entry.ModTime}
 	cond, rangeHeader := checkPreconditions(r.Header, r.Method, v)
@@ -71,8 +109,8 @@ func decide(p *plan, h http.Header, r *http.Request, res *resolved, maxRanges in
 	p.status = http.StatusOK
 	p.length = size
 	if maxRanges == 0 {
-		h["Accept-Ranges"] = acceptRangesNone
-		h["Content-Length"] = res.body.LengthHeader
+		h["Accept-Ranges"] = p.value("none")
+		h["Content-Length"] = p.value(res.body.Length)
 		return
 	}
 
@@ -86,7 +124,7 @@ func decide(p *plan, h http.Header, r *http.Request, res *resolved, maxRanges in
 			ranges = nil
 			break
 		}
-		h["Content-Range"] = []string{"bytes */" + strconv.FormatInt(size, 10)}
+		h["Content-Range"] = p.value("bytes */" + res.body.Length)
 		fallthrough
 	default:
 		rangeError(p, h, err)
@@ -103,7 +141,7 @@ func decide(p *plan, h http.Header, r *http.Request, res *resolved, maxRanges in
 		p.status = http.StatusPartialContent
 		p.ranges = ranges
 		p.length = ranges[0].length
-		h["Content-Range"] = []string{ranges[0].contentRange(size)}
+		h["Content-Range"] = p.value(ranges[0].contentRange(size))
 	case len(ranges) > 1:
 		p.status = http.StatusPartialContent
 		p.ranges = ranges
@@ -112,13 +150,13 @@ func decide(p *plan, h http.Header, r *http.Request, res *resolved, maxRanges in
 		}
 		p.boundary = newBoundary()
 		p.length = multipartLength(ranges, p.boundary, p.partType, size)
-		h["Content-Type"] = []string{"multipart/byteranges; boundary=" + p.boundary}
+		h["Content-Type"] = p.value("multipart/byteranges; boundary=" + p.boundary)
 	}
-	h["Accept-Ranges"] = acceptRangesBytes
+	h["Accept-Ranges"] = p.value("bytes")
 	if p.ranges == nil {
-		h["Content-Length"] = res.body.LengthHeader
+		h["Content-Length"] = p.value(res.body.Length)
 	} else {
-		h["Content-Length"] = []string{strconv.FormatInt(p.length, 10)}
+		h["Content-Length"] = p.value(strconv.FormatInt(p.length, 10))
 	}
 }
 
@@ -129,17 +167,10 @@ func rangeError(p *plan, h http.Header, err error) {
 	for _, k := range []string{"Cache-Control", "Content-Encoding", "Etag", "Last-Modified", "Content-Length"} {
 		delete(h, k)
 	}
-	h["Content-Type"] = []string{"text/plain; charset=utf-8"}
-	h["X-Content-Type-Options"] = []string{"nosniff"}
+	h["Content-Type"] = p.value("text/plain; charset=utf-8")
+	h["X-Content-Type-Options"] = p.value("nosniff")
 	p.status, p.errorText = http.StatusRequestedRangeNotSatisfiable, err.Error()+"\n"
 }
-
-// Shared header values; length and capacity 1, so appending copies.
-var (
-	acceptRangesBytes  = []string{"bytes"}[:1:1]
-	acceptRangesNone   = []string{"none"}[:1:1]
-	varyAcceptEncoding = []string{"Accept-Encoding"}[:1:1]
-)
 
 // newBoundary returns a random multipart boundary of 60 hex digits, the
 // shape mime/multipart uses. It need not be secret, only absent from the

@@ -1,7 +1,6 @@
 package flashserve
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,8 +11,11 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/caddyserver/caddy/v2"
@@ -43,6 +45,10 @@ type resolved struct {
 	etag string
 	// root is the site root the lookup was confined to.
 	root string
+	// plan is the response's plan, allocated once the lookup found a file
+	// to send (a miss needs none); the header values set from here on come
+	// from it.
+	plan *plan
 }
 
 // bodyFile returns the open body and its descriptor.
@@ -145,15 +151,13 @@ func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Req
 	h := w.Header()
 	// A header directive may have set the ETag; file_server lets it win.
 	etag := headerValue(h, "Etag")
+	// The response's one allocation.
+	p := new(plan)
 	// Vary is sent even without a sidecar, so caches key on the encoding
 	// whatever the response (caddy#5849).
-	if len(h["Vary"]) == 0 {
-		h["Vary"] = varyAcceptEncoding
-	} else {
-		h["Vary"] = append(h["Vary"], "Accept-Encoding")
-	}
+	p.addValue(h, "Vary", "Accept-Encoding")
 
-	*res = resolved{filename: filename, entry: entry, root: root}
+	*res = resolved{filename: filename, entry: entry, root: root, plan: p}
 	owned = true
 	if len(fsrv.precompressors) > 0 {
 		if err := fsrv.selectSidecar(r, res, hide, &etag); err != nil {
@@ -177,7 +181,7 @@ func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Req
 	}
 	res.etag = etag
 	if res.encoding != "" {
-		h["Content-Encoding"] = []string{res.encoding}
+		h["Content-Encoding"] = p.value(res.encoding)
 	}
 	return nil
 }
@@ -217,7 +221,7 @@ func (fsrv *FlashServe) selectSidecar(r *http.Request, res *resolved, hide []str
 				}
 				// Unreadable or looping: skipped, as file_server skips a
 				// sidecar it cannot stat; the file itself is sent.
-				fsrv.logger.Warn("opening precompressed file failed", zap.String("filename", sidecar), zap.Error(err))
+				fsrv.sidecarFailed(sidecar, err)
 			}
 			continue
 		}
@@ -241,35 +245,69 @@ func (fsrv *FlashServe) selectSidecar(r *http.Request, res *resolved, hide []str
 	return nil
 }
 
+// sidecarFailed logs a precompressed sidecar that exists but cannot be
+// opened (a permission, a loop), which is then skipped, as file_server
+// does. Every request for the file meets it again, so it is a WARN the
+// first time for each path and DEBUG after.
+func (fsrv *FlashServe) sidecarFailed(sidecar string, err error) {
+	level := zapcore.DebugLevel
+	if fsrv.sidecarWarned.first(sidecar) {
+		level = zapcore.WarnLevel
+	}
+	if c := fsrv.logger.Check(level, "opening precompressed file failed"); c != nil {
+		c.Write(zap.String("filename", sidecar), zap.Error(err))
+	}
+}
+
+// pathSet remembers paths already reported, up to a bound: when full it
+// starts again, so that a path may be reported once more but the set never
+// grows with the tree.
+type pathSet struct {
+	m sync.Map
+	n atomic.Int64
+}
+
+// pathSetMax bounds a pathSet.
+const pathSetMax = 4096
+
+// first reports whether p was not in the set, and adds it.
+func (s *pathSet) first(p string) bool {
+	if _, seen := s.m.Load(p); seen {
+		return false
+	}
+	if _, seen := s.m.LoadOrStore(p, struct{}{}); seen {
+		return false
+	}
+	if s.n.Add(1) > pathSetMax {
+		s.m.Clear()
+		s.n.Store(0)
+	}
+	return true
+}
+
 // lookupFailed answers a request whose lookup found nothing to send.
 func (fsrv *FlashServe) lookupFailed(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, err error) error {
-	var to redirectTo
+	// A type assertion, not errors.As, which would allocate on every miss:
+	// lookup returns a redirectTo itself.
+	if to, ok := err.(redirectTo); ok {
+		return redirect(w, r, string(to))
+	}
 	switch {
 	case errors.Is(err, errNotFound):
 		if fsrv.PassThru {
 			return next.ServeHTTP(w, r)
 		}
-		if !hasErrorRoutes(r) {
-			// What Caddy's server does with a 404 error when no
-			// handle_errors route exists is to write the bare status.
-			// Writing it here skips building an error with its stack
-			// trace and id, and a logger, which cost more than the
-			// lookup itself in a storm of 404s.
-			if c := fsrv.logger.Check(zapcore.DebugLevel, "file not found"); c != nil {
-				c.Write(zap.String("request_path", r.URL.Path))
-			}
-			w.WriteHeader(http.StatusNotFound)
-			return nil
-		}
-		return caddyhttp.Error(http.StatusNotFound, nil)
+		// Returned as an error, as file_server does, never written here:
+		// Caddy's server then runs the error routes that apply (its own, or
+		// a subroute's), and writes the status below every handler's
+		// wrapper, so deferred header rules treat it as file_server's.
+		return notFoundError()
 	case errors.Is(err, errBrowse):
 		if fsrv.listing != nil {
 			repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 			return fsrv.listing.serve(w, r, next, repl, fsrv.siteRoot(r, repl))
 		}
 		return fsrv.fallback.ServeHTTP(w, r, next)
-	case errors.As(err, &to):
-		return redirect(w, r, string(to))
 	}
 	var he caddyhttp.HandlerError
 	if errors.As(err, &he) && he.StatusCode == http.StatusServiceUnavailable {
@@ -283,19 +321,30 @@ func (fsrv *FlashServe) lookupFailed(w http.ResponseWriter, r *http.Request, nex
 	return err
 }
 
-// hasErrorRoutes reports whether the request's server has handle_errors
-// routes, which must see a handler's error to run. Outside a Caddy
-// server (no server in the context) it answers true, to stay on the
-// error path.
-func hasErrorRoutes(r *http.Request) bool {
-	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
-	if !ok {
-		return true
+// notFoundError is caddyhttp.Error(http.StatusNotFound, nil) made cheap
+// enough for a storm of 404s: its trace, which costs a runtime.Caller and
+// a Sprintf, is the same for every 404 and is computed once.
+func notFoundError() error {
+	return caddyhttp.HandlerError{StatusCode: http.StatusNotFound, ID: errorID(), Trace: notFoundTrace}
+}
+
+// notFoundTrace names where the 404s come from, as Caddy's trace does.
+var notFoundTrace = traceOfNotFound()
+
+// traceOfNotFound is the trace caddyhttp.Error gives a 404 made here.
+func traceOfNotFound() string { return caddyhttp.Error(http.StatusNotFound, nil).Trace }
+
+// errorID returns a random error id of the shape caddyhttp.Error gives
+// (9 characters of its same-case alphabet), in one allocation.
+func errorID() string {
+	const alphabet = "abcdefghijkmnpqrstuvwxyz23456789"
+	var b [9]byte
+	u := weakrand.Uint64()
+	for i := range b {
+		b[i] = alphabet[u&31]
+		u >>= 5
 	}
-	if _, inErrorRoute := r.Context().Value(caddyhttp.ErrorCtxKey).(error); inErrorRoute {
-		return true
-	}
-	return srv.Errors != nil && len(srv.Errors.Routes) > 0
+	return string(b[:])
 }
 
 // canonicalRedirect reports where to redirect a request whose path does
@@ -398,7 +447,8 @@ func (fsrv *FlashServe) etagFromFile(ctx context.Context, root, name string) (st
 			return "", caddyhttp.Error(http.StatusInternalServerError,
 				fmt.Errorf("cannot read etag from file %s: %v", name+suffix, err))
 		}
-		return string(bytes.ReplaceAll(b, []byte("\n"), nil)), nil
+		// ReadAll gave a copy of the caller's own: edit it in place.
+		return string(slices.DeleteFunc(b, func(c byte) bool { return c == '\n' })), nil
 	}
 	return "", nil
 }

@@ -227,7 +227,12 @@ type FlashServe struct {
 	listing  *confinedBrowse
 	symlinks statacc.Symlinks
 	roots    *siteRoots
-	logger   *zap.Logger
+	// sidecarWarned holds the sidecars whose failure was logged at WARN.
+	sidecarWarned *pathSet
+	// fsmap is the config's file systems, by the names of the global
+	// filesystem option.
+	fsmap  caddy.FileSystems
+	logger *zap.Logger
 }
 
 // MemoryCache configures the memory engine.
@@ -264,6 +269,8 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 		fsrv.IndexNames = []string{"index.html", "index.txt"}
 	}
 	fsrv.warnOnce = new(sync.Once)
+	fsrv.fsmap = ctx.FileSystems()
+	fsrv.sidecarWarned = new(pathSet)
 	fsrv.cleanupOnce = new(sync.Once)
 	fsrv.engine = fsrv.Transmit
 	if fsrv.engine == "" {
@@ -505,7 +512,7 @@ func (fsrv *FlashServe) provisionCache() error {
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
 func (fsrv *FlashServe) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	if name := fsrv.expand(r, repl, fsrv.FileSystem, ""); name != "" && name != "default" {
+	if !fsrv.servesOSDisk(fsrv.expand(r, repl, fsrv.FileSystem, "")) {
 		return fsrv.fallback.ServeHTTP(w, r, next)
 	}
 	if err := rejectWindowsPath(r.URL.Path); err != nil {
@@ -519,12 +526,14 @@ func (fsrv *FlashServe) ServeHTTP(w http.ResponseWriter, r *http.Request, next c
 		return fsrv.lookupFailed(w, r, next, err)
 	}
 	defer res.release()
+	p := res.plan
 
 	// Only GET and HEAD read a file, but inside handle_errors the handler
 	// serves an error page for whatever method failed (caddy#5703).
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		if _, inErrorRoute := r.Context().Value(caddyhttp.ErrorCtxKey).(error); !inErrorRoute {
-			w.Header()["Allow"] = allowGetHead
+			// Added, as file_server does: an Allow set before stays.
+			p.addValue(w.Header(), "Allow", "GET, HEAD")
 			return caddyhttp.Error(http.StatusMethodNotAllowed, nil)
 		}
 	}
@@ -545,14 +554,34 @@ func (fsrv *FlashServe) ServeHTTP(w http.ResponseWriter, r *http.Request, next c
 	}
 
 	// Step 2, decide: status, headers and ranges.
-	var p plan
-	decide(&p, w.Header(), r, &res, fsrv.maxRanges)
+	decide(p, w.Header(), r, &res, fsrv.maxRanges)
 	if override > 0 {
 		p.status = override
 	}
 
 	// Step 3, transmit: the body.
-	return fsrv.transmit(w, r, &res, &p)
+	return fsrv.transmit(w, r, &res, p)
+}
+
+// osDisk is Caddy's own OS filesystem, what the file system map holds
+// under "default" until the global filesystem option registers another:
+// a map with nothing registered answers it.
+var osDisk = (&caddy.Context{}).FileSystems().Default()
+
+// servesOSDisk reports whether the file system of this name is the OS's
+// own, which the fast path reads directly. The name is looked up anew
+// every time, as file_server does: the filesystem app that may register
+// "default" is provisioned before or after this handler, in no fixed order,
+// and a lookup is one read of a sync.Map.
+func (fsrv *FlashServe) servesOSDisk(name string) bool {
+	if name != "" && name != "default" {
+		return false
+	}
+	if fsrv.fsmap == nil {
+		return true // not provisioned by Caddy (tests that build the handler)
+	}
+	f, ok := fsrv.fsmap.Get(name)
+	return ok && f == osDisk
 }
 
 // expand replaces the placeholders of a config value. The common values
@@ -603,8 +632,6 @@ const (
 	defaultMaxRanges = 16
 	separator        = string(filepath.Separator)
 )
-
-var allowGetHead = []string{"GET, HEAD"}[:1:1]
 
 // Interface guards
 var (

@@ -183,9 +183,7 @@ func (fsrv *FlashServe) sendChunk(w http.ResponseWriter, r *http.Request, res *r
 	var err error
 	switch eng {
 	case engMemory:
-		var k int
-		k, err = w.Write(body.Data[start : start+length])
-		n = int64(k)
+		n, err = writeCopy(w, body.Data[start:start+length])
 	case engIOUring:
 		// sendThroughRing counts its bytes by the way each run left.
 		_, err = fsrv.sendThroughRing(w, r, res, t, start, length)
@@ -207,6 +205,32 @@ func (fsrv *FlashServe) sendChunk(w http.ResponseWriter, r *http.Request, res *r
 	}
 	counters.bytes[eng].Add(n)
 	return err
+}
+
+// memChunk is the most bytes of a memory-cached body copied per Write: a
+// file of the default memory_cache max_file leaves in one Write, with the
+// headers.
+const memChunk = 16 << 10
+
+var memBufPool = sync.Pool{New: func() any { b := make([]byte, memChunk); return &b }}
+
+// writeCopy writes b, shared by every response of its file, through a
+// pooled buffer: a writer in front (encode, templates, any handler's
+// wrapper) is given bytes it may keep or change without reaching the cache.
+func writeCopy(w io.Writer, b []byte) (int64, error) {
+	bp := memBufPool.Get().(*[]byte)
+	defer memBufPool.Put(bp)
+	var n int64
+	for len(b) > 0 {
+		k := copy(*bp, b)
+		m, err := w.Write((*bp)[:k])
+		n += int64(m)
+		if err != nil {
+			return n, err
+		}
+		b = b[k:]
+	}
+	return n, nil
 }
 
 var sourcePool = sync.Pool{New: func() any { return new(transmit.FileSource) }}

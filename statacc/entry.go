@@ -16,6 +16,11 @@ import (
 
 // Entry is what serving one filesystem path needs, computed when the path
 // is resolved so that a response only copies strings.
+//
+// An entry is shared by every request for its path and is never changed
+// once published, so nothing of it may be handed to code that could write
+// to it: header values are strings (a response puts them into slices of its
+// own), and Data and Head are copied before they reach a writer.
 type Entry struct {
 	// Path is the filesystem path the entry describes.
 	Path string
@@ -34,20 +39,20 @@ type Entry struct {
 	// ContentType comes from the extension; "" means no Content-Type at all,
 	// because sniffing the body is never done.
 	ContentType string
-	// Header values computed once, each a slice of length and capacity 1,
-	// so that a middleware appending to one gets a copy: ETagHeader,
-	// LastModifiedHeader, ContentTypeHeader (nil when none) and
-	// LengthHeader (the whole file's Content-Length).
-	ETagHeader, LastModifiedHeader, ContentTypeHeader, LengthHeader []string
+	// Length is Size in decimal: the Content-Length of the whole file.
+	Length string
 	// Err is set on a negative entry: the error that looking the path up
 	// gave, such as fs.ErrNotExist.
 	Err error
 	// Data is the whole content of a small file kept in memory, nil if not.
+	// It is shared: it must be copied before it is passed to a writer,
+	// which may keep or change what it is given.
 	Data []byte
 	// Head is the file's first HeadSize bytes (fewer if it is shorter),
 	// read once when the file is opened: net/http reads that much of a
 	// body itself before it hands the rest to sendfile, and serving it from
-	// here saves a pread per response. It is as fresh as the entry.
+	// here saves a pread per response. It is as fresh as the entry, and
+	// shared as Data is.
 	Head []byte
 
 	file *os.File // the open file of a regular-file entry
@@ -143,10 +148,11 @@ func (e *Entry) Release() {
 	}
 }
 
-// ReadAll returns the whole content of a regular-file entry.
+// ReadAll returns the whole content of a regular-file entry, in a slice
+// of the caller's own.
 func (e *Entry) ReadAll() ([]byte, error) {
 	if e.Data != nil {
-		return e.Data, nil
+		return append([]byte(nil), e.Data...), nil
 	}
 	if !e.IsRegular() {
 		return nil, fs.ErrInvalid
@@ -183,14 +189,7 @@ func NewEntry(path string, info fs.FileInfo) *Entry {
 	if !e.Mode.IsDir() {
 		e.ContentType = mime.TypeByExtension(filepath.Ext(path))
 	}
-	one := func(v string) []string {
-		if v == "" {
-			return nil
-		}
-		return []string{v}[:1:1]
-	}
-	e.ETagHeader, e.LastModifiedHeader, e.ContentTypeHeader = one(e.ETag), one(e.LastModified), one(e.ContentType)
-	e.LengthHeader = one(strconv.FormatInt(e.Size, 10))
+	e.Length = strconv.FormatInt(e.Size, 10)
 	return e
 }
 
