@@ -259,10 +259,11 @@ func (pr parityRequest) String() string {
 }
 
 type parityResponse struct {
-	status int
-	header http.Header
-	body   []byte
-	err    error
+	status   int
+	header   http.Header
+	body     []byte
+	err      error
+	transfer []string // the response's Transfer-Encoding
 }
 
 func do(c *http.Client, base, host string, pr parityRequest) parityResponse {
@@ -288,7 +289,7 @@ func do(c *http.Client, base, host string, pr parityRequest) parityResponse {
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	return parityResponse{status: resp.StatusCode, header: resp.Header, body: body, err: err}
+	return parityResponse{status: resp.StatusCode, header: resp.Header, body: body, err: err, transfer: resp.TransferEncoding}
 }
 
 var nonceRE = regexp.MustCompile(`nonce="[^"]*"`)
