@@ -99,7 +99,7 @@ func (fsrv *FlashServe) transmit(w http.ResponseWriter, r *http.Request, res *re
 	if p.noBody || r.Method == http.MethodHead {
 		return nil
 	}
-	t := transfer{eng: fsrv.pickEngine(w, r, res)}
+	t := transfer{eng: fsrv.pickEngine(w, r, res), wrapped: !serverWriter(w)}
 	// Counted after the body, by the engine that really sent it.
 	defer func() { counters.requests[t.eng].Add(1) }()
 	if fsrv.LimitRate != nil && fsrv.LimitRate.Rate > 0 {
@@ -135,6 +135,9 @@ func (fsrv *FlashServe) transmit(w http.ResponseWriter, r *http.Request, res *re
 type transfer struct {
 	eng  engine
 	pace *pacer // nil without limit_rate
+	// wrapped is set under a writer that is not the server's own: the
+	// body is then written as file_server writes it (pattern.go).
+	wrapped bool
 }
 
 // sendMultipart writes a multipart/byteranges body.
@@ -181,6 +184,12 @@ func (fsrv *FlashServe) sendChunk(w http.ResponseWriter, r *http.Request, res *r
 	eng := t.eng
 	var n int64
 	var err error
+	if t.wrapped {
+		n, eng, err = fsrv.sendLikeFileServer(w, res, t, start, length)
+		counters.bytes[eng].Add(n)
+		t.eng = eng
+		return err
+	}
 	switch eng {
 	case engMemory:
 		n, err = writeCopy(w, body.Data[start:start+length])
