@@ -23,104 +23,13 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/flashserve/caddy-flash-serve/internal/handover"
 )
 
-// What a reload can drop, from Caddy v2.11.9's code. Each config binds its
-// own SO_REUSEPORT socket (listenReusable: the listener pool only counts
-// the configs using an address), the new config starts before the old one
-// stops, and the http app's Stop starts http.Server.Shutdown on each old
-// server without waiting for it. So during a handover:
-//   - a connection the kernel queued on the old socket, which no server
-//     accepted, is reset when that socket closes: the client sees it at
-//     connect, at its write or at its read;
-//   - a connection the old server accepted is closed without an answer if
-//     it was idle, or if net/http's conn.serve reads its request after
-//     Shutdown began (it returns when shuttingDown() is set);
-//   - a request read before Shutdown began is answered in full (the grace
-//     period is eternal).
-// TestReloadsUnderLoad holds file_server and flash_serve to exactly that.
-
-func init() { caddy.RegisterModule(new(acceptLog)) }
-
-// acceptLog is a test-only listener wrapper, "accept_log <generation>",
-// that records which config generation accepted which client port. It
-// returns the connections it accepts unwrapped, so that the wrappers after
-// it (flash_serve's) see what they would see without it.
-type acceptLog struct {
-	Generation int `json:"generation,omitempty"`
-}
-
-func (*acceptLog) CaddyModule() caddy.ModuleInfo {
-	return caddy.ModuleInfo{ID: "caddy.listeners.accept_log", New: func() caddy.Module { return new(acceptLog) }}
-}
-
-func (a *acceptLog) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next()
-	if !d.NextArg() {
-		return d.ArgErr()
-	}
-	n, err := strconv.Atoi(d.Val())
-	if err != nil {
-		return d.Errf("generation: %v", err)
-	}
-	a.Generation = n
-	return nil
-}
-
-func (a *acceptLog) WrapListener(ln net.Listener) net.Listener {
-	port := ln.Addr().(*net.TCPAddr).Port
-	handovers.mu.Lock()
-	handovers.newest[port] = max(handovers.newest[port], a.Generation)
-	handovers.mu.Unlock()
-	return &acceptLogListener{Listener: ln, gen: a.Generation}
-}
-
-type acceptLogListener struct {
-	net.Listener
-	gen int
-}
-
-func (l *acceptLogListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-			handovers.mu.Lock()
-			handovers.accepted[a.Port] = l.gen
-			handovers.mu.Unlock()
-		}
-	}
-	return c, err
-}
-
-// handovers is what the accept_log wrappers saw, for the test in progress.
-var handovers struct {
-	mu       sync.Mutex
-	accepted map[int]int // client port → the generation that accepted it
-	newest   map[int]int // server port → the newest generation listening on it
-}
-
-func resetHandovers() {
-	handovers.mu.Lock()
-	handovers.accepted, handovers.newest = map[int]int{}, map[int]int{}
-	handovers.mu.Unlock()
-}
-
-// acceptedBy returns the generation that accepted clientPort, if any did,
-// and the newest generation listening on serverPort.
-func acceptedBy(clientPort, serverPort int) (gen int, accepted bool, newest int) {
-	handovers.mu.Lock()
-	defer handovers.mu.Unlock()
-	gen, accepted = handovers.accepted[clientPort]
-	return gen, accepted, handovers.newest[serverPort]
-}
-
-// nextClientPort hands out local ports below the kernel's ephemeral range
-// (32768 and up), each once per 12,000 connections, so that an accept_log
-// record names one connection.
-var clientPorts atomic.Int64
-
-func nextClientPort() int { return 20000 + int(clientPorts.Add(1)%12000) }
+// What a reload may drop is in internal/handover's doc: in short, a
+// connection no server accepted, or one a replaced generation accepted,
+// closed before any response.
 
 // listeningSockets counts the TCP sockets listening on 127.0.0.1:port, as
 // the kernel lists them: two while a handover is in progress.
@@ -178,30 +87,24 @@ func (c *rawClient) close() {
 	}
 }
 
-// dial connects from a port of its own; a port still taken (a connection
-// of an earlier run in TIME_WAIT, another program) is skipped. A reset at
+// dial connects from a port of its own (handover.Dial). A reset at
 // connect is returned as a drop, anything else fails the test.
 func (c *rawClient) dial() (dropped bool) {
-	for range 1000 {
-		port := nextClientPort()
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}, Timeout: 30 * time.Second}
-		conn, err := d.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", c.site.port))
-		switch {
-		case err == nil:
-			c.conn, c.br, c.self, c.uses = conn, bufio.NewReader(c), port, 0
-			return false
-		case errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EADDRNOTAVAIL):
-			continue
-		case errors.Is(err, syscall.ECONNRESET):
-			c.self = port
-			return true
-		default:
-			c.t.Errorf("%s: connect: %v", c.site.handler, err)
-			return false
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := handover.Dial(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", c.site.port))
+	var de *handover.DialError
+	switch {
+	case err == nil:
+		c.conn, c.br, c.self, c.uses = conn, bufio.NewReader(c), conn.LocalAddr().(*net.TCPAddr).Port, 0
+		return false
+	case errors.As(err, &de) && errors.Is(err, syscall.ECONNRESET):
+		c.self = de.Port
+		return true
+	default:
+		c.t.Errorf("%s: %v", c.site.handler, err)
+		return false
 	}
-	c.t.Errorf("%s: no free local port in 1000 tries", c.site.handler)
-	return false
 }
 
 // get fetches name, and on a drop before any response, that the handover
@@ -246,7 +149,7 @@ func (c *rawClient) get(name string) bool {
 		}
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		gen, accepted, _ := acceptedBy(c.self, s.port)
+		gen, accepted := handover.AcceptedBy(c.self)
 		g, _ := strconv.Atoi(resp.Header.Get("X-Generation"))
 		switch {
 		case err != nil:
@@ -276,22 +179,20 @@ func (c *rawClient) get(name string) bool {
 // newer one has replaced did. A drop by the newest generation fails.
 func (c *rawClient) explainDrop(err error) bool {
 	s := c.site
-	if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+	if !handover.IsDrop(err) {
 		c.t.Errorf("%s: %v", s.handler, err)
 		return false
 	}
-	gen, accepted, newest := acceptedBy(c.self, s.port)
-	switch {
-	case !accepted:
+	switch v, gen := handover.Explain(c.self, s.port); v {
+	case handover.NeverAccepted:
 		s.neverAccepted.Add(1)
-		return true
-	case gen < newest:
+	case handover.ByReplaced:
 		s.closedByOld.Add(1)
-		return true
 	default:
 		c.t.Errorf("%s: generation %d, the newest, closed a connection without an answer: %v", s.handler, gen, err)
 		return false
 	}
+	return true
 }
 
 // TestReloadsUnderLoad reloads a config of two sites, file_server and
@@ -314,7 +215,7 @@ func TestReloadsUnderLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	resetHandovers()
+	handover.Reset()
 	adminPort := freePort(t)
 	sites := []*reloadSite{
 		{handler: "file_server", port: freePort(t), files: files},

@@ -40,6 +40,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	_ "github.com/flashserve/caddy-flash-serve"
+	"github.com/flashserve/caddy-flash-serve/internal/handover"
 	"github.com/flashserve/caddy-flash-serve/prewarm"
 )
 
@@ -107,6 +108,7 @@ func run(duration time.Duration, workers int, verbose bool) error {
 	}
 	servers {
 		listener_wrappers {
+			accept_log %d
 			flash_serve
 		}
 	}
@@ -119,7 +121,7 @@ http://127.0.0.1:%d {
 		max_open_files 512
 	}
 }
-`, adminPort, filepath.Join(dir, "data"), port, gen, root)
+`, adminPort, filepath.Join(dir, "data"), gen, port, gen, root)
 		cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(text), nil)
 		return cfg, err
 	}
@@ -147,11 +149,13 @@ http://127.0.0.1:%d {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 20261129))
-			tr := &http.Transport{MaxIdleConnsPerHost: 4}
+			// From ports of its own, so that the accept log tells which
+			// generation accepted each connection.
+			tr := &http.Transport{MaxIdleConnsPerHost: 4, DialContext: handover.Dial}
 			defer tr.CloseIdleConnections()
 			cl := &http.Client{Transport: tr, Timeout: 60 * time.Second}
 			for ctx.Err() == nil {
-				one(ctx, cl, rng, base, hot, cold, big[0], &c, fail)
+				one(ctx, cl, rng, base, port, hot, cold, big[0], &c, fail)
 			}
 		}()
 	}
@@ -161,6 +165,9 @@ http://127.0.0.1:%d {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		// One connection per load: a kept one would meet the admin
+		// endpoint's own handover.
+		adminClient := &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
 		reload := time.NewTicker(max(duration/120, time.Second))
 		evict := time.NewTicker(10 * time.Second)
 		defer reload.Stop()
@@ -171,7 +178,7 @@ http://127.0.0.1:%d {
 				return
 			case <-reload.C:
 				cfg, _ := config(gen)
-				resp, err := http.Post(admin+"/load", "application/json", bytes.NewReader(cfg))
+				resp, err := adminClient.Post(admin+"/load", "application/json", bytes.NewReader(cfg))
 				if err != nil || resp.StatusCode != 200 {
 					fail(&c.unexpected, "reload %d: %v", gen, err)
 				} else {
@@ -235,7 +242,7 @@ sampling:
 }
 
 // one makes one request of a random kind and checks its answer.
-func one(ctx context.Context, cl *http.Client, rng *rand.Rand, base string, hot, cold []file, big file,
+func one(ctx context.Context, cl *http.Client, rng *rand.Rand, base string, port int, hot, cold []file, big file,
 	c *counters, fail func(*atomic.Int64, string, ...any)) {
 	kind := rng.IntN(100)
 	var f file
@@ -277,7 +284,7 @@ func one(ctx context.Context, cl *http.Client, rng *rand.Rand, base string, hot,
 		req.Method = "HEAD"
 		want = f.size
 	case kind < 97: // conditional: the ETag from a HEAD, then If-None-Match
-		resp, err := do(cl, mustReq(ctx, "HEAD", base+"/"+f.name), c)
+		resp, err := do(cl, mustReq(ctx, "HEAD", base+"/"+f.name), port, c)
 		if err != nil {
 			if ctx.Err() == nil {
 				fail(&c.unexpected, "HEAD %s: %v", f.name, err)
@@ -288,7 +295,7 @@ func one(ctx context.Context, cl *http.Client, rng *rand.Rand, base string, hot,
 		req.Header.Set("If-None-Match", resp.Header.Get("Etag"))
 		wantStatus = 304
 	default: // a client that hangs up mid-body
-		resp, err := do(cl, req, c)
+		resp, err := do(cl, req, port, c)
 		if err != nil {
 			return
 		}
@@ -299,7 +306,7 @@ func one(ctx context.Context, cl *http.Client, rng *rand.Rand, base string, hot,
 		c.aborts.Add(1)
 		return
 	}
-	resp, err := do(cl, req, c)
+	resp, err := do(cl, req, port, c)
 	if err != nil {
 		if ctx.Err() == nil {
 			fail(&c.unexpected, "%s %s: %v", req.Method, req.URL.Path, err)
@@ -344,22 +351,45 @@ func mustReq(ctx context.Context, method, url string) *http.Request {
 	return r
 }
 
-// do sends a request, retrying (for up to a second) a GET or HEAD that
-// got no response at all on a fresh connection (RFC 9110 §9.2.2): during a
-// reload Caddy's new listener socket takes over and the kernel resets what
-// is still queued on the old one.
-func do(cl *http.Client, req *http.Request, c *counters) (*http.Response, error) {
+// do sends a request, and sends it again on a new connection when a
+// reload's handover dropped it before any response: no server accepted its
+// connection, or a generation a newer one replaced did (see
+// internal/handover for what Caddy's handover can drop, and why). RFC 9110
+// §9.2.2 lets a client retry a GET or HEAD. Any other error is returned,
+// and counted by the caller.
+func do(cl *http.Client, req *http.Request, port int, c *counters) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
-			time.Sleep(50 * time.Millisecond)
-		}
-		fresh := true // a dial that fails never gets a connection
+		// The connection the request went out on last: the transport may
+		// take several (a reused one that failed, then a new one). A
+		// connect that failed says so in the error, with its port.
+		var mu sync.Mutex
+		local := 0
 		r := req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-			GotConn: func(i httptrace.GotConnInfo) { fresh = !i.Reused }}))
+			GotConn: func(i httptrace.GotConnInfo) {
+				mu.Lock()
+				local = i.Conn.LocalAddr().(*net.TCPAddr).Port
+				mu.Unlock()
+			}}))
 		resp, err := cl.Do(r)
 		c.requests.Add(1)
-		if err == nil || attempt == 20 || !fresh || !(errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		if err == nil || attempt == 20 || req.Context().Err() != nil || !handover.IsDrop(err) {
 			return resp, err
+		}
+		var de *handover.DialError
+		mu.Lock()
+		p := local
+		mu.Unlock()
+		switch {
+		case errors.As(err, &de):
+			if !errors.Is(err, syscall.ECONNRESET) {
+				return resp, err // refused, or anything but the old socket's reset
+			}
+		case p == 0:
+			return resp, err // no connection to explain the error
+		default:
+			if v, _ := handover.Explain(p, port); v == handover.ByNewest {
+				return resp, err
+			}
 		}
 		c.retried.Add(1)
 	}
