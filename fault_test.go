@@ -239,9 +239,19 @@ http://127.0.0.1:%d {
 	}
 	c.Transport.(*http.Transport).CloseIdleConnections()
 	// The server's descriptors without a client and without the one file
-	// it has cached, which the purge at the end closes.
-	time.Sleep(100 * time.Millisecond)
-	baseFDs := fdsOf() - 1
+	// it has cached, which the purge at the end closes: once the closed
+	// connections are gone on the server's side too (the count stays the
+	// same three times in a row), so that the baseline holds none of them.
+	last, same := fdsOf(), 0
+	for deadline := time.Now().Add(5 * time.Second); same < 3 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		if now := fdsOf(); now == last {
+			same++
+		} else {
+			last, same = now, 0
+		}
+	}
+	baseFDs := last - 1
 	var old unix.Rlimit
 	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &old); err != nil {
 		t.Fatal(err)
