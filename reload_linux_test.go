@@ -134,6 +134,12 @@ func (c *rawClient) get(name string) bool {
 		_, err := fmt.Fprintf(c.conn, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", name)
 		var resp *http.Response
 		if err == nil {
+			// Peek first, as net/http's transport does: a connection closed
+			// before any byte is io.EOF, where ReadResponse would say
+			// io.ErrUnexpectedEOF.
+			_, err = c.br.Peek(1)
+		}
+		if err == nil {
 			resp, err = http.ReadResponse(c.br, nil)
 		}
 		if err != nil {
