@@ -50,6 +50,18 @@ type Options struct {
 	// Symlinks confines lookups made with GetUnder; GetConfined takes the
 	// mode per lookup instead. Default: follow.
 	Symlinks Symlinks
+	// MaxWatches bounds the directories the watcher keeps (each entry's
+	// directory and every ancestor and symlink target on the way to it),
+	// and so the inotify watches it holds. Past it the least recently used
+	// leaf directory is forgotten with its entries; a directory that finds
+	// no room is not watched, and its entries are revalidated after at most
+	// a second. Default: a quarter of fs.inotify.max_user_watches, at most
+	// 65536.
+	MaxWatches int
+	// MaxDirEntries bounds the cached entries without a descriptor
+	// (directories and other files that are not regular); past it such
+	// lookups are answered but not cached. Default: 10000.
+	MaxDirEntries int
 }
 
 // ErrQueueFull is returned by Get when the miss queue is full: the caller
@@ -73,6 +85,12 @@ type Metrics struct {
 	OpenFiles, NegativeCount           atomic.Int64
 	MemoryBytes, Evictions, Shed       atomic.Int64
 	UnwatchedDirs                      atomic.Int64
+	// Watches is the number of inotify watches held, WatchNodes the
+	// directories the watcher keeps (several can share one watch),
+	// WatchEvictions how many were forgotten to stay under MaxWatches.
+	Watches, WatchNodes, WatchEvictions atomic.Int64
+	// DirEntries counts the cached entries without a descriptor.
+	DirEntries atomic.Int64
 }
 
 // Cache is a process-wide cache of Entries with their open descriptors,
@@ -160,6 +178,12 @@ func New(o Options) *Cache {
 	if o.MemoryMaxFile <= 0 {
 		o.MemoryMaxFile = 3 << 10
 	}
+	if o.MaxWatches <= 0 {
+		o.MaxWatches = defaultMaxWatches()
+	}
+	if o.MaxDirEntries <= 0 {
+		o.MaxDirEntries = 10000
+	}
 	c := &Cache{
 		opts:     o,
 		jobs:     make(chan *call, o.QueueLength),
@@ -169,7 +193,7 @@ func New(o Options) *Cache {
 		hot:      newHotCounter(),
 	}
 	if !o.NoInotify {
-		c.watch = newWatcher(c)
+		c.watch = newWatcher(c, o.MaxWatches)
 	}
 	for range o.Workers {
 		c.wg.Add(1)
@@ -281,6 +305,9 @@ func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, pat
 			}
 			if e.acquire() {
 				e.used.Store(true)
+				if d := e.dir; d != nil && !d.used.Load() {
+					d.used.Store(true) // the directory's second chance
+				}
 				e.hits.Add(1)
 				c.M.Hits.Add(1)
 				return e, nil
@@ -401,12 +428,10 @@ func (c *Cache) worker() {
 // an entry: a negative one holds the error.
 func (c *Cache) resolve(key lookupKey) *Entry {
 	path := key.path
-	dir := filepath.Dir(path)
-	var gen uint64
-	watched := false
-	if c.watch != nil {
-		gen, watched = c.watch.add(dir)
-	}
+	// Watch every directory on the way before the stat, so that a change
+	// after it is an event for the entry.
+	ticket := c.watch.enter(filepath.Dir(path))
+	watched := ticket.watched
 	// The age counts from before the stat: what it saw may be that old.
 	checked := nanotime()
 	e := c.load(key, watched)
@@ -420,21 +445,31 @@ func (c *Cache) resolve(key lookupKey) *Entry {
 		c.sawUnwatched.Store(true)
 	}
 	if e.Err != nil && !cacheableError(e.Err) {
+		c.watch.leave(ticket)
 		return e // an answer for this request, not for the next one
 	}
 	if e.Err != nil {
 		if c.opts.NegativeEntries < 0 || c.M.NegativeCount.Load() >= int64(c.opts.NegativeEntries) {
+			c.watch.leave(ticket)
 			return e
 		}
 		c.M.NegativeCount.Add(1)
-	}
-	if watched && c.watch.generation(dir) != gen {
-		// The directory changed while we looked: keep the answer for the
-		// requests that wait for it, but make the next one look again.
-		e.checked = staleSince
+	} else if e.file == nil {
+		// A directory or another file without a descriptor: bounded apart,
+		// since the descriptor clock does not see it.
+		if c.M.DirEntries.Add(1) > int64(c.opts.MaxDirEntries) {
+			c.M.DirEntries.Add(-1)
+			c.watch.leave(ticket)
+			return e
+		}
 	}
 	e.refs.Store(2) // the cache's own reference and the call's
-	if old, loaded := c.entries.Swap(path, e); loaded {
+	var old any
+	var replaced bool
+	// publish marks e stale if its directory changed while we looked: the
+	// requests that wait for it get it, the next one looks again.
+	c.watch.publish(ticket, e, func() { old, replaced = c.entries.Swap(path, e) })
+	if replaced {
 		c.drop(old.(*Entry))
 	}
 	if e.file != nil {
@@ -445,6 +480,9 @@ func (c *Cache) resolve(key lookupKey) *Entry {
 	}
 	return e
 }
+
+// unpublish removes e from the map if it is still there under its key.
+func (c *Cache) unpublish(e *Entry) bool { return c.entries.CompareAndDelete(e.Path, e) }
 
 // load does the system calls for one path. withHead says whether to keep
 // the file's head: only where inotify watches, so that a file rewritten in
@@ -492,16 +530,29 @@ func (c *Cache) load(key lookupKey, withHead bool) *Entry {
 			c.M.MemoryBytes.Add(-e.Size)
 		}
 	}
+	if e.Data != nil {
+		e.memBytes = e.Size
+	}
 	switch {
 	case e.Data != nil:
 		e.Head = e.Data[:min(len(e.Data), HeadSize)]
-	case e.Size > 0 && withHead:
+	case e.Size > 0 && withHead && c.opts.MemoryBudget > 0:
 		// One read now saves one on every response of this entry. A read
 		// that would wait for the disk is not worth it on this path: the
-		// head is left out, and responses read it as the rest.
-		head := make([]byte, min(e.Size, HeadSize))
+		// head is left out, and responses read it as the rest. Heads are
+		// memory like small files' bodies, and share their budget (512
+		// bytes times 262,144 open files would be 128 MiB).
+		size := min(e.Size, HeadSize)
+		if c.M.MemoryBytes.Add(size) > c.opts.MemoryBudget {
+			c.M.MemoryBytes.Add(-size)
+			break
+		}
+		head := make([]byte, size)
 		if n, err := readHead(f, head); n == len(head) && err == nil {
 			e.Head = head
+			e.memBytes = size
+		} else {
+			c.M.MemoryBytes.Add(-size)
 		}
 	}
 	e.cache = c
@@ -536,9 +587,13 @@ func IsFDExhaustion(err error) bool {
 
 // drop removes the cache's reference to an entry that left the map.
 func (c *Cache) drop(e *Entry) {
+	c.watch.forget(e)
 	if e.Err != nil {
 		c.M.NegativeCount.Add(-1)
 		return
+	}
+	if e.file == nil {
+		c.M.DirEntries.Add(-1)
 	}
 	if e.Mode.IsRegular() {
 		c.hot.leave(e)

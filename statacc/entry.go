@@ -74,6 +74,10 @@ type Entry struct {
 	cache  *Cache
 	root   string   // the root it was confined to, "" with SymlinksFollow
 	mode   Symlinks // the confinement it was resolved with
+	// dir is the watcher's node of the entry's directory, nil if unwatched.
+	dir *dirNode
+	// memBytes is what Data and Head hold against the memory budget.
+	memBytes int64
 }
 
 // HeadSize is how much of a file an entry keeps in Head: net/http's
@@ -141,8 +145,8 @@ func (e *Entry) Release() {
 		e.file.Close()
 		if e.cache != nil {
 			e.cache.M.OpenFiles.Add(-1)
-			if e.Data != nil {
-				e.cache.M.MemoryBytes.Add(-int64(len(e.Data)))
+			if e.memBytes != 0 {
+				e.cache.M.MemoryBytes.Add(-e.memBytes)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,30 +19,115 @@ import (
 // watcher invalidates entries from inotify events. It watches directories,
 // not files, as lighttpd does: one watch covers every entry of a directory,
 // including the names that do not exist yet (negative entries).
+//
+// A path is only as fresh as every directory it is looked up through, so
+// the watcher keeps a tree of directory nodes from "/" down to each
+// entry's directory, each watched. A node whose name is a symlink also
+// holds the node of the directory its target names (resolved against the
+// real path of the link's directory, so relative targets, absolute ones,
+// ".." and chains of links are all looked up through watched nodes): when
+// that target node goes, the link's node goes with it. An event on a name
+// drops that name's entries and the subtree of its node; an event on a
+// directory itself (IN_ATTRIB, IN_MOVE_SELF, IN_DELETE_SELF, IN_IGNORED)
+// drops everything below it. Entries are indexed by their directory's
+// node, so no event scans the cache.
+//
+// Nodes, and so watches, are bounded by Options.MaxWatches: past it the
+// least recently used leaf directory is forgotten with its entries and its
+// watch removed; a node that cannot be made leaves its entries unwatched
+// (revalidated after at most a second). A leaf whose last entry goes is
+// removed at once, and so are the ancestors it leaves empty.
+//
+// Locking: mu guards the tree and is never held across a system call.
+// A new node is a placeholder installed by the lookup that made it; an
+// event that drops it meanwhile marks it dropped, and the lookup starts
+// again. An entry is published in the cache map under mu, after checking
+// that its directory's node saw no event since the lookup's stat, so no
+// event falls between the check and the publication.
 type watcher struct {
 	cache *Cache
 	file  *os.File // the inotify descriptor, read through the netpoller
 	fd    int
+	limit int // the most nodes
+
 	mu    sync.Mutex
-	byWD  map[int32]*watchedDir
-	byDir map[string]*watchedDir
+	root  *dirNode
+	byWD  map[int32][]*dirNode // nodes on one watch: one directory reached by several paths
+	// dead holds the watches removed here lately: a lookup that added a
+	// watch just before its removal must not take it for live. Kept for
+	// deadFor after the removal (the kernel does not reuse numbers soon).
+	dead     map[int32]int64
+	deadFIFO []int32
+	nodes int
+	lru   dirNode // sentinel of the list of nodes, most recently used first
 	done  chan struct{}
 }
 
-type watchedDir struct {
-	path string
-	wd   int32 // -1: the watch could not be added
-	// gen counts the events seen in the directory, so that a worker can
-	// tell whether its stat raced with a change.
-	gen     atomic.Uint64
-	retryAt time.Time // when to try adding a failed watch again
+// dirNode is one directory on the way to cached entries.
+type dirNode struct {
+	name     string
+	path     string // the path as looked up, through links
+	real     string // the path without links, once installed
+	parent   *dirNode
+	children map[string]*dirNode
+	state    nodeState
+	wd       int32
+	failedAt int64 // nanotime of a failed watch, retried after watchRetry
+	// installing is closed when a placeholder's lookup has finished.
+	installing chan struct{}
+	// link is the node of the directory this node's symlink names;
+	// dependents are the link nodes whose target this node is.
+	link       *dirNode
+	dependents map[*dirNode]struct{}
+	entries    map[string][]*Entry // by name
+	nentries   int
+	pins       int    // lookups in progress, plus dependents
+	gen        uint64 // events on this node's watch
+	dropped    bool
+	// used is the second chance of the LRU, set by a cache hit.
+	used       atomic.Bool
+	prev, next *dirNode
 }
+
+type nodeState uint8
+
+const (
+	nodePending nodeState = iota // being installed
+	nodeWatched                  // watched (and its link, if any, resolved)
+	nodeMissing                  // does not exist or is not a directory: its parent sees it appear
+	nodeFailed                   // exists but cannot be watched
+)
+
+// watchRetry is how long a directory that could not be watched (watch
+// limit, permission) waits before another try, unless its parent's event
+// drops it sooner.
+const watchRetry = int64(10 * time.Second)
+
+// maxLinkDepth bounds chains of symlinks, as the kernel's ELOOP does.
+const maxLinkDepth = 40
+
+// deadFor is how long a removed watch is remembered.
+const deadFor = int64(10 * time.Second)
 
 const watchMask = unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CLOSE_WRITE | unix.IN_CREATE |
 	unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF |
 	unix.IN_ONLYDIR
 
-func newWatcher(c *Cache) *watcher {
+// defaultMaxWatches is a quarter of the user's inotify watches (the rest is
+// for other instances and programs of the same user), at most 65536.
+func defaultMaxWatches() int {
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_watches")
+	if err != nil {
+		return 8192
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n <= 0 {
+		return 8192
+	}
+	return max(16, min(65536, n/4))
+}
+
+func newWatcher(c *Cache, limit int) *watcher {
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
 		return nil // no inotify: entries fall back to the short TTL
@@ -50,64 +136,567 @@ func newWatcher(c *Cache) *watcher {
 		cache: c,
 		file:  os.NewFile(uintptr(fd), "inotify"),
 		fd:    fd,
-		byWD:  make(map[int32]*watchedDir),
-		byDir: make(map[string]*watchedDir),
+		limit: limit,
+		byWD:  make(map[int32][]*dirNode),
+		dead:  make(map[int32]int64),
 		done:  make(chan struct{}),
 	}
+	w.lru.prev, w.lru.next = &w.lru, &w.lru
 	go w.read()
 	return w
 }
 
-// add makes sure dir is watched and returns its generation, or false if it
-// cannot be (the watch limit, a filesystem without inotify).
-func (w *watcher) add(dir string) (uint64, bool) {
-	if w == nil {
-		return 0, false
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if d, ok := w.byDir[dir]; ok {
-		if d.wd >= 0 {
-			return d.gen.Load(), true
-		}
-		if time.Now().Before(d.retryAt) {
-			return 0, false
-		}
-		delete(w.byDir, dir)
-		w.cache.M.UnwatchedDirs.Add(-1) // counted again below if it fails again
-	}
-	wd, err := unix.InotifyAddWatch(w.fd, dir, watchMask)
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-			return 0, false // nothing to watch; the entry is negative anyway
-		}
-		// ENOSPC: fs.inotify.max_user_watches is reached. Remember the
-		// failure for a while rather than retry on every miss.
-		w.byDir[dir] = &watchedDir{path: dir, wd: -1, retryAt: time.Now().Add(10 * time.Second)}
-		w.cache.M.UnwatchedDirs.Add(1)
-		return 0, false
-	}
-	d, ok := w.byWD[int32(wd)]
-	if ok && d.path != dir {
-		// The same directory under another name (a hard link or a bind
-		// mount): keep one name per watch.
-		return 0, false
-	}
-	if !ok {
-		d = &watchedDir{path: dir, wd: int32(wd)}
-		w.byWD[int32(wd)] = d
-	}
-	w.byDir[dir] = d
-	return d.gen.Load(), true
+// watchTicket is what a lookup holds between finding its directory's node
+// and publishing its entry.
+type watchTicket struct {
+	leaf    *dirNode // pinned; nil when unwatched
+	gen     uint64
+	watched bool
 }
 
-func (w *watcher) generation(dir string) uint64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if d, ok := w.byDir[dir]; ok {
-		return d.gen.Load()
+// enter makes sure every directory from "/" down to dir is watched and
+// returns a ticket for publish or leave. ticket.watched is false when some
+// directory on the way cannot be watched: the entry then falls back to the
+// one-second revalidation.
+func (w *watcher) enter(dir string) watchTicket {
+	if w == nil {
+		return watchTicket{}
 	}
-	return ^uint64(0)
+	for range 3 {
+		leaf, again := w.ensure(dir, nil)
+		if again {
+			continue
+		}
+		if leaf == nil {
+			break
+		}
+		w.mu.Lock()
+		t := watchTicket{leaf: leaf, gen: leaf.gen, watched: !leaf.dropped && w.pathOK(leaf)}
+		w.mu.Unlock()
+		return t
+	}
+	return watchTicket{}
+}
+
+// pathOK reports whether every node from the root to n is watched, or
+// watched down to one that is missing (whose appearance its parent sees).
+func (w *watcher) pathOK(n *dirNode) bool {
+	for ; n != nil; n = n.parent {
+		if n.state != nodeWatched && n.state != nodeMissing {
+			return false
+		}
+	}
+	return true
+}
+
+// publish stores e (through store, which puts it in the cache map) and
+// indexes it under its directory's node, unless that node saw an event
+// since enter: then e is stored as stale, so that the requests waiting for
+// it get it and the next one looks again. It gives up the ticket.
+func (w *watcher) publish(t watchTicket, e *Entry, store func()) {
+	if w == nil || t.leaf == nil {
+		store()
+		return
+	}
+	var rm []int32
+	w.mu.Lock()
+	n := t.leaf
+	if !t.watched || n.dropped || n.gen != t.gen {
+		e.checked = staleSince
+	} else {
+		e.dir = n
+		name := filepath.Base(e.Path)
+		if n.entries == nil {
+			n.entries = make(map[string][]*Entry)
+		}
+		n.entries[name] = append(n.entries[name], e)
+		n.nentries++
+	}
+	store()
+	w.unpinLocked(n, &rm)
+	w.mu.Unlock()
+	w.rmWatches(rm)
+}
+
+// leave gives up a ticket without publishing.
+func (w *watcher) leave(t watchTicket) {
+	if w == nil || t.leaf == nil {
+		return
+	}
+	var rm []int32
+	w.mu.Lock()
+	w.unpinLocked(t.leaf, &rm)
+	w.mu.Unlock()
+	w.rmWatches(rm)
+}
+
+// forget unindexes an entry that left the cache; its directory's node
+// goes if nothing else needs it.
+func (w *watcher) forget(e *Entry) {
+	if w == nil || e.dir == nil {
+		return
+	}
+	var rm []int32
+	w.mu.Lock()
+	if n := e.dir; !n.dropped {
+		name := filepath.Base(e.Path)
+		list := n.entries[name]
+		for i, x := range list {
+			if x == e {
+				list[i] = list[len(list)-1]
+				list[len(list)-1] = nil
+				list = list[:len(list)-1]
+				n.nentries--
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(n.entries, name)
+		} else {
+			n.entries[name] = list
+		}
+		w.maybeRemoveLocked(n, &rm)
+	}
+	w.mu.Unlock()
+	w.rmWatches(rm)
+}
+
+// ensure finds or makes the nodes of path and returns its leaf, pinned.
+// again asks the caller to start over: a node it installed was dropped by
+// an event meanwhile. A nil leaf means the path cannot be watched. stack
+// holds the link nodes whose targets the caller is resolving: meeting one
+// of them again is a loop.
+func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, again bool) {
+	if len(stack) > maxLinkDepth || !filepath.IsAbs(path) {
+		return nil, false
+	}
+	var gone []*Entry
+	var rm []int32
+	w.mu.Lock()
+	nodes, fresh := w.walkLocked(path, &gone, &rm)
+	if nodes == nil {
+		w.mu.Unlock()
+		w.finish(gone, rm)
+		return nil, false
+	}
+	leaf = nodes[len(nodes)-1]
+	leaf.pins++
+	w.mu.Unlock()
+	w.finish(gone, rm)
+
+	for i, n := range nodes {
+		if fresh[n] {
+			if again := w.install(n, stack); again {
+				w.abandon(nodes[i+1:], fresh)
+				w.leave(watchTicket{leaf: leaf})
+				return nil, true
+			}
+			continue
+		}
+		select {
+		case <-n.installing:
+			continue // installed; the result is in n.state
+		default:
+		}
+		for _, l := range stack {
+			if l == n {
+				// A link whose target goes through itself (ELOOP).
+				w.leave(watchTicket{leaf: leaf})
+				return nil, false
+			}
+		}
+		<-n.installing // another lookup's
+	}
+	w.mu.Lock()
+	dropped := leaf.dropped
+	w.mu.Unlock()
+	if dropped {
+		w.leave(watchTicket{leaf: leaf})
+		return nil, true
+	}
+	return leaf, false
+}
+
+// abandon drops the placeholders a lookup made but will not install, and
+// wakes the lookups that wait for them: they start again.
+func (w *watcher) abandon(nodes []*dirNode, fresh map[*dirNode]bool) {
+	var rm []int32
+	var gone []*Entry
+	w.mu.Lock()
+	for _, n := range nodes {
+		if fresh[n] {
+			w.dropLocked(n, &gone, &rm)
+		}
+	}
+	w.mu.Unlock()
+	for _, n := range nodes {
+		if fresh[n] {
+			close(n.installing)
+		}
+	}
+	w.finish(gone, rm)
+}
+
+// walkLocked returns the nodes from the root to path, making placeholders
+// for those missing (marked in fresh), after making room for them under
+// the bound. It returns nil if there is no room.
+func (w *watcher) walkLocked(path string, gone *[]*Entry, rm *[]int32) ([]*dirNode, map[*dirNode]bool) {
+	names := strings.Split(strings.Trim(path, "/"), "/")
+	if names[0] == "" {
+		names = names[:0]
+	}
+	// Count what must be made, and let failed nodes whose time has come
+	// be tried again.
+	need := 0
+	n := w.root
+	if n != nil && n.state == nodeFailed && nanotime()-n.failedAt > watchRetry {
+		w.dropLocked(n, gone, rm)
+		n = nil
+	}
+	if n == nil {
+		need = 1 + len(names)
+	} else {
+		for i, name := range names {
+			ch := n.children[name]
+			if ch != nil && ch.state == nodeFailed && nanotime()-ch.failedAt > watchRetry {
+				w.dropLocked(ch, gone, rm)
+				ch = nil
+			}
+			if ch == nil {
+				need = len(names) - i
+				break
+			}
+			n = ch
+		}
+	}
+	if w.nodes+need > w.limit {
+		// Keep the part of the path that exists while making room.
+		if n != nil {
+			n.pins++
+		}
+		ok := w.evictLocked(w.nodes+need-w.limit, gone, rm)
+		if n != nil {
+			n.pins--
+		}
+		if !ok || n != nil && n.dropped {
+			w.cache.M.UnwatchedDirs.Add(1)
+			return nil, nil
+		}
+	}
+	fresh := make(map[*dirNode]bool, need)
+	if w.root == nil {
+		w.root = w.newNodeLocked(nil, "/", "/")
+		fresh[w.root] = true
+	}
+	nodes := make([]*dirNode, 0, len(names)+1)
+	n = w.root
+	nodes = append(nodes, n)
+	for _, name := range names {
+		ch := n.children[name]
+		if ch == nil {
+			ch = w.newNodeLocked(n, name, filepath.Join(n.path, name))
+			fresh[ch] = true
+		}
+		n = ch
+		nodes = append(nodes, n)
+	}
+	// Most recently used first, ancestors before descendants, so that the
+	// tail of the list is always a leaf.
+	for i := len(nodes) - 1; i >= 0; i-- {
+		w.touchLocked(nodes[i])
+	}
+	return nodes, fresh
+}
+
+func (w *watcher) newNodeLocked(parent *dirNode, name, path string) *dirNode {
+	n := &dirNode{name: name, path: path, parent: parent, wd: -1, installing: make(chan struct{})}
+	if parent != nil {
+		if parent.children == nil {
+			parent.children = make(map[string]*dirNode)
+		}
+		parent.children[name] = n
+	}
+	w.nodes++
+	w.cache.M.WatchNodes.Store(int64(w.nodes))
+	n.prev, n.next = &w.lru, w.lru.next
+	n.prev.next, n.next.prev = n, n
+	return n
+}
+
+func (w *watcher) touchLocked(n *dirNode) {
+	n.prev.next, n.next.prev = n.next, n.prev
+	n.prev, n.next = &w.lru, w.lru.next
+	n.prev.next, n.next.prev = n, n
+}
+
+// evictLocked forgets up to k least recently used leaves that nothing
+// pins, giving a second chance to those a hit used. It reports whether it
+// made k places.
+func (w *watcher) evictLocked(k int, gone *[]*Entry, rm *[]int32) bool {
+	for steps := 2 * w.nodes; k > 0 && steps > 0; steps-- {
+		n := w.lru.prev
+		if n == &w.lru {
+			return false
+		}
+		if len(n.children) > 0 || n.pins > 0 || n.used.Swap(false) {
+			w.touchLocked(n)
+			continue
+		}
+		before := w.nodes
+		w.dropLocked(n, gone, rm)
+		w.cache.M.WatchEvictions.Add(1)
+		k -= before - w.nodes
+	}
+	return k <= 0
+}
+
+// install watches a placeholder node and, if its name is a symlink,
+// resolves the target to its own node. Called without mu; the node is
+// pinned by the caller's leaf pin (its descendant) or the leaf itself.
+func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
+	defer close(n.installing)
+	w.mu.Lock()
+	pstate, preal := nodeWatched, "/"
+	if n.parent != nil {
+		pstate, preal = n.parent.state, n.parent.real
+	}
+	w.mu.Unlock()
+	real := filepath.Join(preal, n.name)
+	if n.parent == nil {
+		real = "/"
+	}
+	if pstate == nodeMissing || pstate == nodeFailed {
+		// Nothing to look at below: the parent's own state decides.
+		return w.settle(n, pstate, real, nil)
+	}
+	wd, err := unix.InotifyAddWatch(w.fd, n.path, watchMask)
+	if err == nil {
+		// Register the watch before looking at what the name is: any
+		// change after this is an event for this node.
+		w.mu.Lock()
+		if n.dropped || w.isDeadLocked(int32(wd)) {
+			if !n.dropped {
+				var rm []int32
+				w.dropLocked(n, nil, &rm) // its watch is being removed: look again
+			}
+			w.mu.Unlock()
+			w.rmUnused(int32(wd))
+			return true
+		}
+		n.wd = int32(wd)
+		w.byWD[n.wd] = append(w.byWD[n.wd], n)
+		w.cache.M.Watches.Store(int64(len(w.byWD)))
+		w.mu.Unlock()
+	} else if !errors.Is(err, unix.ENOENT) {
+		state := nodeFailed
+		if errors.Is(err, unix.ENOTDIR) {
+			state = nodeMissing // a file: its parent sees it become a directory
+		}
+		return w.settle(n, state, real, nil)
+	}
+	// Present or not, the name may be a symlink (a dangling one gives
+	// ENOENT): its target is looked up through other directories.
+	fi, lerr := os.Lstat(n.path)
+	switch {
+	case lerr != nil && errors.Is(lerr, unix.ENOENT) || lerr == nil && fi.Mode()&os.ModeSymlink == 0 && err != nil:
+		return w.settle(n, nodeMissing, real, nil)
+	case lerr != nil:
+		return w.settle(n, nodeFailed, real, nil)
+	case fi.Mode()&os.ModeSymlink == 0:
+		return w.settle(n, nodeWatched, real, nil)
+	}
+	target, rerr := os.Readlink(n.path)
+	if rerr != nil {
+		return w.settle(n, nodeFailed, real, nil)
+	}
+	if !filepath.IsAbs(target) {
+		target = filepath.Join(preal, target)
+	}
+	target = filepath.Clean(target)
+	var to *dirNode
+	for range 3 {
+		t, again := w.ensure(target, append(stack[:len(stack):len(stack)], n))
+		if !again {
+			to = t
+			break
+		}
+	}
+	if to == nil {
+		return w.settle(n, nodeFailed, real, nil)
+	}
+	state := nodeWatched
+	if err != nil {
+		state = nodeMissing // dangling: its target's parent sees it appear
+	}
+	return w.settle(n, state, "", to)
+}
+
+// settle records what install found. to, if set, is the pinned node of a
+// symlink's target; its pin passes to the link.
+func (w *watcher) settle(n *dirNode, state nodeState, real string, to *dirNode) (again bool) {
+	var rm []int32
+	var gone []*Entry
+	w.mu.Lock()
+	if n.dropped {
+		if to != nil {
+			w.unpinLocked(to, &rm)
+		}
+		w.mu.Unlock()
+		w.finish(gone, rm)
+		return true
+	}
+	if to != nil {
+		if to.dropped {
+			w.unpinLocked(to, &rm)
+			w.mu.Unlock()
+			w.finish(gone, rm)
+			return true
+		}
+		n.link = to
+		if to.dependents == nil {
+			to.dependents = make(map[*dirNode]struct{})
+		}
+		to.dependents[n] = struct{}{}
+		real = to.real
+		if to.state != nodeWatched && to.state != nodeMissing || !w.pathOK(to) {
+			state = nodeFailed
+		}
+	}
+	n.state, n.real = state, real
+	if state == nodeFailed {
+		n.failedAt = nanotime()
+	}
+	w.mu.Unlock()
+	w.finish(gone, rm)
+	return false
+}
+
+func (w *watcher) unpinLocked(n *dirNode, rm *[]int32) {
+	n.pins--
+	w.maybeRemoveLocked(n, rm)
+}
+
+// maybeRemoveLocked removes n and then its ancestors while nothing needs
+// them: no entries, children or pins. Their entries are gone already.
+func (w *watcher) maybeRemoveLocked(n *dirNode, rm *[]int32) {
+	for n != nil && !n.dropped && n.pins <= 0 && n.nentries == 0 && len(n.children) == 0 && len(n.dependents) == 0 {
+		parent := n.parent
+		w.dropLocked(n, nil, rm)
+		n = parent
+	}
+}
+
+// dropLocked forgets n, its subtree and the links that resolve through
+// them, with their entries: gone collects the entries to drop once mu is
+// released (nil when there are none), rm the watches to remove.
+func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry, rm *[]int32) {
+	if n.dropped {
+		return
+	}
+	n.dropped = true
+	for _, ch := range n.children {
+		w.dropLocked(ch, gone, rm)
+	}
+	for d := range n.dependents {
+		w.dropLocked(d, gone, rm)
+	}
+	for _, list := range n.entries {
+		for _, e := range list {
+			if w.cache.unpublish(e) && gone != nil {
+				*gone = append(*gone, e)
+			}
+		}
+	}
+	n.entries, n.nentries = nil, 0
+	if n.parent != nil && n.parent.children[n.name] == n {
+		delete(n.parent.children, n.name)
+	}
+	if w.root == n {
+		w.root = nil
+	}
+	if to := n.link; to != nil {
+		n.link = nil
+		delete(to.dependents, n)
+		w.unpinLocked(to, rm)
+	}
+	if n.wd >= 0 {
+		users := w.byWD[n.wd]
+		for i, x := range users {
+			if x == n {
+				users = append(users[:i], users[i+1:]...)
+				break
+			}
+		}
+		if len(users) == 0 {
+			delete(w.byWD, n.wd)
+			w.markDeadLocked(n.wd)
+			*rm = append(*rm, n.wd)
+		} else {
+			w.byWD[n.wd] = users
+		}
+		n.wd = -1
+		w.cache.M.Watches.Store(int64(len(w.byWD)))
+	}
+	n.prev.next, n.next.prev = n.next, n.prev
+	n.prev, n.next = nil, nil
+	w.nodes--
+	w.cache.M.WatchNodes.Store(int64(w.nodes))
+	if n.parent != nil {
+		// The parent may now be an empty leaf.
+		w.maybeRemoveLocked(n.parent, rm)
+	}
+}
+
+// rmUnused removes a watch added for a node that was dropped before it
+// could use it, unless another node uses the same watch.
+func (w *watcher) rmUnused(wd int32) {
+	w.mu.Lock()
+	used := len(w.byWD[wd]) > 0
+	if !used {
+		w.markDeadLocked(wd)
+	}
+	w.mu.Unlock()
+	if !used {
+		unix.InotifyRmWatch(w.fd, uint32(wd))
+	}
+}
+
+// markDeadLocked remembers a watch about to be removed.
+func (w *watcher) markDeadLocked(wd int32) {
+	now := nanotime()
+	for len(w.deadFIFO) > 0 {
+		old := w.deadFIFO[0]
+		if t, ok := w.dead[old]; ok && now-t < deadFor {
+			break
+		}
+		delete(w.dead, old)
+		w.deadFIFO = w.deadFIFO[1:]
+	}
+	if _, ok := w.dead[wd]; !ok {
+		w.deadFIFO = append(w.deadFIFO, wd)
+	}
+	w.dead[wd] = now
+}
+
+func (w *watcher) isDeadLocked(wd int32) bool {
+	t, ok := w.dead[wd]
+	return ok && nanotime()-t < deadFor
+}
+
+func (w *watcher) rmWatches(rm []int32) {
+	for _, wd := range rm {
+		unix.InotifyRmWatch(w.fd, uint32(wd))
+	}
+}
+
+// finish drops the entries that left the map and removes the watches
+// that nothing uses, once mu is released.
+func (w *watcher) finish(gone []*Entry, rm []int32) {
+	w.rmWatches(rm)
+	for _, e := range gone {
+		w.cache.M.Invalidations.Add(1)
+		w.cache.drop(e)
+	}
 }
 
 func (w *watcher) close() {
@@ -138,65 +727,75 @@ func (w *watcher) read() {
 	}
 }
 
+const selfEvents = unix.IN_ATTRIB | unix.IN_MOVE_SELF | unix.IN_DELETE_SELF | unix.IN_IGNORED
+
 func (w *watcher) handle(wd int32, mask uint32, name string) {
 	c := w.cache
+	var gone []*Entry
+	var rm []int32
 	if mask&unix.IN_Q_OVERFLOW != 0 {
 		// Events were lost: nothing cached can be trusted.
 		w.mu.Lock()
-		for _, d := range w.byWD {
-			d.gen.Add(1)
+		if w.root != nil {
+			w.dropLocked(w.root, &gone, &rm)
 		}
 		w.mu.Unlock()
+		w.finish(gone, rm)
 		c.Flush()
 		return
 	}
 	w.mu.Lock()
-	d, ok := w.byWD[wd]
-	if ok {
-		d.gen.Add(1)
-	}
-	if ok && mask&(unix.IN_IGNORED|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF) != 0 {
-		// The directory itself is gone or moved: its watch is no longer
-		// about this path.
-		if mask&unix.IN_IGNORED != 0 {
-			delete(w.byWD, wd)
+	if mask&unix.IN_IGNORED != 0 {
+		// The kernel removed the watch (ours, or the directory is gone):
+		// nothing to remove any more.
+		for _, n := range w.byWD[wd] {
+			n.wd = -1
 		}
-		if w.byDir[d.path] == d {
-			delete(w.byDir, d.path)
+		users := w.byWD[wd]
+		delete(w.byWD, wd)
+		c.M.Watches.Store(int64(len(w.byWD)))
+		for _, n := range users {
+			n.gen++
+			w.dropLocked(n, &gone, &rm)
+		}
+		w.mu.Unlock()
+		w.finish(gone, rm)
+		return
+	}
+	users := append([]*dirNode(nil), w.byWD[wd]...)
+	for _, n := range users {
+		n.gen++
+		if n.dropped {
+			continue
+		}
+		if name == "" {
+			if mask&selfEvents != 0 {
+				w.dropLocked(n, &gone, &rm)
+			}
+			continue
+		}
+		if ch := n.children[name]; ch != nil {
+			w.dropLocked(ch, &gone, &rm)
+		}
+		if list := n.entries[name]; len(list) > 0 {
+			for _, e := range list {
+				if c.unpublish(e) {
+					gone = append(gone, e)
+				}
+			}
+			n.nentries -= len(list)
+			delete(n.entries, name)
+			w.maybeRemoveLocked(n, &rm)
 		}
 	}
 	w.mu.Unlock()
-	if !ok {
-		return
-	}
-	if name == "" {
-		if mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0 {
-			c.Invalidate(d.path, true)
-			w.forgetBelow(d.path)
-		}
-		return
-	}
-	path := filepath.Join(d.path, name)
-	isDir := mask&unix.IN_ISDIR != 0
-	c.Invalidate(path, isDir)
-	if isDir && mask&(unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO) != 0 {
-		w.forgetBelow(path)
-	}
+	w.finish(gone, rm)
 }
 
-// forgetBelow drops the watches of a directory tree that was moved or
-// deleted: their paths no longer name them, and new misses add fresh ones.
-func (w *watcher) forgetBelow(dir string) {
-	prefix := dir + string(filepath.Separator)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for p, d := range w.byDir {
-		if p == dir || strings.HasPrefix(p, prefix) {
-			delete(w.byDir, p)
-			if d.wd >= 0 {
-				delete(w.byWD, d.wd)
-				unix.InotifyRmWatch(w.fd, uint32(d.wd))
-			}
-		}
+// watchFD is the inotify descriptor, for tests that count its watches.
+func (w *watcher) watchFD() int {
+	if w == nil {
+		return -1
 	}
+	return w.fd
 }

@@ -2,14 +2,29 @@
 
 package statacc
 
+import "sync/atomic"
+
 // watcher is inotify's; elsewhere there is none, and every entry is
 // revalidated after at most a second (see Options.Revalidate).
 type watcher struct{}
 
-func newWatcher(*Cache) *watcher { return nil }
+// dirNode is the watcher's node of a directory; there are none here.
+type dirNode struct{ used atomic.Bool }
 
-func (w *watcher) add(string) (uint64, bool) { return 0, false }
+type watchTicket struct{ watched bool }
 
-func (w *watcher) generation(string) uint64 { return 0 }
+func newWatcher(*Cache, int) *watcher { return nil }
+
+func defaultMaxWatches() int { return 8192 }
+
+func (w *watcher) enter(string) watchTicket { return watchTicket{} }
+
+func (w *watcher) publish(_ watchTicket, _ *Entry, store func()) { store() }
+
+func (w *watcher) leave(watchTicket) {}
+
+func (w *watcher) forget(*Entry) {}
+
+func (w *watcher) watchFD() int { return -1 }
 
 func (w *watcher) close() {}

@@ -1,0 +1,369 @@
+//go:build linux && !flashserve_portable
+
+package statacc
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pathChange is a change to a directory on the way to a cached file, not
+// to the file or its directory's entries.
+type pathChange struct {
+	name string
+	// setup builds the tree under dir and returns the path to look up.
+	setup func(t *testing.T, dir string) string
+	// apply changes the tree.
+	apply func(t *testing.T, dir string)
+}
+
+func symlinkSwap(t *testing.T, dir, link, target string) {
+	t.Helper()
+	tmp := filepath.Join(dir, link+".tmp")
+	if err := os.Symlink(target, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, link)); err != nil { // mv -T
+		t.Fatal(err)
+	}
+}
+
+func mustRename(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.Rename(from, to); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustChmod(t *testing.T, path string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+	// Let TempDir's cleanup remove it again.
+	t.Cleanup(func() { os.Chmod(path, 0o755) })
+}
+
+var pathChanges = []pathChange{
+	{"root symlink swapped, relative target", func(t *testing.T, d string) string {
+		write(t, filepath.Join(d, "release-1/index.html"), "one")
+		write(t, filepath.Join(d, "release-2/index.html"), "second")
+		os.Symlink("release-1", filepath.Join(d, "current"))
+		return filepath.Join(d, "current/index.html")
+	}, func(t *testing.T, d string) { symlinkSwap(t, d, "current", "release-2") }},
+	{"root symlink swapped, absolute target", func(t *testing.T, d string) string {
+		write(t, filepath.Join(d, "release-1/css/site.css"), "one")
+		write(t, filepath.Join(d, "release-2/css/site.css"), "second")
+		os.Symlink(filepath.Join(d, "release-1"), filepath.Join(d, "current"))
+		return filepath.Join(d, "current/css/site.css")
+	}, func(t *testing.T, d string) { symlinkSwap(t, d, "current", filepath.Join(d, "release-2")) }},
+	{"chain of links, the inner one swapped", func(t *testing.T, d string) string {
+		write(t, filepath.Join(d, "releases/1/f"), "one")
+		write(t, filepath.Join(d, "releases/2/f"), "second")
+		os.Symlink("releases/1", filepath.Join(d, "live"))
+		os.Symlink("../"+filepath.Base(d)+"/live", filepath.Join(d, "current")) // through ".."
+		return filepath.Join(d, "current/f")
+	}, func(t *testing.T, d string) { symlinkSwap(t, d, "live", "releases/2") }},
+	{"linked directory renamed", func(t *testing.T, d string) string {
+		write(t, filepath.Join(d, "release-1/f"), "one")
+		os.Symlink("release-1", filepath.Join(d, "current"))
+		return filepath.Join(d, "current/f")
+	}, func(t *testing.T, d string) {
+		mustRename(t, filepath.Join(d, "release-1"), filepath.Join(d, "release-1.old"))
+	}},
+	{"linked directory replaced", func(t *testing.T, d string) string {
+		write(t, filepath.Join(d, "release-1/f"), "one")
+		write(t, filepath.Join(d, "next/f"), "second")
+		os.Symlink("release-1", filepath.Join(d, "current"))
+		return filepath.Join(d, "current/f")
+	}, func(t *testing.T, d string) {
+		mustRename(t, filepath.Join(d, "release-1"), filepath.Join(d, "release-1.old"))
+		mustRename(t, filepath.Join(d, "next"), filepath.Join(d, "release-1"))
+	}},
+	{"chmod 000 of the parent", func(t *testing.T, d string) string {
+		write(t, filepath.Join(d, "a/b/f"), "one")
+		return filepath.Join(d, "a/b/f")
+	}, func(t *testing.T, d string) { mustChmod(t, filepath.Join(d, "a/b"), 0) }},
+	{"chmod 000 of the grandparent", func(t *testing.T, d string) string {
+		write(t, filepath.Join(d, "a/b/f"), "one")
+		return filepath.Join(d, "a/b/f")
+	}, func(t *testing.T, d string) { mustChmod(t, filepath.Join(d, "a"), 0) }},
+	{"grandparent renamed", func(t *testing.T, d string) string {
+		write(t, filepath.Join(d, "g/p/f"), "one")
+		return filepath.Join(d, "g/p/f")
+	}, func(t *testing.T, d string) { mustRename(t, filepath.Join(d, "g"), filepath.Join(d, "g.old")) }},
+	{"grandparent replaced", func(t *testing.T, d string) string {
+		write(t, filepath.Join(d, "g/p/f"), "one")
+		write(t, filepath.Join(d, "g2/p/f"), "second")
+		return filepath.Join(d, "g/p/f")
+	}, func(t *testing.T, d string) {
+		mustRename(t, filepath.Join(d, "g"), filepath.Join(d, "g.old"))
+		mustRename(t, filepath.Join(d, "g2"), filepath.Join(d, "g"))
+	}},
+	{"great-grandparent moved", func(t *testing.T, d string) string {
+		write(t, filepath.Join(d, "x/g/p/f"), "one")
+		os.Mkdir(filepath.Join(d, "elsewhere"), 0o755)
+		return filepath.Join(d, "x/g/p/f")
+	}, func(t *testing.T, d string) {
+		mustRename(t, filepath.Join(d, "x"), filepath.Join(d, "elsewhere/x"))
+	}},
+	{"rm -r and recreate", func(t *testing.T, d string) string {
+		write(t, filepath.Join(d, "site/p/f"), "one")
+		return filepath.Join(d, "site/p/f")
+	}, func(t *testing.T, d string) {
+		if err := os.RemoveAll(filepath.Join(d, "site")); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(d, "site/p/f"), "second")
+	}},
+	{"missing ancestor created", func(t *testing.T, d string) string {
+		return filepath.Join(d, "later/p/f")
+	}, func(t *testing.T, d string) { write(t, filepath.Join(d, "later/p/f"), "second") }},
+}
+
+// TestPathChangesSeenWithin100ms: a change to any directory on the way to
+// a cached path (a symlink swapped, an ancestor renamed, replaced, moved,
+// removed, made unreadable or created) is seen through inotify: with
+// revalidate at an hour, the entry is dropped and the next lookup gives
+// what a fresh lookup gives. Median under 100 ms, each under 1 s.
+func TestPathChangesSeenWithin100ms(t *testing.T) {
+	const rounds = 5
+	var all []time.Duration
+	for _, pc := range pathChanges {
+		t.Run(pc.name, func(t *testing.T) {
+			c := New(Options{Workers: 2, Revalidate: time.Hour})
+			defer c.Close()
+			var delays []time.Duration
+			for round := range rounds {
+				dir := filepath.Join(t.TempDir(), "r"+strconv.Itoa(round))
+				os.Mkdir(dir, 0o755)
+				path := pc.setup(t, dir)
+				before := watchedHit(t, c, path)
+				pc.apply(t, dir)
+				// What a lookup that trusts nothing says now.
+				fresh := New(Options{Workers: 1, NoInotify: true, NegativeEntries: -1})
+				want := describe(t, fresh, path)
+				fresh.Close()
+				start := time.Now()
+				for {
+					misses := c.M.Misses.Load()
+					got := describe(t, c, path)
+					if c.M.Misses.Load() > misses && got == want {
+						break
+					}
+					if time.Since(start) > time.Second {
+						t.Fatalf("round %d: %s still cached as %q after 1 s (a fresh lookup: %q)", round, path, got, want)
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
+				delays = append(delays, time.Since(start))
+				t.Logf("round %d: %q → %q seen after %v", round, before, want, delays[len(delays)-1])
+			}
+			all = append(all, delays...)
+		})
+	}
+	if len(all) == 0 {
+		return
+	}
+	slices.Sort(all)
+	med := all[len(all)/2]
+	t.Logf("%d changes: median %v, p90 %v, max %v", len(all), med, all[len(all)*9/10], all[len(all)-1])
+	if med > 100*time.Millisecond {
+		t.Errorf("median delay %v, want under 100 ms", med)
+	}
+}
+
+// watchedHit looks path up until its cached entry is watched by inotify
+// and the next lookup is a hit, and returns what it says. A tree just made
+// sends events of its own making that can drop the first entries looked up
+// in it (read after the lookup began), and an entry that is not watched
+// would be seen to change through the one-second fallback.
+func watchedHit(t testing.TB, c *Cache, path string) string {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		got := describe(t, c, path)
+		hits := c.M.Hits.Load() + c.M.NegativeHits.Load()
+		again := describe(t, c, path)
+		v, ok := c.entries.Load(path)
+		if ok && v.(*Entry).watched && c.fresh(v.(*Entry)) && again == got &&
+			c.M.Hits.Load()+c.M.NegativeHits.Load() == hits+1 {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not a watched cache hit after 2 s (%q)", path, got)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// inotifyWatches is the kernel's own count of the watches on an inotify
+// descriptor of this process.
+func inotifyWatches(t testing.TB, fd int) int {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/self/fdinfo/%d", fd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "inotify wd:") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestWatchesBounded: a client that asks for files in 10,000 directories
+// cannot make the cache hold more than max_watches directories and
+// watches (counted by the kernel), and the directories past the bound are
+// still served, fresh within a second.
+func TestWatchesBounded(t *testing.T) {
+	const limit, dirs = 64, 10000
+	c := New(Options{Workers: 2, Revalidate: time.Hour, MaxWatches: limit})
+	defer c.Close()
+	base := t.TempDir()
+	for i := range dirs {
+		write(t, filepath.Join(base, strconv.Itoa(i/100), strconv.Itoa(i), "f"), strconv.Itoa(i))
+	}
+	peakNodes, peakWatches := 0, 0
+	for i := range dirs {
+		p := filepath.Join(base, strconv.Itoa(i/100), strconv.Itoa(i), "f")
+		if got, want := describe(t, c, p), fmt.Sprintf("%d:%d", len(strconv.Itoa(i)), i); got != want {
+			t.Fatalf("%s: %q, want %q", p, got, want)
+		}
+		peakNodes = max(peakNodes, int(c.M.WatchNodes.Load()))
+		if i%10 == 0 || i == dirs-1 {
+			peakWatches = max(peakWatches, inotifyWatches(t, c.watch.watchFD()))
+		}
+	}
+	t.Logf("peak %d nodes, %d watches (kernel), %d evictions, %d unwatched", peakNodes, peakWatches, c.M.WatchEvictions.Load(), c.M.UnwatchedDirs.Load())
+	if peakNodes > limit || peakWatches > limit {
+		t.Fatalf("peak %d nodes and %d watches, bound %d", peakNodes, peakWatches, limit)
+	}
+	if c.M.WatchEvictions.Load() == 0 {
+		t.Fatal("no directory was evicted")
+	}
+	// The most recent directory is still watched: a change is seen.
+	last := filepath.Join(base, strconv.Itoa((dirs-1)/100), strconv.Itoa(dirs-1), "f")
+	watchedHit(t, c, last)
+	write(t, last, "changed")
+	within(t, time.Second, c, last, "7:changed")
+}
+
+// TestWatchesRemovedWhenUnneeded: once the entries of a tree go, so do the
+// watches of its directories, by the kernel's count.
+func TestWatchesRemovedWhenUnneeded(t *testing.T) {
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	defer c.Close()
+	base := t.TempDir()
+	fd := c.watch.watchFD()
+	for i := range 20 {
+		write(t, filepath.Join(base, "d"+strconv.Itoa(i), "sub", "f"), "x")
+	}
+	for i := range 20 {
+		watchedHit(t, c, filepath.Join(base, "d"+strconv.Itoa(i), "sub", "f"))
+	}
+	during := inotifyWatches(t, fd)
+	if during < 40 {
+		t.Fatalf("%d watches for 20 directories with a subdirectory each", during)
+	}
+	c.Flush()
+	after := inotifyWatches(t, fd)
+	t.Logf("watches: %d with the entries, %d after they went; nodes %d", during, after, c.M.WatchNodes.Load())
+	if after != 0 || c.M.WatchNodes.Load() != 0 {
+		t.Fatalf("%d watches and %d nodes left after every entry went", after, c.M.WatchNodes.Load())
+	}
+}
+
+// TestDirEntriesBounded: directory entries (no descriptor, so not bounded
+// by max_open_files) stay within max_dir_entries, however many
+// directories a client asks for, and are still answered.
+func TestDirEntriesBounded(t *testing.T) {
+	const limit = 50
+	c := New(Options{Workers: 2, Revalidate: time.Hour, MaxDirEntries: limit, MaxWatches: 32})
+	defer c.Close()
+	base := t.TempDir()
+	peak := 0
+	for i := range 1000 {
+		p := filepath.Join(base, strconv.Itoa(i))
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if got := describe(t, c, p); got != "dir" {
+			t.Fatalf("%s: %q", p, got)
+		}
+		peak = max(peak, int(c.M.DirEntries.Load()))
+	}
+	n := 0
+	c.entries.Range(func(_, v any) bool {
+		if e := v.(*Entry); e.Err == nil && e.file == nil {
+			n++
+		}
+		return true
+	})
+	t.Logf("peak %d directory entries counted, %d in the map, bound %d", peak, n, limit)
+	if peak > limit || n > limit {
+		t.Fatalf("%d directory entries (peak %d), bound %d", n, peak, limit)
+	}
+	c.Flush()
+	if got := c.M.DirEntries.Load(); got != 0 {
+		t.Fatalf("%d directory entries counted after a flush", got)
+	}
+}
+
+// TestHeadsCountAgainstMemoryBudget: the 512-byte heads of open files are
+// memory like small bodies; the budget holds them too.
+func TestHeadsCountAgainstMemoryBudget(t *testing.T) {
+	const budget = 20 * HeadSize
+	c := New(Options{Workers: 2, Revalidate: time.Hour, MemoryBudget: budget, MemoryMaxFile: 1})
+	defer c.Close()
+	base := t.TempDir()
+	body := strings.Repeat("h", 4096)
+	heads := 0
+	// Every entry stays held, so that none gives its head back: at most
+	// budget/HeadSize of them can have one.
+	var held []*Entry
+	defer func() {
+		for _, e := range held {
+			e.Release()
+		}
+	}()
+	for i := range 200 {
+		p := filepath.Join(base, strconv.Itoa(i))
+		write(t, p, body)
+		e, err := c.Get(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, e)
+		if e.Head != nil {
+			heads++
+		}
+		if m := c.M.MemoryBytes.Load(); m > budget {
+			t.Fatalf("%d bytes held against a budget of %d", m, budget)
+		}
+	}
+	t.Logf("%d heads kept of 200 files, %d bytes", heads, c.M.MemoryBytes.Load())
+	if heads == 0 || heads > budget/HeadSize {
+		t.Fatalf("%d heads kept, want 1 to %d", heads, budget/HeadSize)
+	}
+	for _, e := range held {
+		e.Release()
+	}
+	held = nil
+	c.Flush()
+	if m := c.M.MemoryBytes.Load(); m != 0 {
+		t.Fatalf("%d bytes still counted after a flush", m)
+	}
+}
