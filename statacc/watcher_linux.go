@@ -198,12 +198,14 @@ func (w *watcher) publish(t watchTicket, e *Entry, store func()) {
 		store()
 		return
 	}
-	var rm []int32
 	w.mu.Lock()
 	n := t.leaf
-	if !t.watched || n.dropped || n.gen != t.gen {
+	if t.watched && (n.dropped || n.gen != t.gen) {
 		e.checked = staleSince
-	} else {
+	}
+	if !n.dropped {
+		// Indexed even when stale or unwatched: an event drops it all the
+		// same, and its directory's node is kept while it is cached.
 		e.dir = n
 		name := filepath.Base(e.Path)
 		if n.entries == nil {
@@ -213,9 +215,8 @@ func (w *watcher) publish(t watchTicket, e *Entry, store func()) {
 		n.nentries++
 	}
 	store()
-	w.unpinLocked(n, &rm)
+	w.unpinLocked(n)
 	w.mu.Unlock()
-	w.rmWatches(rm)
 }
 
 // leave gives up a ticket without publishing.
@@ -223,11 +224,9 @@ func (w *watcher) leave(t watchTicket) {
 	if w == nil || t.leaf == nil {
 		return
 	}
-	var rm []int32
 	w.mu.Lock()
-	w.unpinLocked(t.leaf, &rm)
+	w.unpinLocked(t.leaf)
 	w.mu.Unlock()
-	w.rmWatches(rm)
 }
 
 // forget unindexes an entry that left the cache; its directory's node
@@ -236,7 +235,6 @@ func (w *watcher) forget(e *Entry) {
 	if w == nil || e.dir == nil {
 		return
 	}
-	var rm []int32
 	w.mu.Lock()
 	if n := e.dir; !n.dropped {
 		name := filepath.Base(e.Path)
@@ -255,10 +253,9 @@ func (w *watcher) forget(e *Entry) {
 		} else {
 			n.entries[name] = list
 		}
-		w.maybeRemoveLocked(n, &rm)
+		w.maybeRemoveLocked(n)
 	}
 	w.mu.Unlock()
-	w.rmWatches(rm)
 }
 
 // ensure finds or makes the nodes of path and returns its leaf, pinned.
@@ -271,18 +268,17 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, again bo
 		return nil, false
 	}
 	var gone []*Entry
-	var rm []int32
 	w.mu.Lock()
-	nodes, fresh := w.walkLocked(path, &gone, &rm)
+	nodes, fresh := w.walkLocked(path, &gone)
 	if nodes == nil {
 		w.mu.Unlock()
-		w.finish(gone, rm)
+		w.finish(gone)
 		return nil, false
 	}
 	leaf = nodes[len(nodes)-1]
 	leaf.pins++
 	w.mu.Unlock()
-	w.finish(gone, rm)
+	w.finish(gone)
 
 	for i, n := range nodes {
 		if fresh[n] {
@@ -320,12 +316,11 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, again bo
 // abandon drops the placeholders a lookup made but will not install, and
 // wakes the lookups that wait for them: they start again.
 func (w *watcher) abandon(nodes []*dirNode, fresh map[*dirNode]bool) {
-	var rm []int32
 	var gone []*Entry
 	w.mu.Lock()
 	for _, n := range nodes {
 		if fresh[n] {
-			w.dropLocked(n, &gone, &rm)
+			w.dropLocked(n, &gone)
 		}
 	}
 	w.mu.Unlock()
@@ -334,13 +329,13 @@ func (w *watcher) abandon(nodes []*dirNode, fresh map[*dirNode]bool) {
 			close(n.installing)
 		}
 	}
-	w.finish(gone, rm)
+	w.finish(gone)
 }
 
 // walkLocked returns the nodes from the root to path, making placeholders
 // for those missing (marked in fresh), after making room for them under
 // the bound. It returns nil if there is no room.
-func (w *watcher) walkLocked(path string, gone *[]*Entry, rm *[]int32) ([]*dirNode, map[*dirNode]bool) {
+func (w *watcher) walkLocked(path string, gone *[]*Entry) ([]*dirNode, map[*dirNode]bool) {
 	names := strings.Split(strings.Trim(path, "/"), "/")
 	if names[0] == "" {
 		names = names[:0]
@@ -350,7 +345,7 @@ func (w *watcher) walkLocked(path string, gone *[]*Entry, rm *[]int32) ([]*dirNo
 	need := 0
 	n := w.root
 	if n != nil && n.state == nodeFailed && nanotime()-n.failedAt > watchRetry {
-		w.dropLocked(n, gone, rm)
+		w.dropLocked(n, gone)
 		n = nil
 	}
 	if n == nil {
@@ -359,7 +354,7 @@ func (w *watcher) walkLocked(path string, gone *[]*Entry, rm *[]int32) ([]*dirNo
 		for i, name := range names {
 			ch := n.children[name]
 			if ch != nil && ch.state == nodeFailed && nanotime()-ch.failedAt > watchRetry {
-				w.dropLocked(ch, gone, rm)
+				w.dropLocked(ch, gone)
 				ch = nil
 			}
 			if ch == nil {
@@ -374,7 +369,7 @@ func (w *watcher) walkLocked(path string, gone *[]*Entry, rm *[]int32) ([]*dirNo
 		if n != nil {
 			n.pins++
 		}
-		ok := w.evictLocked(w.nodes+need-w.limit, gone, rm)
+		ok := w.evictLocked(w.nodes+need-w.limit, gone)
 		if n != nil {
 			n.pins--
 		}
@@ -432,7 +427,7 @@ func (w *watcher) touchLocked(n *dirNode) {
 // evictLocked forgets up to k least recently used leaves that nothing
 // pins, giving a second chance to those a hit used. It reports whether it
 // made k places.
-func (w *watcher) evictLocked(k int, gone *[]*Entry, rm *[]int32) bool {
+func (w *watcher) evictLocked(k int, gone *[]*Entry) bool {
 	for steps := 2 * w.nodes; k > 0 && steps > 0; steps-- {
 		n := w.lru.prev
 		if n == &w.lru {
@@ -443,7 +438,7 @@ func (w *watcher) evictLocked(k int, gone *[]*Entry, rm *[]int32) bool {
 			continue
 		}
 		before := w.nodes
-		w.dropLocked(n, gone, rm)
+		w.dropLocked(n, gone)
 		w.cache.M.WatchEvictions.Add(1)
 		k -= before - w.nodes
 	}
@@ -474,13 +469,23 @@ func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 		// Register the watch before looking at what the name is: any
 		// change after this is an event for this node.
 		w.mu.Lock()
-		if n.dropped || w.isDeadLocked(int32(wd)) {
-			if !n.dropped {
-				var rm []int32
-				w.dropLocked(n, nil, &rm) // its watch is being removed: look again
-			}
+		for try := 0; err == nil && w.isDeadLocked(int32(wd)); try++ {
+			// Added just before another lookup removed it (under mu, so
+			// it is gone now): a new call makes a new watch.
 			w.mu.Unlock()
-			w.rmUnused(int32(wd))
+			if try == 3 {
+				return w.settle(n, nodeFailed, real, nil)
+			}
+			wd, err = unix.InotifyAddWatch(w.fd, n.path, watchMask)
+			w.mu.Lock()
+		}
+		if err != nil {
+			w.mu.Unlock()
+			return w.settle(n, nodeFailed, real, nil)
+		}
+		if n.dropped {
+			w.rmUnusedLocked(int32(wd))
+			w.mu.Unlock()
 			return true
 		}
 		n.wd = int32(wd)
@@ -534,22 +539,21 @@ func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 // settle records what install found. to, if set, is the pinned node of a
 // symlink's target; its pin passes to the link.
 func (w *watcher) settle(n *dirNode, state nodeState, real string, to *dirNode) (again bool) {
-	var rm []int32
 	var gone []*Entry
 	w.mu.Lock()
 	if n.dropped {
 		if to != nil {
-			w.unpinLocked(to, &rm)
+			w.unpinLocked(to)
 		}
 		w.mu.Unlock()
-		w.finish(gone, rm)
+		w.finish(gone)
 		return true
 	}
 	if to != nil {
 		if to.dropped {
-			w.unpinLocked(to, &rm)
+			w.unpinLocked(to)
 			w.mu.Unlock()
-			w.finish(gone, rm)
+			w.finish(gone)
 			return true
 		}
 		n.link = to
@@ -567,38 +571,42 @@ func (w *watcher) settle(n *dirNode, state nodeState, real string, to *dirNode) 
 		n.failedAt = nanotime()
 	}
 	w.mu.Unlock()
-	w.finish(gone, rm)
+	w.finish(gone)
 	return false
 }
 
-func (w *watcher) unpinLocked(n *dirNode, rm *[]int32) {
+func (w *watcher) unpinLocked(n *dirNode) {
 	n.pins--
-	w.maybeRemoveLocked(n, rm)
+	w.maybeRemoveLocked(n)
 }
 
 // maybeRemoveLocked removes n and then its ancestors while nothing needs
 // them: no entries, children or pins. Their entries are gone already.
-func (w *watcher) maybeRemoveLocked(n *dirNode, rm *[]int32) {
+func (w *watcher) maybeRemoveLocked(n *dirNode) {
 	for n != nil && !n.dropped && n.pins <= 0 && n.nentries == 0 && len(n.children) == 0 && len(n.dependents) == 0 {
 		parent := n.parent
-		w.dropLocked(n, nil, rm)
+		w.dropLocked(n, nil)
 		n = parent
 	}
 }
 
 // dropLocked forgets n, its subtree and the links that resolve through
 // them, with their entries: gone collects the entries to drop once mu is
-// released (nil when there are none), rm the watches to remove.
-func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry, rm *[]int32) {
+// released (nil when there are none). A watch nothing else uses is
+// removed here, under mu: inotify_rm_watch touches no filesystem, and
+// removing it before mu is released means that a lookup's later
+// inotify_add_watch of the same directory makes a new watch rather than
+// getting one that is about to go.
+func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 	if n.dropped {
 		return
 	}
 	n.dropped = true
 	for _, ch := range n.children {
-		w.dropLocked(ch, gone, rm)
+		w.dropLocked(ch, gone)
 	}
 	for d := range n.dependents {
-		w.dropLocked(d, gone, rm)
+		w.dropLocked(d, gone)
 	}
 	for _, list := range n.entries {
 		for _, e := range list {
@@ -617,7 +625,7 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry, rm *[]int32) {
 	if to := n.link; to != nil {
 		n.link = nil
 		delete(to.dependents, n)
-		w.unpinLocked(to, rm)
+		w.unpinLocked(to)
 	}
 	if n.wd >= 0 {
 		users := w.byWD[n.wd]
@@ -630,7 +638,7 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry, rm *[]int32) {
 		if len(users) == 0 {
 			delete(w.byWD, n.wd)
 			w.markDeadLocked(n.wd)
-			*rm = append(*rm, n.wd)
+			unix.InotifyRmWatch(w.fd, uint32(n.wd))
 		} else {
 			w.byWD[n.wd] = users
 		}
@@ -643,20 +651,16 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry, rm *[]int32) {
 	w.cache.M.WatchNodes.Store(int64(w.nodes))
 	if n.parent != nil {
 		// The parent may now be an empty leaf.
-		w.maybeRemoveLocked(n.parent, rm)
+		w.maybeRemoveLocked(n.parent)
 	}
 }
 
 // rmUnused removes a watch added for a node that was dropped before it
 // could use it, unless another node uses the same watch.
-func (w *watcher) rmUnused(wd int32) {
-	w.mu.Lock()
-	used := len(w.byWD[wd]) > 0
-	if !used {
+// Called with mu held.
+func (w *watcher) rmUnusedLocked(wd int32) {
+	if len(w.byWD[wd]) == 0 {
 		w.markDeadLocked(wd)
-	}
-	w.mu.Unlock()
-	if !used {
 		unix.InotifyRmWatch(w.fd, uint32(wd))
 	}
 }
@@ -683,16 +687,8 @@ func (w *watcher) isDeadLocked(wd int32) bool {
 	return ok && nanotime()-t < deadFor
 }
 
-func (w *watcher) rmWatches(rm []int32) {
-	for _, wd := range rm {
-		unix.InotifyRmWatch(w.fd, uint32(wd))
-	}
-}
-
-// finish drops the entries that left the map and removes the watches
-// that nothing uses, once mu is released.
-func (w *watcher) finish(gone []*Entry, rm []int32) {
-	w.rmWatches(rm)
+// finish drops the entries that left the map, once mu is released.
+func (w *watcher) finish(gone []*Entry) {
 	for _, e := range gone {
 		w.cache.M.Invalidations.Add(1)
 		w.cache.drop(e)
@@ -732,15 +728,14 @@ const selfEvents = unix.IN_ATTRIB | unix.IN_MOVE_SELF | unix.IN_DELETE_SELF | un
 func (w *watcher) handle(wd int32, mask uint32, name string) {
 	c := w.cache
 	var gone []*Entry
-	var rm []int32
 	if mask&unix.IN_Q_OVERFLOW != 0 {
 		// Events were lost: nothing cached can be trusted.
 		w.mu.Lock()
 		if w.root != nil {
-			w.dropLocked(w.root, &gone, &rm)
+			w.dropLocked(w.root, &gone)
 		}
 		w.mu.Unlock()
-		w.finish(gone, rm)
+		w.finish(gone)
 		c.Flush()
 		return
 	}
@@ -756,10 +751,10 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 		c.M.Watches.Store(int64(len(w.byWD)))
 		for _, n := range users {
 			n.gen++
-			w.dropLocked(n, &gone, &rm)
+			w.dropLocked(n, &gone)
 		}
 		w.mu.Unlock()
-		w.finish(gone, rm)
+		w.finish(gone)
 		return
 	}
 	users := append([]*dirNode(nil), w.byWD[wd]...)
@@ -770,12 +765,12 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 		}
 		if name == "" {
 			if mask&selfEvents != 0 {
-				w.dropLocked(n, &gone, &rm)
+				w.dropLocked(n, &gone)
 			}
 			continue
 		}
 		if ch := n.children[name]; ch != nil {
-			w.dropLocked(ch, &gone, &rm)
+			w.dropLocked(ch, &gone)
 		}
 		if list := n.entries[name]; len(list) > 0 {
 			for _, e := range list {
@@ -785,11 +780,11 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 			}
 			n.nentries -= len(list)
 			delete(n.entries, name)
-			w.maybeRemoveLocked(n, &rm)
+			w.maybeRemoveLocked(n)
 		}
 	}
 	w.mu.Unlock()
-	w.finish(gone, rm)
+	w.finish(gone)
 }
 
 // watchFD is the inotify descriptor, for tests that count its watches.
