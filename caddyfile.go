@@ -74,6 +74,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    inotify       on|off
 //	    max_open_files <n>
 //	    negative_cache <n>
+//	    max_watches   <n>
+//	    max_dir_entries <n>
 //	    memory_cache  <budget> [max_file <size>]
 //	    transmit      auto|sendfile|io_uring|copy
 //	    sendfile_max_chunk <size>
@@ -189,7 +191,7 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			fsrv.MaxRanges = &n
 
-		case "stat_workers", "max_open_files", "negative_cache":
+		case "stat_workers", "max_open_files", "negative_cache", "max_watches", "max_dir_entries":
 			n, err := intArg(d, sub)
 			if err != nil {
 				return err
@@ -210,6 +212,15 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					return d.Errf("negative_cache: %d is negative; 0 disables it", n)
 				}
 				fsrv.NegativeCache = &n
+			case "max_watches", "max_dir_entries":
+				if n < 1 {
+					return d.Errf("%s: need at least 1, got %d", sub, n)
+				}
+				if sub == "max_watches" {
+					fsrv.MaxWatches = n
+				} else {
+					fsrv.MaxDirEntries = n
+				}
 			}
 
 		case "revalidate":

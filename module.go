@@ -125,6 +125,19 @@ type FlashServe struct {
 	// Default: 10000.
 	NegativeCache *int `json:"negative_cache,omitempty"`
 
+	// The most directories the cache watches with inotify: each cached
+	// entry's directory, every ancestor up to `/` and every directory a
+	// symlink on the way is looked up through. Past it the least recently
+	// used directory is forgotten with its entries and its watch removed; a
+	// directory left without a watch is revalidated after at most a second.
+	// Default: a quarter of fs.inotify.max_user_watches, at most 65536.
+	MaxWatches int `json:"max_watches,omitempty"`
+
+	// The most cached lookups without a descriptor (directories and other
+	// files that are not regular); past it they are answered but not kept.
+	// Default: 10000.
+	MaxDirEntries int `json:"max_dir_entries,omitempty"`
+
 	// Small files kept in memory, validated by inotify and revalidate like
 	// every cached lookup, and written with the headers in one write.
 	// Default: a budget of 64 MiB for files of at most 3 KiB.
@@ -375,6 +388,9 @@ func (fsrv *FlashServe) Validate() error {
 	if fsrv.StatWorkers < 0 || fsrv.MaxOpenFiles < 0 || fsrv.Revalidate < 0 {
 		return fmt.Errorf("stat_workers, max_open_files and revalidate must not be negative")
 	}
+	if fsrv.MaxWatches < 0 || fsrv.MaxDirEntries < 0 {
+		return fmt.Errorf("max_watches and max_dir_entries must not be negative")
+	}
 	if m := fsrv.MemoryCache; m != nil && (m.Budget < 0 || m.MaxFile < 0) {
 		return fmt.Errorf("memory_cache budget and max_file must not be negative")
 	}
@@ -465,10 +481,12 @@ func (s *sharedCache) Destruct() error {
 
 func (fsrv *FlashServe) cacheOptions() statacc.Options {
 	o := statacc.Options{
-		Workers:      fsrv.StatWorkers,
-		Revalidate:   time.Duration(fsrv.Revalidate),
-		MaxOpenFiles: fsrv.MaxOpenFiles,
-		NoInotify:    fsrv.DisableInotify,
+		Workers:       fsrv.StatWorkers,
+		Revalidate:    time.Duration(fsrv.Revalidate),
+		MaxOpenFiles:  fsrv.MaxOpenFiles,
+		NoInotify:     fsrv.DisableInotify,
+		MaxWatches:    fsrv.MaxWatches,
+		MaxDirEntries: fsrv.MaxDirEntries,
 	}
 	// The symlinks mode is not a cache setting: every lookup names its own
 	// (GetConfined), so sites with other modes share one cache.

@@ -50,17 +50,17 @@ type watcher struct {
 	fd    int
 	limit int // the most nodes
 
-	mu    sync.Mutex
-	root  *dirNode
-	byWD  map[int32][]*dirNode // nodes on one watch: one directory reached by several paths
+	mu   sync.Mutex
+	root *dirNode
+	byWD map[int32][]*dirNode // nodes on one watch: one directory reached by several paths
 	// dead holds the watches removed here lately: a lookup that added a
 	// watch just before its removal must not take it for live. Kept for
 	// deadFor after the removal (the kernel does not reuse numbers soon).
 	dead     map[int32]int64
 	deadFIFO []int32
-	nodes int
-	lru   dirNode // sentinel of the list of nodes, most recently used first
-	done  chan struct{}
+	nodes    int
+	lru      dirNode // sentinel of the list of nodes, most recently used first
+	done     chan struct{}
 }
 
 // dirNode is one directory on the way to cached entries.
