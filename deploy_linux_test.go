@@ -122,7 +122,8 @@ func TestDeployChangesSeenWithin100ms(t *testing.T) {
 	}
 	unwatched := int64(0)
 	caches.Range(func(_, v any) bool {
-		unwatched += v.(*sharedCache).Cache.M.UnwatchedDirs.Load()
+		m := &v.(*sharedCache).Cache.M
+		unwatched += m.UnwatchedDirs.Load() + m.WatchRefused.Load()
 		return true
 	})
 	if unwatched != 0 {

@@ -104,9 +104,9 @@ type FlashServe struct {
 	StatWorkers int `json:"stat_workers,omitempty"`
 
 	// How long a cached lookup may be trusted without a new stat, as a
-	// safety net where inotify sees nothing (NFS, FUSE, changes through a
-	// symlinked directory). Entries in directories that inotify cannot
-	// watch are revalidated after at most one second.
+	// safety net where inotify sees nothing (NFS, FUSE, a file that is a
+	// symlink to a file elsewhere changed there). Entries in directories
+	// that inotify cannot watch are revalidated after at most one second.
 	// Default: 60s.
 	Revalidate caddy.Duration `json:"revalidate,omitempty"`
 

@@ -87,8 +87,11 @@ type Metrics struct {
 	UnwatchedDirs                      atomic.Int64
 	// Watches is the number of inotify watches held, WatchNodes the
 	// directories the watcher keeps (several can share one watch),
-	// WatchEvictions how many were forgotten to stay under MaxWatches.
-	Watches, WatchNodes, WatchEvictions atomic.Int64
+	// WatchEvictions how many were forgotten to stay under MaxWatches,
+	// WatchRefused the lookups left unwatched for want of room.
+	// UnwatchedDirs counts the directories whose watch failed (permission,
+	// the user's inotify limit).
+	Watches, WatchNodes, WatchEvictions, WatchRefused atomic.Int64
 	// DirEntries counts the cached entries without a descriptor.
 	DirEntries atomic.Int64
 }
@@ -97,11 +100,12 @@ type Metrics struct {
 // filled by a bounded pool of workers, invalidated by inotify with a TTL
 // as a safety net.
 //
-// How stale an entry can be: with inotify watching its directory, until
-// the event is read (microseconds to milliseconds); without it (inotify
-// off or unavailable, the watch limit reached, a network or FUSE
-// filesystem that sends no events, a change made through a symlinked
-// directory), at most Revalidate, or one second for unwatched directories.
+// How stale an entry can be: with inotify watching its directory and every
+// directory on the way to it (watcher_linux.go), until the event is read
+// (microseconds to milliseconds); without it (inotify off or unavailable,
+// the watch limit reached, a network or FUSE filesystem that sends no
+// events, a file that is a symlink to a file changed elsewhere), at most
+// Revalidate, or one second for unwatched directories.
 type Cache struct {
 	opts    Options
 	entries sync.Map // path string → *Entry

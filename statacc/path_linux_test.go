@@ -247,7 +247,7 @@ func TestWatchesBounded(t *testing.T) {
 			peakWatches = max(peakWatches, inotifyWatches(t, c.watch.watchFD()))
 		}
 	}
-	t.Logf("peak %d nodes, %d watches (kernel), %d evictions, %d unwatched", peakNodes, peakWatches, c.M.WatchEvictions.Load(), c.M.UnwatchedDirs.Load())
+	t.Logf("peak %d nodes, %d watches (kernel), %d evictions, %d lookups refused a watch", peakNodes, peakWatches, c.M.WatchEvictions.Load(), c.M.WatchRefused.Load())
 	if peakNodes > limit || peakWatches > limit {
 		t.Fatalf("peak %d nodes and %d watches, bound %d", peakNodes, peakWatches, limit)
 	}
@@ -365,5 +365,47 @@ func TestHeadsCountAgainstMemoryBudget(t *testing.T) {
 	c.Flush()
 	if m := c.M.MemoryBytes.Load(); m != 0 {
 		t.Fatalf("%d bytes still counted after a flush", m)
+	}
+}
+
+// TestLookupRacingAnEventIsNotLost: a symlink swapped while a lookup is
+// installing the link's node (its watch added on the old target, before
+// the link is read) is not lost: the lookup starts again or its node is
+// dropped by the event, so the new target is served and then watched (a
+// change inside it is seen).
+func TestLookupRacingAnEventIsNotLost(t *testing.T) {
+	var delays []time.Duration
+	for round := range 5 {
+		dir := t.TempDir()
+		write(t, filepath.Join(dir, "r1/f"), "one")
+		write(t, filepath.Join(dir, "r2/f"), "two")
+		os.Symlink("r1", filepath.Join(dir, "current"))
+		link := filepath.Join(dir, "current")
+		swapped := false
+		testHookWatchAdded = func(path string) {
+			if path == link && !swapped {
+				swapped = true
+				symlinkSwap(t, dir, "current", "r2")
+			}
+		}
+		c := New(Options{Workers: 1, Revalidate: time.Hour})
+		path := filepath.Join(link, "f")
+		describe(t, c, path)
+		testHookWatchAdded = nil
+		if !swapped {
+			c.Close()
+			t.Fatal("the hook never ran: the link's node was not installed")
+		}
+		took := within(t, time.Second, c, path, "3:two")
+		watchedHit(t, c, path)
+		write(t, filepath.Join(dir, "r2/f"), "three")
+		took2 := within(t, time.Second, c, path, "5:three")
+		t.Logf("round %d: new target served after %v, a change in it seen after %v", round, took, took2)
+		delays = append(delays, took2)
+		c.Close()
+	}
+	slices.Sort(delays)
+	if med := delays[len(delays)/2]; med > 100*time.Millisecond {
+		t.Errorf("a change in the new target: median %v, want under 100 ms", med)
 	}
 }

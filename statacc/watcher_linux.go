@@ -103,6 +103,10 @@ const (
 // drops it sooner.
 const watchRetry = int64(10 * time.Second)
 
+// testHookWatchAdded, if set by a test, runs after a node's watch is
+// registered and before its name is looked at.
+var testHookWatchAdded func(path string)
+
 // maxLinkDepth bounds chains of symlinks, as the kernel's ELOOP does.
 const maxLinkDepth = 40
 
@@ -374,11 +378,14 @@ func (w *watcher) walkLocked(path string, gone *[]*Entry) ([]*dirNode, map[*dirN
 			n.pins--
 		}
 		if !ok || n != nil && n.dropped {
-			w.cache.M.UnwatchedDirs.Add(1)
+			w.cache.M.WatchRefused.Add(1)
 			return nil, nil
 		}
 	}
-	fresh := make(map[*dirNode]bool, need)
+	var fresh map[*dirNode]bool // nil, and no allocation, when all exist
+	if need > 0 {
+		fresh = make(map[*dirNode]bool, need)
+	}
 	if w.root == nil {
 		w.root = w.newNodeLocked(nil, "/", "/")
 		fresh[w.root] = true
@@ -492,6 +499,9 @@ func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 		w.byWD[n.wd] = append(w.byWD[n.wd], n)
 		w.cache.M.Watches.Store(int64(len(w.byWD)))
 		w.mu.Unlock()
+		if testHookWatchAdded != nil {
+			testHookWatchAdded(n.path)
+		}
 	} else if !errors.Is(err, unix.ENOENT) {
 		state := nodeFailed
 		if errors.Is(err, unix.ENOTDIR) {
@@ -569,6 +579,7 @@ func (w *watcher) settle(n *dirNode, state nodeState, real string, to *dirNode) 
 	n.state, n.real = state, real
 	if state == nodeFailed {
 		n.failedAt = nanotime()
+		w.cache.M.UnwatchedDirs.Add(1)
 	}
 	w.mu.Unlock()
 	w.finish(gone)
@@ -602,6 +613,9 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 		return
 	}
 	n.dropped = true
+	if n.state == nodeFailed {
+		w.cache.M.UnwatchedDirs.Add(-1)
+	}
 	for _, ch := range n.children {
 		w.dropLocked(ch, gone)
 	}
