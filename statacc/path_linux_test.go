@@ -409,3 +409,23 @@ func TestLookupRacingAnEventIsNotLost(t *testing.T) {
 		t.Errorf("a change in the new target: median %v, want under 100 ms", med)
 	}
 }
+
+// TestSearchOnlyAncestorKeepsPathWatched: an ancestor the server may
+// search but not read (mode 0711, as home directories often are) cannot
+// be watched; the directories below it still are, so a change in the
+// entry's directory is seen through inotify rather than after a second.
+func TestSearchOnlyAncestorKeepsPathWatched(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root reads any directory, so inotify never refuses one; CI runs this package as nobody too")
+	}
+	base := t.TempDir()
+	path := filepath.Join(base, "home/site/f")
+	write(t, path, "one")
+	mustChmod(t, filepath.Join(base, "home"), 0o711)
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	defer c.Close()
+	watchedHit(t, c, path)
+	write(t, path, "second")
+	took := within(t, time.Second, c, path, "6:second")
+	t.Logf("seen after %v", took)
+}

@@ -96,6 +96,11 @@ const (
 	nodeWatched                  // watched (and its link, if any, resolved)
 	nodeMissing                  // does not exist or is not a directory: its parent sees it appear
 	nodeFailed                   // exists but cannot be watched
+	// nodeBlind exists and may be searched but not read (mode 0711, as
+	// many home directories): inotify refuses it. Its parent sees it
+	// renamed or removed; a rename inside it is seen after Revalidate, as
+	// before ancestors were watched. Below it, paths stay watched.
+	nodeBlind
 )
 
 // watchRetry is how long a directory that could not be watched (watch
@@ -185,8 +190,11 @@ func (w *watcher) enter(dir string) watchTicket {
 // pathOK reports whether every node from the root to n is watched, or
 // watched down to one that is missing (whose appearance its parent sees).
 func (w *watcher) pathOK(n *dirNode) bool {
-	for ; n != nil; n = n.parent {
-		if n.state != nodeWatched && n.state != nodeMissing {
+	if n.state != nodeWatched && n.state != nodeMissing {
+		return false
+	}
+	for n = n.parent; n != nil; n = n.parent {
+		if n.state != nodeWatched && n.state != nodeMissing && n.state != nodeBlind {
 			return false
 		}
 	}
@@ -504,8 +512,13 @@ func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 		}
 	} else if !errors.Is(err, unix.ENOENT) {
 		state := nodeFailed
-		if errors.Is(err, unix.ENOTDIR) {
+		switch {
+		case errors.Is(err, unix.ENOTDIR):
 			state = nodeMissing // a file: its parent sees it become a directory
+		case errors.Is(err, unix.EACCES) && unix.Access(n.path, unix.X_OK) == nil:
+			if fi, lerr := os.Lstat(n.path); lerr == nil && fi.Mode()&os.ModeSymlink == 0 {
+				state = nodeBlind
+			}
 		}
 		return w.settle(n, state, real, nil)
 	}
