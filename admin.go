@@ -173,7 +173,32 @@ func (a *AdminAPI) prewarm(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		res["error"] = err.Error()
 	}
+	addResidency(res, targets)
 	return writeJSON(w, res)
+}
+
+// addResidency adds to a waited prewarm's answer how much of the targets
+// is in the page cache now: resident_bytes of the files whose residency
+// the server can know (null when none), and unknown_files and
+// unknown_bytes for the others, files it neither owns nor may write, for
+// which mincore would report a false 100 %.
+func addResidency(res map[string]any, targets []prewarm.Target) {
+	rs := make([]prewarm.Residency, 0, len(targets))
+	for _, t := range targets {
+		if r, err := prewarm.FileResidency(t.Path); err == nil {
+			rs = append(rs, r)
+		}
+	}
+	if len(rs) == 0 {
+		return // not on this OS, or the files are gone
+	}
+	sum := prewarm.Summarize(rs)
+	res["resident_bytes"] = nil
+	if sum.AnyKnown() {
+		res["resident_bytes"] = sum.Resident
+	}
+	res["known"] = sum.Known()
+	res["unknown_files"], res["unknown_bytes"] = sum.UnknownFiles, sum.UnknownBytes
 }
 
 // parseBudget reads a budget given as a number of bytes or a size string.

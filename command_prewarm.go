@@ -52,18 +52,20 @@ func residencyCommand() *cobra.Command {
 	return cmd
 }
 
+// unknownResidency is what the reports say of files whose residency this
+// process cannot know: mincore lies to a process that neither owns a file
+// nor may write it.
+const unknownResidency = "unknown (not owner)"
+
 func printResidency(w io.Writer, path string, res []prewarm.Residency, asJSON bool, top int) error {
-	var size, resident int64
-	for _, r := range res {
-		size += r.Size
-		resident += r.Resident
-	}
-	pct := 100.0
-	if size > 0 {
-		pct = 100 * float64(resident) / float64(size)
-	}
+	sum := prewarm.Summarize(res)
 	slices.SortFunc(res, func(a, b prewarm.Residency) int {
 		switch {
+		case a.Known != b.Known:
+			if a.Known {
+				return -1
+			}
+			return 1
 		case a.Resident > b.Resident:
 			return -1
 		case a.Resident < b.Resident:
@@ -73,15 +75,36 @@ func printResidency(w io.Writer, path string, res []prewarm.Residency, asJSON bo
 	})
 	shown := res[:min(top, len(res))]
 	if asJSON {
+		// resident_bytes and resident_percent cover the files whose
+		// residency is known; both are null when none is.
+		var resident, pct any
+		if sum.AnyKnown() {
+			resident, pct = sum.Resident, sum.Percent()
+		}
 		return json.NewEncoder(w).Encode(map[string]any{
-			"path": path, "files": len(res), "bytes": size, "resident_bytes": resident, "resident_percent": pct, "top": shown,
+			"path": path, "files": sum.Files, "bytes": sum.Bytes, "known": sum.Known(),
+			"resident_bytes": resident, "resident_percent": pct,
+			"unknown_files": sum.UnknownFiles, "unknown_bytes": sum.UnknownBytes, "top": shown,
 		})
 	}
-	fmt.Fprintf(w, "           Files: %d\n", len(res))
-	fmt.Fprintf(w, "  Resident bytes: %s/%s  %.1f%%\n", humanize.IBytes(uint64(resident)), humanize.IBytes(uint64(size)), pct)
+	fmt.Fprintf(w, "           Files: %d\n", sum.Files)
+	switch {
+	case sum.Known():
+		fmt.Fprintf(w, "  Resident bytes: %s/%s  %.1f%%\n", humanize.IBytes(uint64(sum.Resident)), humanize.IBytes(uint64(sum.Bytes)), sum.Percent())
+	case !sum.AnyKnown():
+		fmt.Fprintf(w, "  Resident bytes: %s\n", unknownResidency)
+	default:
+		fmt.Fprintf(w, "  Resident bytes: %s/%s  %.1f%% of those known; %s in %d files %s\n",
+			humanize.IBytes(uint64(sum.Resident)), humanize.IBytes(uint64(sum.KnownBytes)), sum.Percent(),
+			humanize.IBytes(uint64(sum.UnknownBytes)), sum.UnknownFiles, unknownResidency)
+	}
 	if len(shown) > 0 {
 		fmt.Fprintf(w, "\n%10s %10s %6s  %s\n", "resident", "size", "%", "file")
 		for _, r := range shown {
+			if !r.Known {
+				fmt.Fprintf(w, "%10s %10s %6s  %s  %s\n", "?", humanize.IBytes(uint64(r.Size)), "?", r.Path, unknownResidency)
+				continue
+			}
 			fmt.Fprintf(w, "%10s %10s %5.1f%%  %s\n", humanize.IBytes(uint64(r.Resident)), humanize.IBytes(uint64(r.Size)), r.Percent(), r.Path)
 		}
 	}

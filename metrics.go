@@ -70,6 +70,9 @@ type PrewarmStats struct {
 	Files               int64 `json:"files"`
 	HotSetBytes         int64 `json:"hot_set_bytes"`
 	HotSetResidentBytes int64 `json:"hot_set_resident_bytes"`
+	// HotSetUnknownBytes is the part of the hot set whose residency the
+	// server cannot know: files it neither owns nor may write.
+	HotSetUnknownBytes int64 `json:"hot_set_unknown_bytes"`
 }
 
 // retired keeps the counters of caches that were destroyed (a config
@@ -113,6 +116,7 @@ func snapshot() Stats {
 			Files:               prewarm.Stats.PrewarmedFiles.Load(),
 			HotSetBytes:         prewarm.Stats.HotSetBytes.Load(),
 			HotSetResidentBytes: prewarm.Stats.HotSetResidentBytes.Load(),
+			HotSetUnknownBytes:  prewarm.Stats.HotSetUnknownBytes.Load(),
 		},
 	}
 	for e := range numEngines {
@@ -174,11 +178,12 @@ var (
 	descPrewarmFiles = prometheus.NewDesc(metricsNamespace+"prewarm_files_total", "Files read into the page cache by prewarm.", nil, nil)
 	descHotSet       = prometheus.NewDesc(metricsNamespace+"hot_set_bytes", "Size of the last saved hot set.", nil, nil)
 	descHotResident  = prometheus.NewDesc(metricsNamespace+"hot_set_resident_bytes", "Bytes of the last saved hot set in the page cache when it was saved.", nil, nil)
+	descHotUnknown   = prometheus.NewDesc(metricsNamespace+"hot_set_unknown_bytes", "Bytes of the last saved hot set whose residency the server cannot know (files it neither owns nor may write).", nil, nil)
 )
 
 var allDescs = []*prometheus.Desc{descRequests, descBytes, descInFlight, descRejected, descSendfile, descFallbacks, descRefused,
 	descHits, descNegativeHits, descMisses, descMerged, descQueueDepth, descWait, descInvalidations, descFlushes,
-	descEvictions, descOpenFiles, descEntries, descMemoryBytes, descPrewarmBytes, descPrewarmFiles, descHotSet, descHotResident}
+	descEvictions, descOpenFiles, descEntries, descMemoryBytes, descPrewarmBytes, descPrewarmFiles, descHotSet, descHotResident, descHotUnknown}
 
 // Describe implements prometheus.Collector.
 func (metricsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -224,6 +229,7 @@ func (metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descPrewarmFiles, float64(s.Prewarm.Files))
 	gauge(descHotSet, float64(s.Prewarm.HotSetBytes))
 	gauge(descHotResident, float64(s.Prewarm.HotSetResidentBytes))
+	gauge(descHotUnknown, float64(s.Prewarm.HotSetUnknownBytes))
 }
 
 // registerMetrics adds the collector to the config's metrics registry,

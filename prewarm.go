@@ -72,15 +72,16 @@ func (h *hotKeeper) save() {
 	if len(files) == 0 {
 		return
 	}
-	var size, resident int64
+	rs := make([]prewarm.Residency, 0, len(files))
 	for _, f := range files {
 		if r, err := prewarm.FileResidency(f.Path); err == nil {
-			size += r.Size
-			resident += r.Resident
+			rs = append(rs, r)
 		}
 	}
-	prewarm.Stats.HotSetBytes.Store(size)
-	prewarm.Stats.HotSetResidentBytes.Store(resident)
+	sum := prewarm.Summarize(rs)
+	prewarm.Stats.HotSetBytes.Store(sum.Bytes)
+	prewarm.Stats.HotSetResidentBytes.Store(sum.Resident)
+	prewarm.Stats.HotSetUnknownBytes.Store(sum.UnknownBytes)
 	if err := prewarm.SaveHotSet(h.path, files); err != nil {
 		h.logger.Warn("saving the hot set", zap.String("file", h.path), zap.Error(err))
 	}

@@ -41,8 +41,10 @@ var engineNames = [numEngines]string{"memory", "sendfile", "io_uring", "copy"}
 //     which net/http still holds in its buffer);
 //   - sendfile: cleartext HTTP/1.x through the flash_serve listener wrapper;
 //   - copy: pread into pooled buffers, for TLS, HTTP/2, HTTP/3 and encode;
-//   - io_uring: data not known to be in the page cache, probed with mincore;
-//     what is resident leaves as above, the rest is read through the ring.
+//   - io_uring: data not known to be in the page cache, probed span by
+//     span (mincore where it tells the truth, no-wait reads elsewhere: see
+//     spanProbe); what is resident leaves as above, the rest is read
+//     through the ring.
 func (fsrv *FlashServe) pickEngine(w http.ResponseWriter, r *http.Request, res *resolved) engine {
 	if res.body.Data != nil && fsrv.engine == engineAuto {
 		return engMemory
@@ -66,7 +68,8 @@ func (fsrv *FlashServe) pickEngine(w http.ResponseWriter, r *http.Request, res *
 }
 
 // wholeProbeMax is the largest file probed whole (one mincore over all
-// of it, a byte of vector per page: 256 KiB for 1 GiB); larger files are
+// of it, a byte of vector per page: 256 KiB for 1 GiB; or, for a file
+// mincore cannot see, a no-wait read per 2 MiB span); larger files are
 // probed chunk by chunk as they are sent.
 const wholeProbeMax = 1 << 30
 
@@ -78,8 +81,7 @@ func (fsrv *FlashServe) probeWhole(body *statacc.Entry) bool {
 	if body.Size > wholeProbeMax || !body.ClaimProbe() {
 		return false
 	}
-	n, err := transmit.ResidentPrefix(body.FD(), 0, body.Size)
-	if err != nil || n < body.Size {
+	if !residentWhole(body) {
 		return false
 	}
 	body.MarkResident()

@@ -66,7 +66,7 @@ var coldBufPool = sync.Pool{New: func() any { b := make([]byte, coldChunk); retu
 // calls and its mmap lock.
 const noWaitMax = 64 << 10
 
-// residencyProbe is the span probed with mincore at a time: what is
+// residencyProbe is the span probed at a time (spanProbe): what is
 // resident in it goes out with sendfile (or pread), what is not is read
 // through the ring.
 const residencyProbe = 2 << 20
@@ -88,6 +88,7 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 		}
 	}()
 	var sent int64
+	probe := newSpanProbe(res.body)
 	if fsrv.engine == engineAuto && length <= noWaitMax {
 		// A small body: one read that takes only what the page cache holds
 		// answers the residency question and reads the data at once. What
@@ -107,7 +108,7 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 	for sent < length {
 		off := start + sent
 		if fsrv.engine == engineAuto {
-			resident, err := transmit.ResidentPrefix(fd, off, min(length-sent, residencyProbe))
+			resident, err := probe.resident(off, min(length-sent, residencyProbe))
 			if err == nil && resident > 0 {
 				var n int64
 				if canSendfile {

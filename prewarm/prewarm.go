@@ -5,6 +5,7 @@ package prewarm
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"io/fs"
 	"os"
@@ -21,17 +22,87 @@ var PageSize = int64(os.Getpagesize())
 
 // Residency is how much of one file is in the page cache.
 type Residency struct {
-	Path     string `json:"path"`
-	Size     int64  `json:"size"`
-	Resident int64  `json:"resident_bytes"`
+	Path string
+	Size int64
+	// Known is false when this process cannot find out: mincore(2) reports
+	// every page resident to a process that neither owns the file nor may
+	// write it (and cachestat(2) refuses it), and reading the pages to find
+	// out would bring them in. Resident is 0 then, and its JSON null.
+	Known    bool
+	Resident int64
 }
 
-// Percent is the resident share of the file, 100 for an empty file.
+// MarshalJSON writes {"path", "size", "known", "resident_bytes"}, with
+// resident_bytes null when the residency is not known.
+func (r Residency) MarshalJSON() ([]byte, error) {
+	var resident *int64
+	if r.Known {
+		resident = &r.Resident
+	}
+	return json.Marshal(struct {
+		Path     string `json:"path"`
+		Size     int64  `json:"size"`
+		Known    bool   `json:"known"`
+		Resident *int64 `json:"resident_bytes"`
+	}{r.Path, r.Size, r.Known, resident})
+}
+
+// Percent is the resident share of the file, 100 for an empty file; 0
+// when the residency is not known (check Known first).
 func (r Residency) Percent() float64 {
+	if !r.Known {
+		return 0
+	}
 	if r.Size == 0 {
 		return 100
 	}
 	return 100 * float64(min(r.Resident, r.Size)) / float64(r.Size)
+}
+
+// Summary adds up the residencies of many files, keeping apart those whose
+// residency this process cannot know.
+type Summary struct {
+	Files, Bytes int64
+	// Resident counts the resident bytes of the files in KnownBytes.
+	Resident, KnownBytes int64
+	// UnknownFiles and UnknownBytes are the files Known is false for.
+	UnknownFiles, UnknownBytes int64
+}
+
+// Summarize adds up residencies.
+func Summarize(rs []Residency) Summary {
+	var s Summary
+	for _, r := range rs {
+		s.Files++
+		s.Bytes += r.Size
+		if r.Known {
+			s.Resident += r.Resident
+			s.KnownBytes += r.Size
+		} else {
+			s.UnknownFiles++
+			s.UnknownBytes += r.Size
+		}
+	}
+	return s
+}
+
+// Known reports whether the residency of every file is known.
+func (s Summary) Known() bool { return s.UnknownFiles == 0 }
+
+// AnyKnown reports whether the residency of some file is known, or there
+// is no file at all: Resident and Percent then mean something.
+func (s Summary) AnyKnown() bool { return s.Files == 0 || s.UnknownFiles < s.Files }
+
+// Percent is the resident share of the bytes whose residency is known:
+// 100 when those are empty files or none, 0 when nothing is known.
+func (s Summary) Percent() float64 {
+	if !s.AnyKnown() {
+		return 0
+	}
+	if s.KnownBytes == 0 {
+		return 100
+	}
+	return 100 * float64(min(s.Resident, s.KnownBytes)) / float64(s.KnownBytes)
 }
 
 // Stats are process-wide counters, kept for the metrics endpoint.
@@ -40,7 +111,9 @@ var Stats struct {
 	PrewarmedBytes, PrewarmedFiles atomic.Int64
 	// HotSetBytes and HotSetResidentBytes describe the last saved hot set:
 	// its size, and how much of it was in the page cache then.
-	HotSetBytes, HotSetResidentBytes atomic.Int64
+	// HotSetUnknownBytes is the part of it whose residency this process
+	// could not know (files it neither owns nor may write).
+	HotSetBytes, HotSetResidentBytes, HotSetUnknownBytes atomic.Int64
 }
 
 // Progress is what a warm-up has done so far.

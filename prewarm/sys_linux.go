@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flashserve/caddy-flash-serve/statacc"
 )
 
 // warmFile brings the first n bytes of a file into the page cache: an
@@ -26,7 +28,9 @@ func warmFile(ctx context.Context, path string, n int64, readAt ReaderAt) (int64
 	return readPrefix(ctx, f, n, readAt)
 }
 
-// FileResidency asks mincore(2) which pages of the file are resident.
+// FileResidency asks mincore(2) which pages of the file are resident,
+// where mincore tells this process the truth (statacc.MincoreTrusted);
+// for other files it reports the residency as not known.
 func FileResidency(path string) (Residency, error) {
 	r := Residency{Path: path}
 	f, err := os.Open(path)
@@ -39,6 +43,10 @@ func FileResidency(path string) (Residency, error) {
 		return r, err
 	}
 	r.Size = info.Size()
+	if !statacc.MincoreTrusted(int(f.Fd()), info) {
+		return r, nil
+	}
+	r.Known = true
 	if r.Size == 0 {
 		return r, nil
 	}

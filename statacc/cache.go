@@ -521,6 +521,7 @@ func (c *Cache) load(key lookupKey, withHead bool) *Entry {
 	}
 	e.file = f
 	e.fd = fileFD(f)
+	e.trusted = MincoreTrusted(e.fd, info)
 	c.M.OpenFiles.Add(1)
 	if e.Size <= c.opts.MemoryMaxFile && c.opts.MemoryBudget > 0 {
 		if c.M.MemoryBytes.Add(e.Size) <= c.opts.MemoryBudget {

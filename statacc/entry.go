@@ -57,6 +57,10 @@ type Entry struct {
 
 	file *os.File // the open file of a regular-file entry
 	fd   int      // file's descriptor, read once so Fd() is never called again
+	// trusted is set at open when mincore tells this process the truth
+	// about the file's pages (MincoreTrusted): it owns the file or may
+	// write it.
+	trusted bool
 	// refs counts the cache's reference (while the entry is in the map)
 	// plus one per request using the descriptor. The descriptor is closed
 	// when it falls to 0, never while a transfer still reads from it.
@@ -107,6 +111,12 @@ func (e *Entry) ClaimProbe() bool {
 	last := e.probedAt.Load()
 	return (last == 0 || now-last >= residentFor) && e.probedAt.CompareAndSwap(last, now)
 }
+
+// MincoreTrusted reports whether mincore(2) can be asked which of the
+// file's pages are in the page cache: true when, at open, the process
+// owned the file or could write it. For other files mincore reports every
+// page resident; ask the page cache with no-wait reads instead.
+func (e *Entry) MincoreTrusted() bool { return e.trusted }
 
 // File returns the open file of a regular-file entry, nil otherwise.
 // It stays open until the reference the caller holds is released.
