@@ -36,18 +36,27 @@ var engines = []string{engineAuto, engineSendfile, engineCopy, engineIOUring}
 
 func startEngineSites(t *testing.T) *engineSites {
 	t.Helper()
-	s := &engineSites{root: t.TempDir(), base: map[string]string{}, logs: map[string]string{}, files: map[string][]byte{}}
+	s := &engineSites{base: map[string]string{}, logs: map[string]string{}, files: map[string][]byte{}}
 	rng := rand.New(rand.NewPCG(7, 7))
-	for name, size := range map[string]int{"tiny.txt": 700, "small.bin": 3000, "medium.bin": 100 << 10, "large.bin": 3<<20 + 17} {
-		b := make([]byte, size)
+	// In a fixed order: the same seed must give every name the same bytes.
+	for _, f := range []struct {
+		name string
+		size int
+	}{{"tiny.txt", 700}, {"small.bin", 3000}, {"medium.bin", 100 << 10}, {"large.bin", 3<<20 + 17}} {
+		b := make([]byte, f.size)
 		for i := range b {
 			b[i] = byte(rng.Uint32())
 		}
-		if err := os.WriteFile(filepath.Join(s.root, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		s.files["/"+name] = b
+		s.files["/"+f.name] = b
 	}
+	// Another user's files with FLASHSERVE_TEST_FOREIGN_DIR (see testDir).
+	s.root = testDir(t, "engines", func(dir string) {
+		for name, b := range s.files {
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 	logDir := t.TempDir()
 	var sites strings.Builder
 	for _, e := range engines {

@@ -19,11 +19,11 @@ import (
 	"github.com/flashserve/caddy-flash-serve/prewarm"
 )
 
-// coldTree writes n files of size bytes and evicts them from the page
-// cache.
+// coldTree writes n files of size bytes (in a directory of another
+// user's files with FLASHSERVE_TEST_FOREIGN_DIR: see testDir) and evicts
+// them from the page cache.
 func coldTree(t *testing.T, n, size int) (string, map[string][]byte) {
 	t.Helper()
-	root := t.TempDir()
 	files := map[string][]byte{}
 	rng := rand.New(rand.NewPCG(uint64(n), uint64(size)))
 	for i := range n {
@@ -31,19 +31,23 @@ func coldTree(t *testing.T, n, size int) (string, map[string][]byte) {
 		for j := range b {
 			b[j] = byte(rng.Uint32())
 		}
-		name := fmt.Sprintf("/c%04d.bin", i)
-		p := filepath.Join(root, name)
-		f, err := os.Create(p)
-		if err != nil {
+		files[fmt.Sprintf("/c%04d.bin", i)] = b
+	}
+	root := testDir(t, fmt.Sprintf("cold-%d-%d", n, size), func(dir string) {
+		for name, b := range files {
+			f, err := os.Create(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Write(b)
+			f.Sync()
+			f.Close()
+		}
+	})
+	for name := range files {
+		if err := prewarm.Evict(filepath.Join(root, name)); err != nil {
 			t.Fatal(err)
 		}
-		f.Write(b)
-		f.Sync()
-		f.Close()
-		if err := prewarm.Evict(p); err != nil {
-			t.Fatal(err)
-		}
-		files[name] = b
 	}
 	return root, files
 }
