@@ -30,6 +30,8 @@ type prewarmRun struct {
 	// is a placeholder, which only a request can resolve.
 	roots    chan string
 	rootOnce sync.Once
+	// configDone is the Done channel of the config that made the run.
+	configDone <-chan struct{}
 }
 
 func (p *prewarmRun) stop() {
@@ -111,7 +113,7 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 		go shared.hot.run()
 	})
 	runCtx, cancel := context.WithCancel(ctx)
-	run := &prewarmRun{cancel: cancel, roots: make(chan string, 1)}
+	run := &prewarmRun{cancel: cancel, roots: make(chan string, 1), configDone: ctx.Done()}
 	fsrv.prewarm = run
 	budget := fsrv.PrewarmBudget
 	if budget == 0 {
@@ -174,7 +176,7 @@ func (fsrv *FlashServe) prewarmRoot(ctx context.Context, logger *zap.Logger, fro
 	}
 	why := "the root has a placeholder"
 	if fsrv.Root == defaultRoot {
-		root, ok, reason := fsrv.runningRoot(ctx, fromRequest)
+		root, ok, reason := fsrv.runningRoot(ctx, fsrv.prewarm.configDone, fromRequest)
 		if ok {
 			return root, true
 		}

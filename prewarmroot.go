@@ -29,10 +29,26 @@ type rootState struct {
 	why string
 }
 
+// routeWalk is what a walk of one server's routes reads besides them: the
+// server's named routes, which `invoke` runs with the rest of the chain as
+// their next, and how deep the walk is in them (a named route may invoke
+// itself, under a matcher).
+type routeWalk struct {
+	named map[string]*caddyhttp.Route
+	depth int
+}
+
+// maxNamedDepth bounds the named routes a walk enters one in another.
+const maxNamedDepth = 8
+
 // routeRoot walks routes in the order Caddy runs them, looking for
 // target. It returns whether target was found, and the root state that
 // holds when target runs (or after the routes, if it was not found).
 func routeRoot(routes caddyhttp.RouteList, target caddyhttp.MiddlewareHandler, st rootState) (bool, rootState) {
+	return routeWalk{}.routeRoot(routes, target, st)
+}
+
+func (rw routeWalk) routeRoot(routes caddyhttp.RouteList, target caddyhttp.MiddlewareHandler, st rootState) (bool, rootState) {
 	// groups of earlier routes that may or may not have set the root,
 	// depending on their matchers.
 	var maybe []string
@@ -71,11 +87,35 @@ func routeRoot(routes caddyhttp.RouteList, target caddyhttp.MiddlewareHandler, s
 					cur = rootState{root: s, certain: true}
 				}
 			case *caddyhttp.Subroute:
-				found, inner := routeRoot(v.Routes, target, cur)
+				found, inner := rw.routeRoot(v.Routes, target, cur)
 				if found {
 					return whenFound(rt.Group, inner)
 				}
 				cur = inner
+				if v.Errors != nil {
+					// They end the chain: no root they set reaches a
+					// later handler, but target may be one of them.
+					if found, _ := rw.routeRoot(v.Errors.Routes, target, rootState{}); found {
+						return true, rootState{why: "error routes see the root the failed request had"}
+					}
+				}
+			case *caddyhttp.Invoke:
+				named, ok := rw.named[v.Name]
+				if !ok {
+					continue // answers an error at run time: nothing after it runs
+				}
+				if rw.depth >= maxNamedDepth {
+					cur = rootState{why: "named routes invoke each other too deep to follow"}
+					continue
+				}
+				inner := routeWalk{named: rw.named, depth: rw.depth + 1}
+				found, st := inner.routeRoot(caddyhttp.RouteList{*named}, target, cur)
+				if found {
+					// Another invoke of the same named route may run it
+					// with another root.
+					return true, rootState{why: "the handler is in a named route, which each invoke runs with its own root"}
+				}
+				cur = st
 			}
 		}
 		if cur == st {
@@ -106,15 +146,22 @@ func routeRoot(routes caddyhttp.RouteList, target caddyhttp.MiddlewareHandler, s
 // state when it runs.
 func appRoot(app *caddyhttp.App, target caddyhttp.MiddlewareHandler) (bool, rootState) {
 	for _, srv := range app.Servers {
-		if found, st := routeRoot(srv.Routes, target, rootState{certain: true}); found {
+		rw := routeWalk{named: srv.NamedRoutes}
+		if found, st := rw.routeRoot(srv.Routes, target, rootState{certain: true}); found {
 			return true, st
 		}
 		if srv.Errors != nil {
 			// Error routes run after the main routes, whose root
 			// depends on the request.
 			start := rootState{why: "error routes see the root the failed request had"}
-			if found, st := routeRoot(srv.Errors.Routes, target, start); found {
+			if found, st := rw.routeRoot(srv.Errors.Routes, target, start); found {
 				return true, st
+			}
+		}
+		// A named route that no route invokes is still provisioned.
+		for _, named := range srv.NamedRoutes {
+			if found, _ := rw.routeRoot(caddyhttp.RouteList{*named}, target, rootState{}); found {
+				return true, rootState{why: "the handler is in a named route, which each invoke runs with its own root"}
 			}
 		}
 	}
@@ -127,14 +174,17 @@ func appRoot(app *caddyhttp.App, target caddyhttp.MiddlewareHandler) (bool, root
 // placeholder, a root under a matcher) or fsrv is not in an http app; it
 // returns early, with ok false and no reason, when ctx ends.
 // A root that a request passes on fromRequest first is taken instead.
-func (fsrv *FlashServe) runningRoot(ctx context.Context, fromRequest <-chan string) (root string, ok bool, why string) {
+// configDone is the Done channel of the config that holds fsrv, which is
+// the active context's once that config runs.
+func (fsrv *FlashServe) runningRoot(ctx context.Context, configDone <-chan struct{}, fromRequest <-chan string) (root string, ok bool, why string) {
 	// Caddy has no hook for "this config now runs": it makes the new
 	// config the active one once its apps have started. Polling is cheap
 	// (a pointer comparison per handler) and ends at the first match.
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if app, err := caddy.ActiveContext().AppIfConfigured("http"); err == nil {
+		active := caddy.ActiveContext()
+		if app, err := active.AppIfConfigured("http"); err == nil {
 			if httpApp, isHTTP := app.(*caddyhttp.App); isHTTP {
 				if found, st := appRoot(httpApp, fsrv); found {
 					if !st.certain {
@@ -143,6 +193,13 @@ func (fsrv *FlashServe) runningRoot(ctx context.Context, fromRequest <-chan stri
 					return fsrv.roots.canonical(st.root), true, ""
 				}
 			}
+		}
+		// The config that holds fsrv runs (its context is the active
+		// one) and the walk did not find fsrv: it is somewhere the walk
+		// does not read (a reverse_proxy's or intercept's handle_response),
+		// and polling on would never end.
+		if active.Context != nil && configDone != nil && active.Done() == configDone {
+			return "", false, "the handler is in routes the walk does not read (handle_response)"
 		}
 		select {
 		case <-ctx.Done():

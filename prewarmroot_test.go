@@ -65,3 +65,55 @@ func TestRouteRoot(t *testing.T) {
 		})
 	}
 }
+
+// TestRouteRootNamedAndErrorRoutes: a named route that `invoke` runs
+// before the handler can set the root (Caddy compiles it with the rest of
+// the chain as its next), and a handler inside a named route, or inside a
+// subroute's own error routes, is found, with a root that the walk cannot
+// settle, rather than never found (which would keep prewarm polling).
+func TestRouteRootNamedAndErrorRoutes(t *testing.T) {
+	target := &FlashServe{}
+	vars := func(root any) caddyhttp.MiddlewareHandler {
+		v := caddyhttp.VarsMiddleware{"root": root}
+		return &v
+	}
+	always := func(hs ...caddyhttp.MiddlewareHandler) caddyhttp.Route { return caddyhttp.Route{Handlers: hs} }
+	invoke := func(name string) caddyhttp.MiddlewareHandler { return &caddyhttp.Invoke{Name: name} }
+	setOther := always(vars("/other"))
+	for _, tc := range []struct {
+		name    string
+		srv     *caddyhttp.Server
+		certain bool
+		root    string
+	}{
+		{"a named route sets the root before the handler", &caddyhttp.Server{
+			Routes:      caddyhttp.RouteList{always(vars("/srv")), always(invoke("setroot")), always(target)},
+			NamedRoutes: map[string]*caddyhttp.Route{"setroot": &setOther},
+		}, true, "/other"},
+		{"a named route that sets no root", &caddyhttp.Server{
+			Routes:      caddyhttp.RouteList{always(vars("/srv")), always(invoke("none")), always(target)},
+			NamedRoutes: map[string]*caddyhttp.Route{"none": {Handlers: []caddyhttp.MiddlewareHandler{&caddyhttp.StaticResponse{}}}},
+		}, true, "/srv"},
+		{"the handler in a named route", &caddyhttp.Server{
+			Routes:      caddyhttp.RouteList{always(vars("/srv")), always(invoke("serve"))},
+			NamedRoutes: map[string]*caddyhttp.Route{"serve": {Handlers: []caddyhttp.MiddlewareHandler{target}}},
+		}, false, ""},
+		{"the handler in a subroute's error routes", &caddyhttp.Server{
+			Routes: caddyhttp.RouteList{always(vars("/srv"), &caddyhttp.Subroute{
+				Routes: caddyhttp.RouteList{always(&caddyhttp.StaticResponse{})},
+				Errors: &caddyhttp.HTTPErrorConfig{Routes: caddyhttp.RouteList{always(target)}},
+			})},
+		}, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			app := &caddyhttp.App{Servers: map[string]*caddyhttp.Server{"srv0": tc.srv}}
+			found, st := appRoot(app, target)
+			if !found || st.certain != tc.certain || tc.certain && st.root != tc.root {
+				t.Fatalf("found %v, state %+v; want found, certain %v, root %q", found, st, tc.certain, tc.root)
+			}
+			if !st.certain && st.why == "" {
+				t.Fatal("an uncertain root must say why")
+			}
+		})
+	}
+}

@@ -1,0 +1,108 @@
+//go:build linux && !flashserve_portable
+
+package flashserve
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flashserve/caddy-flash-serve/prewarm"
+)
+
+// TestPrewarmRootSetByInvokedRoute: a named route that `invoke` runs
+// before the handler sets the root the requests have; prewarm must warm
+// that root at load, not the one the `root` directive set before the
+// invoke.
+func TestPrewarmRootSetByInvokedRoute(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	base := t.TempDir()
+	files := map[string][]string{}
+	var all []string
+	for _, name := range []string{"outer", "named"} {
+		dir := filepath.Join(base, name)
+		os.Mkdir(dir, 0o755)
+		for i := range 3 {
+			p := filepath.Join(dir, fmt.Sprintf("f%d.bin", i))
+			if err := os.WriteFile(p, []byte(strings.Repeat(name[:1], 128<<10)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			files[name] = append(files[name], p)
+			all = append(all, p)
+		}
+	}
+	evictAll(t, all)
+	loadSites(t, "", fmt.Sprintf(`&(setroot) {
+	root * %s
+}
+http://127.0.0.1:%d {
+	bind 127.0.0.1
+	root * %s
+	invoke setroot
+	flash_serve {
+		prewarm *
+	}
+}
+`, filepath.Join(base, "named"), freePort(t), filepath.Join(base, "outer")))
+	start := time.Now()
+	for _, p := range files["named"] {
+		for {
+			r, err := prewarm.FileResidency(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Percent() >= 100 {
+				break
+			}
+			if time.Since(start) > 20*time.Second {
+				t.Fatalf("%s, under the root the requests have, is %.0f%% resident %v after the load", p, r.Percent(), time.Since(start))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	t.Logf("the named route's root resident %v after the load", time.Since(start))
+	for _, p := range files["outer"] {
+		if r, _ := prewarm.FileResidency(p); r.Resident > 0 {
+			t.Errorf("%s, under the root the invoke replaces, is %.0f%% resident", p, r.Percent())
+		}
+	}
+}
+
+// TestPrewarmSaysWhatItWaitsForInHandleResponse: a handler in routes the
+// route walk does not read (an intercept's handle_response) is never found
+// there; once its config runs, prewarm must say at INFO that it waits for
+// a request, not poll in silence for the life of the config.
+func TestPrewarmSaysWhatItWaitsForInHandleResponse(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	dir := t.TempDir()
+	logFile := filepath.Join(t.TempDir(), "caddy.log")
+	loadSites(t, fmt.Sprintf("log {\n\t\toutput file %s\n\t\tlevel INFO\n\t}", logFile), fmt.Sprintf(`http://127.0.0.1:%d {
+	bind 127.0.0.1
+	root * %s
+	intercept {
+		@ok status 2xx
+		handle_response @ok {
+			flash_serve {
+				prewarm *
+			}
+		}
+	}
+	respond "x" 200
+}
+`, freePort(t), dir))
+	start := time.Now()
+	for {
+		b, _ := os.ReadFile(logFile)
+		if strings.Contains(string(b), "prewarm waits for the first request") {
+			t.Logf("said %v after the load", time.Since(start))
+			return
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("no INFO line about what prewarm waits for 10 s after the load; the log:\n%s", b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
