@@ -38,6 +38,13 @@ type routeWalk struct {
 	depth int
 }
 
+// Why a walk cannot settle a root it finds target under, unless those
+// routes set it themselves before target.
+const (
+	errorRoutesWhy = "error routes see the root the failed request had"
+	namedRouteWhy  = "the handler is in a named route, which each invoke runs with its own root"
+)
+
 // maxNamedDepth bounds the named routes a walk enters one in another.
 const maxNamedDepth = 8
 
@@ -95,8 +102,8 @@ func (rw routeWalk) routeRoot(routes caddyhttp.RouteList, target caddyhttp.Middl
 				if v.Errors != nil {
 					// They end the chain: no root they set reaches a
 					// later handler, but target may be one of them.
-					if found, _ := rw.routeRoot(v.Errors.Routes, target, rootState{}); found {
-						return true, rootState{why: "error routes see the root the failed request had"}
+					if found, est := rw.routeRoot(v.Errors.Routes, target, rootState{why: errorRoutesWhy}); found {
+						return true, est
 					}
 				}
 			case *caddyhttp.Invoke:
@@ -112,8 +119,10 @@ func (rw routeWalk) routeRoot(routes caddyhttp.RouteList, target caddyhttp.Middl
 				found, st := inner.routeRoot(caddyhttp.RouteList{*named}, target, cur)
 				if found {
 					// Another invoke of the same named route may run it
-					// with another root.
-					return true, rootState{why: "the handler is in a named route, which each invoke runs with its own root"}
+					// with another root: only a root the named route
+					// sets itself is settled.
+					_, st = inner.routeRoot(caddyhttp.RouteList{*named}, target, rootState{why: namedRouteWhy})
+					return true, st
 				}
 				cur = st
 			}
@@ -153,15 +162,15 @@ func appRoot(app *caddyhttp.App, target caddyhttp.MiddlewareHandler) (bool, root
 		if srv.Errors != nil {
 			// Error routes run after the main routes, whose root
 			// depends on the request.
-			start := rootState{why: "error routes see the root the failed request had"}
+			start := rootState{why: errorRoutesWhy}
 			if found, st := rw.routeRoot(srv.Errors.Routes, target, start); found {
 				return true, st
 			}
 		}
 		// A named route that no route invokes is still provisioned.
 		for _, named := range srv.NamedRoutes {
-			if found, _ := rw.routeRoot(caddyhttp.RouteList{*named}, target, rootState{}); found {
-				return true, rootState{why: "the handler is in a named route, which each invoke runs with its own root"}
+			if found, st := rw.routeRoot(caddyhttp.RouteList{*named}, target, rootState{why: namedRouteWhy}); found {
+				return true, st
 			}
 		}
 	}

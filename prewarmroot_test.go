@@ -104,6 +104,15 @@ func TestRouteRootNamedAndErrorRoutes(t *testing.T) {
 				Errors: &caddyhttp.HTTPErrorConfig{Routes: caddyhttp.RouteList{always(target)}},
 			})},
 		}, false, ""},
+		{"a named route that sets its own root", &caddyhttp.Server{
+			Routes:      caddyhttp.RouteList{always(vars("/srv")), always(invoke("static"))},
+			NamedRoutes: map[string]*caddyhttp.Route{"static": {Handlers: []caddyhttp.MiddlewareHandler{vars("/static"), target}}},
+		}, true, "/static"},
+		{"error routes of a subroute that set their own root", &caddyhttp.Server{
+			Routes: caddyhttp.RouteList{always(&caddyhttp.Subroute{
+				Errors: &caddyhttp.HTTPErrorConfig{Routes: caddyhttp.RouteList{always(vars("/errors"), target)}},
+			})},
+		}, true, "/errors"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			app := &caddyhttp.App{Servers: map[string]*caddyhttp.Server{"srv0": tc.srv}}
