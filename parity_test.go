@@ -260,6 +260,7 @@ func (pr parityRequest) String() string {
 
 type parityResponse struct {
 	status   int
+	proto    int // the HTTP major version the response came over
 	header   http.Header
 	body     []byte
 	err      error
@@ -289,7 +290,7 @@ func do(c *http.Client, base, host string, pr parityRequest) parityResponse {
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	return parityResponse{status: resp.StatusCode, header: resp.Header, body: body, err: err, transfer: resp.TransferEncoding}
+	return parityResponse{status: resp.StatusCode, proto: resp.ProtoMajor, header: resp.Header, body: body, err: err, transfer: resp.TransferEncoding}
 }
 
 var nonceRE = regexp.MustCompile(`nonce="[^"]*"`)
@@ -371,6 +372,37 @@ var intendedDifferences = []intendedDifference{
 		},
 	},
 }
+
+// intendedReason names the intended difference that explains how fl
+// differs from fs for request pr, if one does.
+func intendedReason(pr parityRequest, fs, fl parityResponse) (string, bool) {
+	for _, d := range intendedDifferences {
+		if d.applies(pr, fs, fl) {
+			return d.name, true
+		}
+	}
+	return "", false
+}
+
+// withoutListingNoise takes out of a directory listing what differs
+// between two servers by design: the port it was served on and the
+// random CSP nonce, in the body and in the Content-Security-Policy.
+func withoutListingNoise(fs, fl parityResponse, fsPort, flPort string) (parityResponse, parityResponse) {
+	if fl.header.Get("Etag") != "" || !strings.HasPrefix(fl.header.Get("Content-Type"), "text/html") {
+		return fs, fl
+	}
+	fl.body = bytes.ReplaceAll(fl.body, []byte(flPort), []byte(fsPort))
+	for _, r := range []*parityResponse{&fs, &fl} {
+		r.body = nonceRE.ReplaceAll(r.body, []byte(`nonce="N"`))
+		if csp := r.header.Get("Content-Security-Policy"); csp != "" {
+			r.header = r.header.Clone()
+			r.header.Set("Content-Security-Policy", cspNonceRE.ReplaceAllString(csp, "nonce-N"))
+		}
+	}
+	return fs, fl
+}
+
+var cspNonceRE = regexp.MustCompile(`nonce-[0-9A-Za-z+/=_-]+`)
 
 // partial reports whether a response carries ranges, whatever its status
 // (a status override can turn a 206 into anything).
@@ -666,26 +698,14 @@ func runParity(t *testing.T, handlerBlock, after string, n int) {
 					t.Errorf("request %d %s: flash_serve body: %v", i, pr, err)
 				}
 				statuses[fl.status]++
-				if fl.header.Get("Etag") == "" && strings.HasPrefix(fl.header.Get("Content-Type"), "text/html") {
-					// A listing shows the port it was served on and a random
-					// CSP nonce.
-					fl.body = bytes.ReplaceAll(fl.body, []byte(portOf(p.flash)), []byte(portOf(p.fileServer)))
-					fl.body = nonceRE.ReplaceAll(fl.body, []byte(`nonce="N"`))
-					fs.body = nonceRE.ReplaceAll(fs.body, []byte(`nonce="N"`))
-				}
+				fs, fl = withoutListingNoise(fs, fl, portOf(p.fileServer), portOf(p.flash))
 				diffs := differences(fs, fl)
 				if len(diffs) == 0 {
 					continue
 				}
-				explained := false
-				for _, d := range intendedDifferences {
-					if d.applies(pr, fs, fl) {
-						intended[d.name]++
-						explained = true
-						break
-					}
-				}
-				if !explained {
+				if name, ok := intendedReason(pr, fs, fl); ok {
+					intended[name]++
+				} else {
 					unexplained++
 					if unexplained <= 25 {
 						t.Errorf("request %d %s:\n\t%s", i, pr, strings.Join(diffs, "\n\t"))

@@ -198,6 +198,9 @@ func (writerProbe) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 // and under templates keep the engines' writes; encode does not.
 func TestServerWritersOnALiveServer(t *testing.T) {
 	ports := [2]int{freePort(t), freePort(t)}
+	for ports[1] == ports[0] {
+		ports[1] = freePort(t)
+	}
 	probe := `{"handler": "flash_serve_test_writer_probe"}`
 	respond := `{"handler": "static_response", "body": "ok"}`
 	route := func(path string, handlers ...string) string {
