@@ -577,62 +577,6 @@ func replaceRoutes(t *testing.T, cfgJSON []byte, routes map[string]string) []byt
 	return remarshal(whole)
 }
 
-// compDifferences lists how fl differs from fs: status, every header but
-// Date, and the body, with multipart boundaries made equal.
-func compDifferences(fs, fl parityResponse) []string {
-	if fs.err != nil || fl.err != nil {
-		return []string{fmt.Sprintf("error: file_server %v, flash_serve %v", fs.err, fl.err)}
-	}
-	var diffs []string
-	if fs.status != fl.status {
-		diffs = append(diffs, fmt.Sprintf("status: file_server %d, flash_serve %d", fs.status, fl.status))
-	}
-	nfs, nfl := bodyBoundaryNormalised(fs.normalised()), bodyBoundaryNormalised(fl.normalised())
-	var keys []string
-	for k := range nfs.header {
-		keys = append(keys, k)
-	}
-	for k := range nfl.header {
-		if _, ok := nfs.header[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		if k == "Date" {
-			continue
-		}
-		if a, b := nfs.header[k], nfl.header[k]; !slices.Equal(a, b) {
-			diffs = append(diffs, fmt.Sprintf("%s: file_server %q, flash_serve %q", k, a, b))
-		}
-	}
-	if !bytes.Equal(nfs.body, nfl.body) {
-		diffs = append(diffs, fmt.Sprintf("body: file_server %d bytes %q, flash_serve %d bytes %q",
-			len(nfs.body), clip(nfs.body), len(nfl.body), clip(nfl.body)))
-	}
-	return diffs
-}
-
-// bodyBoundaryNormalised replaces a multipart body's boundary that the
-// Content-Type no longer names (a deferred header rule replaced it) by
-// the fixed word normalised uses.
-func bodyBoundaryNormalised(r parityResponse) parityResponse {
-	first, _, ok := bytes.Cut(r.body, []byte("\r\n"))
-	if !ok || !bytes.HasPrefix(first, []byte("--")) || bytes.Equal(first, []byte("--BOUNDARY")) ||
-		!bytes.HasSuffix(r.body, append(append([]byte{}, first...), "--\r\n"...)) {
-		return r
-	}
-	r.body = bytes.ReplaceAll(r.body, first[2:], []byte("BOUNDARY"))
-	return r
-}
-
-func clip(b []byte) []byte {
-	if len(b) > 60 {
-		return b[:60]
-	}
-	return b
-}
-
 // build makes the request for one site: its prefix, the case's headers,
 // the validators.
 func (rq compReq) build(c compCase, prefix string, vals [2]string) parityRequest {
@@ -729,7 +673,7 @@ func (cr *compRun) run(t *testing.T) {
 					}
 					compared++
 					fs, fl = withoutListingNoise(fs, fl, fmt.Sprint(fsAddr.port), fmt.Sprint(flAddr.port))
-					diffs := compDifferences(fs, fl)
+					diffs := allHeaderDifferences(fs, fl)
 					if len(diffs) == 0 {
 						continue
 					}

@@ -247,17 +247,6 @@ func chunkedWhereFlashServeCounted(fs, fl parityResponse) bool {
 		fl.header.Get("Content-Length") == fmt.Sprint(len(fl.body)) && len(fl.transfer) == 0
 }
 
-// explainedDifference reports whether every difference between the two
-// responses is one of the README's intended differences.
-func explainedDifference(pr parityRequest, fs, fl parityResponse) (string, bool) {
-	for _, d := range intendedDifferences {
-		if d.applies(pr, fs, fl) {
-			return d.name, true
-		}
-	}
-	return "", false
-}
-
 // headerSites returns the site blocks of one file_server and one
 // flash_serve site named after name on port, with the given lines before
 // the handler.
@@ -290,7 +279,7 @@ func compareSites(t *testing.T, c *http.Client, port int, name, round string, re
 		if len(diffs) == 0 {
 			continue
 		}
-		if _, ok := explainedDifference(pr, fs, fl); ok {
+		if _, ok := intendedReason(pr, fs, fl); ok {
 			continue
 		}
 		if chunkedWhereFlashServeCounted(fs, fl) && !slices.ContainsFunc(diffs, func(d string) bool {
