@@ -114,7 +114,7 @@ func decide(p *plan, h http.Header, r *http.Request, res *resolved, maxRanges in
 		return
 	}
 
-	ranges, err := parseRange(rangeHeader, size, p.rangeBuf[:0])
+	ranges, err := parseRangeAtMost(rangeHeader, size, p.rangeBuf[:0], maxRanges+1)
 	switch err {
 	case nil:
 	case errNoOverlap:

@@ -54,6 +54,15 @@ var (
 // A syntax error gives errInvalidRange. A well-formed set with no
 // satisfiable range gives errNoOverlap.
 func parseRange(s string, size int64, dst []byteRange) ([]byteRange, error) {
+	return parseRangeAtMost(s, size, dst, -1)
+}
+
+// parseRangeAtMost is parseRange that appends at most keep ranges (all of
+// them when keep < 0) and only checks the syntax of the rest, so that a
+// header of 100,000 ranges costs no more memory than one of keep: the
+// caller passes max_ranges+1, which is enough for limitRanges to see that
+// there are too many.
+func parseRangeAtMost(s string, size int64, dst []byteRange, keep int) ([]byteRange, error) {
 	if s == "" {
 		return dst, nil
 	}
@@ -64,6 +73,7 @@ func parseRange(s string, size int64, dst []byteRange) ([]byteRange, error) {
 		return dst, errInvalidRange
 	}
 	noOverlap := false
+	base := len(dst)
 	specs := s[len(unit):]
 	for specs != "" {
 		var spec string
@@ -114,7 +124,9 @@ func parseRange(s string, size int64, dst []byteRange) ([]byteRange, error) {
 			}
 			r = byteRange{start: start, length: end - start + 1}
 		}
-		dst = append(dst, r)
+		if keep < 0 || len(dst)-base < keep {
+			dst = append(dst, r)
+		}
 	}
 	if noOverlap && len(dst) == 0 {
 		return dst, errNoOverlap
