@@ -149,7 +149,7 @@ func (a *AdminAPI) prewarm(w http.ResponseWriter, r *http.Request) error {
 	var h *ringHolder
 	rings.Range(func(_, v any) bool { h = v.(*ringHolder); return false })
 	if h != nil && h.ring != nil {
-		warmer.ReadAt = h.ring.ReadAt
+		warmer.ReadAt = h.ring.ReadLending
 	}
 	if !req.Wait {
 		// The warm-up outlives the request but not the config: a reload or

@@ -161,7 +161,7 @@ func prewarmCommand() *cobra.Command {
 			// otherwise, and for any read the ring fails.
 			if ring, err := transmit.NewRing(transmit.RingOptions{Workers: max(1, workers)}); err == nil {
 				defer ring.Close()
-				w.ReadAt = ring.ReadAt
+				w.ReadAt = ring.ReadLending
 			}
 			_, err = w.Run(ctx, targets)
 			return err

@@ -259,5 +259,5 @@ func (fsrv *FlashServe) ringReader() prewarm.ReaderAt {
 	if fsrv.ring == nil {
 		return nil
 	}
-	return fsrv.ring.ReadAt
+	return fsrv.ring.ReadLending
 }

@@ -1,6 +1,7 @@
 package flashserve
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/flashserve/caddy-flash-serve/statacc"
 	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
@@ -24,14 +26,24 @@ type ringHolder struct {
 	ring     *transmit.Ring
 	err      error
 	warnOnce sync.Once // why there is none is said once per attempt
+	logger   *zap.Logger
 }
 
-// Destruct implements caddy.Destructor.
+// Destruct implements caddy.Destructor. Close is bounded: reads that a
+// stalled device or FUSE server never finishes leave the ring abandoned
+// (still mapped, with their buffers), which is said here, and Caddy's
+// cleanup goes on.
 func (h *ringHolder) Destruct() error {
-	if h.ring != nil {
-		return h.ring.Close()
+	if h.ring == nil {
+		return nil
 	}
-	return nil
+	err := h.ring.Close()
+	if errors.Is(err, transmit.ErrRingAbandoned) {
+		h.logger.Warn("io_uring: reads still in the kernel after cancellation; the ring is left mapped and goes away when they complete",
+			zap.Error(err))
+		return nil
+	}
+	return err
 }
 
 // provisionRing takes a reference to the shared ring. Without io_uring the
@@ -39,9 +51,14 @@ func (h *ringHolder) Destruct() error {
 func (fsrv *FlashServe) provisionRing(workers int) {
 	v, _, _ := rings.LoadOrNew(ringKey, func() (caddy.Destructor, error) {
 		r, err := transmit.NewRing(transmit.RingOptions{Workers: workers})
-		return &ringHolder{ring: r, err: err}, nil
+		return &ringHolder{ring: r, err: err, logger: fsrv.logger}, nil
 	})
 	h := v.(*ringHolder)
+	if h.ring != nil && h.ring.Workers() != workers {
+		// A reload with another stat_workers: the shared ring takes the new
+		// cap (the last handler provisioned wins).
+		h.ring.SetWorkers(workers)
+	}
 	fsrv.holdsRing = true
 	if h.err != nil {
 		if transmit.RingSupported || fsrv.engine == engineIOUring {
@@ -60,6 +77,57 @@ func (fsrv *FlashServe) provisionRing(workers int) {
 const coldChunk = 256 << 10
 
 var coldBufPool = sync.Pool{New: func() any { b := make([]byte, coldChunk); return &b }}
+
+// coldBudget lends the chunks of ring reads, one token per coldChunk: at
+// most 64 MiB of them exist in the process at once, however many slow
+// clients there are. A chunk is borrowed for one read and its write, and
+// one that a read left to the ring comes back with the read's completion.
+var coldBudget = make(chan struct{}, 64<<20/coldChunk)
+
+// smallBufPool backs the one no-wait read of a small body.
+var smallBufPool = sync.Pool{New: func() any { b := make([]byte, noWaitMax); return &b }}
+
+// coldRead is what a ring read the request lets go of must keep: the
+// body's descriptor (a reference on its entry) and the chunk it reads
+// into.
+type coldRead struct {
+	body *statacc.Entry
+	bufp *[]byte
+	lent bool
+}
+
+// hold is ReadOptions.Hold: the ring owns the chunk and a reference on
+// the entry until the kernel completes the read.
+func (c *coldRead) hold() func() {
+	c.body.Hold()
+	body, bufp := c.body, c.bufp
+	c.lent = true
+	return func() {
+		body.Release()
+		coldBufPool.Put(bufp)
+		<-coldBudget
+	}
+}
+
+// borrow takes a chunk from the budget, waiting while it is spent.
+func (c *coldRead) borrow(ctx context.Context) error {
+	select {
+	case coldBudget <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.bufp, c.lent = coldBufPool.Get().(*[]byte), false
+	return nil
+}
+
+// giveBack returns a chunk that is not lent to the ring.
+func (c *coldRead) giveBack() {
+	if c.bufp != nil && !c.lent {
+		coldBufPool.Put(c.bufp)
+		<-coldBudget
+	}
+	c.bufp = nil
+}
 
 // noWaitMax is the largest body read with one RWF_NOWAIT read instead of
 // a mincore probe: copying it costs less than the probe's two extra system
@@ -81,19 +149,20 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 	file, fd := res.bodyFile()
 	_, canSendfile := w.(io.ReaderFrom)
 	canSendfile = canSendfile && r.ProtoMajor == 1 && r.TLS == nil && fd >= 0
-	var bufp *[]byte
-	defer func() {
-		if bufp != nil {
-			coldBufPool.Put(bufp)
-		}
-	}()
+	// Ring reads end with the request: a client that leaves, a cancelled
+	// context or an unloaded config lets go of a read a stalled device
+	// holds.
+	ctx := r.Context()
+	var cold coldRead
+	var opts transmit.ReadOptions
 	var sent int64
 	probe := newSpanProbe(res.body)
 	if fsrv.engine == engineAuto && length <= noWaitMax {
 		// A small body: one read that takes only what the page cache holds
 		// answers the residency question and reads the data at once. What
 		// it cannot take whole goes the long way below.
-		bufp = coldBufPool.Get().(*[]byte)
+		bufp := smallBufPool.Get().(*[]byte)
+		defer smallBufPool.Put(bufp)
 		buf := (*bufp)[:length]
 		if n, err := transmit.ReadNoWait(fd, buf, start); err == nil && n == len(buf) {
 			k, err := w.Write(buf)
@@ -130,12 +199,27 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 				continue
 			}
 		}
-		if bufp == nil {
-			bufp = coldBufPool.Get().(*[]byte)
+		if cold.body == nil {
+			cold.body = res.body
+			opts.Hold = cold.hold
+			opts.NoBlockDevice = transmit.NoBlockDevice(fd)
+			defer cold.giveBack()
 		}
-		buf := (*bufp)[:min(int64(len(*bufp)), length-sent)]
+		if err := cold.borrow(ctx); err != nil {
+			return sent, err
+		}
+		buf := (*cold.bufp)[:min(int64(len(*cold.bufp)), length-sent)]
 		eng := engIOUring
-		n, err := fsrv.ring.ReadAt(fd, buf, off)
+		n, err := fsrv.ring.ReadFull(ctx, fd, buf, off, &opts)
+		if cold.lent {
+			// The request went away with the read in the kernel: the chunk
+			// and the descriptor are the ring's until it completes.
+			cold.bufp = nil
+			return sent, err
+		}
+		if err != nil && ctx.Err() != nil {
+			return sent, err
+		}
 		if err != nil && ringFault(err) {
 			// The ring failed, not the disk: this read goes on with pread,
 			// and the response does not notice.
@@ -148,6 +232,8 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 			}
 		}
 		if n < len(buf) {
+			// ReadFull went on after short reads: only a read of 0 bytes
+			// before the end stops it, and that is truncation.
 			if err == nil || err == io.EOF {
 				err = transmit.ErrTruncated
 			}
@@ -155,9 +241,11 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 				w.Write(buf[:n])
 				sent += int64(n)
 			}
+			cold.giveBack()
 			return sent, &transmit.ReadError{Offset: off + int64(n), Err: err}
 		}
 		k, err := w.Write(buf)
+		cold.giveBack()
 		sent += int64(k)
 		counters.bytes[eng].Add(int64(k))
 		if err != nil {
@@ -175,6 +263,9 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 // was closed, cancelled, refused or out of memory) rather than the file's,
 // so that pread may do it instead.
 func ringFault(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false // the request's end, not the ring's
+	}
 	if errors.Is(err, transmit.ErrRingClosed) {
 		return true
 	}

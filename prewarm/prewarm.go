@@ -251,14 +251,32 @@ feed:
 
 var readBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
-// ReaderAt reads len(buf) bytes of the open file fd at off.
-type ReaderAt func(fd int, buf []byte, off int64) (int, error)
+// ReaderAt reads len(buf) bytes of the open file fd at off, going on
+// after short reads, and stops short only at the end of the file. If ctx
+// ends while the read is in the kernel, it may return at once after
+// calling hold, which hands the buffer and the file to the reader: the
+// func hold returns gives them back when the kernel is done with them.
+type ReaderAt func(ctx context.Context, fd int, buf []byte, off int64, hold func() (release func())) (int, error)
 
 // readPrefix reads the first n bytes of f through a pooled buffer, which
-// leaves them in the page cache.
+// leaves them in the page cache, and closes f: at once, or when a read
+// that was let go completes.
 func readPrefix(ctx context.Context, f *os.File, n int64, readAt ReaderAt) (int64, error) {
 	bp := readBufs.Get().(*[]byte)
-	defer readBufs.Put(bp)
+	lent := false
+	hold := func() func() {
+		lent = true
+		return func() {
+			f.Close()
+			readBufs.Put(bp)
+		}
+	}
+	defer func() {
+		if !lent {
+			f.Close()
+			readBufs.Put(bp)
+		}
+	}()
 	buf := *bp
 	var done int64
 	for done < n {
@@ -269,10 +287,14 @@ func readPrefix(ctx context.Context, f *os.File, n int64, readAt ReaderAt) (int6
 		var m int
 		var err error
 		if readAt != nil {
-			if m, err = readAt(int(f.Fd()), chunk, done); err != nil {
+			m, err = readAt(ctx, int(f.Fd()), chunk, done, hold)
+			switch {
+			case ctx.Err() != nil:
+				return done, ctx.Err()
+			case err != nil:
 				m, err = f.ReadAt(chunk, done) // the ring failed: pread does it
-			} else if m < len(chunk) {
-				err = io.EOF
+			case m < len(chunk):
+				err = io.EOF // only the end of the file stops a read short
 			}
 		} else {
 			m, err = f.ReadAt(chunk, done)

@@ -15,12 +15,12 @@ import (
 // warmFile brings the first n bytes of a file into the page cache: an
 // fadvise(WILLNEED) starts the readahead for the whole span, and reads
 // through it make sure it has landed before the file counts as warm.
+// readPrefix closes f.
 func warmFile(ctx context.Context, path string, n int64, readAt ReaderAt) (int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
 	// RANDOM turns the kernel's own readahead off for this descriptor, so
 	// that exactly the budgeted pages are read, no more.
 	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM)

@@ -12,12 +12,12 @@ import (
 var ErrUnsupported = errors.New("page-cache residency is only reported on Linux")
 
 // warmFile reads the first n bytes, which leaves them in the page cache.
+// readPrefix closes f.
 func warmFile(ctx context.Context, path string, n int64, readAt ReaderAt) (int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
 	return readPrefix(ctx, f, n, readAt)
 }
 

@@ -146,7 +146,16 @@ func (e *Entry) acquire() bool {
 	}
 }
 
-// Release gives back a reference taken by Cache.Get.
+// Hold takes one more reference on an entry the caller holds (from
+// Cache.Get), for work that outlives the request: an io_uring read the
+// request let go of keeps the descriptor open until it completes.
+func (e *Entry) Hold() {
+	if e.file != nil {
+		e.refs.Add(1)
+	}
+}
+
+// Release gives back a reference taken by Cache.Get or Hold.
 func (e *Entry) Release() {
 	if e.file == nil {
 		return

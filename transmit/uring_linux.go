@@ -3,19 +3,23 @@
 package transmit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // The io_uring ABI (include/uapi/linux/io_uring.h), as much as the Ring
-// uses: one opcode, the eventfd, the probe and the io-wq limit.
+// uses: two opcodes, IOSQE_ASYNC, the eventfd, the probe and the io-wq
+// limit.
 const (
 	iouringOffSQRing = 0
 	iouringOffCQRing = 0x8000000
@@ -23,9 +27,10 @@ const (
 
 	iouringFeatSingleMmap = 1 << 0
 
-	iouringOpRead = 22 // Linux 5.6
+	iouringOpAsyncCancel = 14 // Linux 5.5
+	iouringOpRead        = 22 // Linux 5.6
 
-	iouringEnterGetEvents = 1 << 0
+	iosqeAsync = 1 << 4 // IOSQE_ASYNC: straight to an io-wq worker, Linux 5.6
 
 	iouringRegisterEventFD       = 4
 	iouringRegisterProbe         = 8
@@ -74,11 +79,43 @@ type cqe struct {
 	flags    uint32
 }
 
-// Ring is a small io_uring of our own: reads of files into buffers, with
-// completions reaped by one goroutine that waits on an eventfd through the
-// netpoller. A goroutine waiting for a read parks on a channel, so a read
-// from a cold disk holds no OS thread; the kernel's io-wq workers, capped
-// at Options.Workers, do the blocking.
+// A read's user_data is its slot index in the low 32 bits and the slot's
+// generation above them, so that a cancellation meant for a read that has
+// completed meanwhile cannot hit the next read of the same slot. The top
+// bit marks the completions of the cancellations themselves.
+const (
+	cancelTag = 1 << 63
+	genMask   = 1<<31 - 1
+)
+
+// resClosed is the result handed to a read the ring never submitted
+// because it was closed.
+const resClosed = -1 << 31
+
+// An operation's state, guarded by Ring.mu.
+const (
+	opFree     = iota
+	opQueued   // waiting for the submitter: can be dropped unsent
+	opInKernel // in the submission ring or the kernel: owns buf and fd
+	opDone     // completed, the result waits in done for its reader
+)
+
+// Ring is a small io_uring of our own: reads of files into buffers.
+//
+// One goroutine, locked to its OS thread, makes every submission, so the
+// io-wq that does the blocking reads is that one thread's: its cap
+// (Workers, IORING_REGISTER_IOWQ_MAX_WORKERS, which the kernel counts per
+// submitting task) bounds the whole ring, not each goroutine's thread.
+// Completions are reaped by a goroutine that waits on an eventfd through
+// the netpoller. A goroutine waiting for a read parks on a channel, so a
+// read from a cold disk holds no OS thread.
+//
+// A read can be let go: when its context ends it is dropped if the
+// submitter has not taken it yet, and otherwise cancelled with
+// IORING_OP_ASYNC_CANCEL; its buffer and descriptor stay the operation's
+// until the kernel's completion arrives (see ReadOptions.Hold). At most
+// max(2, Workers/4) reads of one descriptor are in flight, so a file that
+// hangs cannot take every slot.
 type Ring struct {
 	fd     int
 	sqRing []byte
@@ -89,24 +126,55 @@ type Ring struct {
 	cqHead, cqTail, cqMask          *uint32
 	cqes                            []cqe
 
-	mu      sync.Mutex // guards submission and ops' free list
-	ops     []ringOp
-	free    []uint32
-	slots   chan struct{} // one token per operation in flight
-	closed  bool
-	pending sync.WaitGroup
+	mu       sync.Mutex
+	ops      []ringOp
+	free     []uint32
+	queue    []uint32 // reads for the submitter, in order
+	cancels  []uint64 // user_data of reads to cancel
+	gates    map[int]*fileGate
+	perFile  int // reads of one descriptor in flight at most
+	workers  int // the io-wq cap to apply, 0 once applied
+	inKernel int // reads submitted and not completed
+	closed   bool
 
-	event  *os.File // the eventfd, on the netpoller
-	reaped chan struct{}
+	slots       chan struct{} // one token per operation in flight
+	kick        chan struct{} // wakes the submitter
+	closing     chan struct{} // closed by Close
+	submitterUp chan struct{}
+	stopSubmit  chan struct{}
+	submitted   chan struct{} // closed when the submitter has returned
+	event       *os.File      // the eventfd, on the netpoller
+	reaped      chan struct{} // closed once the ring is torn down
+	closeWait   time.Duration
+	wantWorkers atomic.Int32 // the cap asked for last, for tests
 
 	// failNext makes the next completions fail with ECANCELED, to test
 	// the fallback.
 	failNext atomic.Int32
+	// shortNext makes the next completions report half their count, as
+	// kernels before 5.9 and some network filesystems do, to test that
+	// reads go on from where they stopped.
+	shortNext atomic.Int32
 }
 
 type ringOp struct {
-	buf  []byte // kept referenced until the kernel is done with it
-	done chan int32
+	state     uint8
+	flags     uint8
+	abandoned bool // its reader has gone: the reaper finishes it
+	gen       uint32
+	fd        int32
+	off       uint64
+	buf       []byte // kept referenced until the kernel is done with it
+	done      chan int32
+	release   func() // from ReadOptions.Hold, run at the completion
+	gate      *fileGate
+}
+
+// fileGate bounds the reads of one descriptor in flight.
+type fileGate struct {
+	fd    int
+	sem   chan struct{}
+	users int // readers waiting or holding a token, and abandoned reads
 }
 
 // RingOptions size a Ring.
@@ -114,12 +182,39 @@ type RingOptions struct {
 	// Entries is the number of reads in flight at most. Default: 256.
 	Entries int
 	// Workers caps the kernel's io-wq workers that block on the disk
-	// (IORING_REGISTER_IOWQ_MAX_WORKERS). Default: 16.
+	// (IORING_REGISTER_IOWQ_MAX_WORKERS), for the whole ring; a quarter
+	// of it (at least 2) is the most reads of one file in flight.
+	// Default: 16.
 	Workers int
+	// CloseWait is how long Close waits for reads in the kernel before it
+	// abandons the ring. Default: 3 s.
+	CloseWait time.Duration
+}
+
+// ReadOptions say how a read may be let go and how to submit it.
+type ReadOptions struct {
+	// Hold, if set, lets a read whose context ends return at once while
+	// the kernel still has it: Hold is called then (with the ring's lock
+	// held: it must not call the ring) and must keep the buffer and the
+	// descriptor from being reused or closed, for example by taking a
+	// reference on the cache entry that owns the descriptor; the func it
+	// returns is called once the kernel's completion arrives. Without
+	// Hold, a cancelled read waits for that completion.
+	Hold func() (release func())
+	// NoBlockDevice marks a file on a filesystem without a block device
+	// (FUSE, NFS, see NoBlockDevice): its reads go straight to an io-wq
+	// worker (IOSQE_ASYNC), since such a read tried inline can block the
+	// submitting thread, and short reads of it are finished with pread.
+	NoBlockDevice bool
 }
 
 // ErrRingClosed is returned by reads on a closed Ring.
 var ErrRingClosed = errors.New("io_uring: ring closed")
+
+// ErrRingAbandoned is returned by Close when reads were still in the
+// kernel after CloseWait: the ring is left mapped, with the buffers of
+// those reads, and goes away when their completions arrive.
+var ErrRingAbandoned = errors.New("io_uring: ring abandoned with reads in the kernel")
 
 // NewRing sets up a ring and probes what it needs. The error says why
 // io_uring cannot be used here: an old kernel, kernel.io_uring_disabled, a
@@ -131,12 +226,15 @@ func NewRing(o RingOptions) (*Ring, error) {
 	if o.Workers <= 0 {
 		o.Workers = 16
 	}
+	if o.CloseWait <= 0 {
+		o.CloseWait = 3 * time.Second
+	}
 	var p iouringParams
 	fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, uintptr(o.Entries), uintptr(unsafe.Pointer(&p)), 0)
 	if errno != 0 {
 		return nil, setupError(errno)
 	}
-	r := &Ring{fd: int(fd), reaped: make(chan struct{})}
+	r := &Ring{fd: int(fd), reaped: make(chan struct{}), closeWait: o.CloseWait}
 	if err := r.mapRings(&p); err != nil {
 		r.unmap()
 		return nil, err
@@ -145,10 +243,6 @@ func NewRing(o RingOptions) (*Ring, error) {
 		r.unmap()
 		return nil, err
 	}
-	// Best effort: Linux before 5.15 has no io-wq limit, and reads still work.
-	limits := [2]uint32{uint32(o.Workers), uint32(o.Workers)}
-	unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), iouringRegisterIOWQMaxWorker, uintptr(unsafe.Pointer(&limits)), 2, 0, 0)
-
 	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		r.unmap()
@@ -160,14 +254,27 @@ func NewRing(o RingOptions) (*Ring, error) {
 		return nil, fmt.Errorf("io_uring: registering the eventfd: %w", errno)
 	}
 	r.event = os.NewFile(uintptr(efd), "io_uring-eventfd")
-	n := int(p.cqEntries)
+	// Reads in flight are bounded by the submission ring, so that every
+	// read, and a cancellation for each, fits in the completion ring
+	// (twice as large).
+	n := int(min(p.sqEntries, p.cqEntries/2))
 	r.ops = make([]ringOp, n)
 	r.free = make([]uint32, n)
 	for i := range n {
 		r.free[i] = uint32(i)
 		r.ops[i].done = make(chan int32, 1)
 	}
-	r.slots = make(chan struct{}, min(n, int(p.sqEntries)))
+	r.queue = make([]uint32, 0, n)
+	r.gates = make(map[int]*fileGate)
+	r.slots = make(chan struct{}, n)
+	r.kick = make(chan struct{}, 1)
+	r.closing = make(chan struct{})
+	r.submitterUp = make(chan struct{})
+	r.stopSubmit = make(chan struct{})
+	r.submitted = make(chan struct{})
+	r.setWorkersLocked(o.Workers)
+	go r.submitter()
+	<-r.submitterUp // the cap is applied before any read
 	go r.reap()
 	return r, nil
 }
@@ -214,7 +321,8 @@ func (r *Ring) mapRings(p *iouringParams) error {
 	return nil
 }
 
-// probe checks that the kernel knows IORING_OP_READ.
+// probe checks that the kernel knows IORING_OP_READ (and so, older,
+// IORING_OP_ASYNC_CANCEL).
 func (r *Ring) probe() error {
 	var buf [16 + 256*8]byte
 	if _, _, errno := unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), iouringRegisterProbe, uintptr(unsafe.Pointer(&buf[0])), 256, 0, 0); errno != 0 {
@@ -224,9 +332,10 @@ func (r *Ring) probe() error {
 	if lastOp < iouringOpRead {
 		return fmt.Errorf("io_uring: the kernel has no IORING_OP_READ (Linux 5.6 or later needed)")
 	}
-	flags := *(*uint16)(unsafe.Pointer(&buf[16+iouringOpRead*8+2]))
-	if flags&iouringOpSupported == 0 {
-		return fmt.Errorf("io_uring: IORING_OP_READ is not supported here")
+	for _, op := range []int{iouringOpRead, iouringOpAsyncCancel} {
+		if flags := *(*uint16)(unsafe.Pointer(&buf[16+op*8+2])); flags&iouringOpSupported == 0 {
+			return fmt.Errorf("io_uring: opcode %d is not supported here", op)
+		}
 	}
 	return nil
 }
@@ -244,108 +353,434 @@ func (r *Ring) unmap() {
 	unix.Close(r.fd)
 }
 
+// SetWorkers changes the io-wq cap (and with it the reads of one file in
+// flight at most), as a reload with another stat_workers does.
+func (r *Ring) SetWorkers(n int) {
+	if n <= 0 {
+		return
+	}
+	r.mu.Lock()
+	r.setWorkersLocked(n)
+	r.mu.Unlock()
+	r.wake()
+}
+
+func (r *Ring) setWorkersLocked(n int) {
+	r.workers = n
+	r.perFile = max(2, n/4)
+	r.wantWorkers.Store(int32(n))
+}
+
+// Workers is the io-wq cap asked for last.
+func (r *Ring) Workers() int { return int(r.wantWorkers.Load()) }
+
+// Busy reports the operations in flight (submitted, queued or abandoned
+// and not yet completed) and the descriptors with reads in flight.
+func (r *Ring) Busy() (ops, files int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.slots), len(r.gates)
+}
+
+func (r *Ring) wake() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// submitter makes every submission from one OS thread. It never unlocks
+// the thread: when it returns (after the ring is torn down, nothing in
+// flight) the thread exits, and its io-wq with it.
+func (r *Ring) submitter() {
+	runtime.LockOSThread()
+	defer close(r.submitted)
+	r.submit()
+	close(r.submitterUp)
+	for {
+		select {
+		case <-r.kick:
+			r.submit()
+		case <-r.stopSubmit:
+			return
+		}
+	}
+}
+
+// submit applies a changed worker cap, then moves the queued
+// cancellations and reads into the submission ring and enters them.
+func (r *Ring) submit() {
+	for {
+		r.mu.Lock()
+		if w := r.workers; w > 0 {
+			r.workers = 0
+			r.mu.Unlock()
+			// Best effort: Linux before 5.15 has no io-wq limit, and reads
+			// still work. Registered from this thread, the limit is its
+			// io-wq's (and, since 5.15, the ring's for any later task).
+			limits := [2]uint32{uint32(w), uint32(w)}
+			unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), iouringRegisterIOWQMaxWorker, uintptr(unsafe.Pointer(&limits)), 2, 0, 0)
+			r.mu.Lock()
+		}
+		head := atomic.LoadUint32(r.sqHead)
+		tail := *r.sqTail // this goroutine is its only writer
+		mask := *r.sqMask
+		space := uint32(len(r.sqes)) - (tail - head)
+		put := func(e sqe) {
+			i := tail & mask
+			r.sqes[i] = e
+			*(*uint32)(unsafe.Add(unsafe.Pointer(r.sqArray), uintptr(i)*4)) = i
+			tail++
+			space--
+		}
+		for space > 0 && len(r.cancels) > 0 {
+			put(sqe{opcode: iouringOpAsyncCancel, fd: -1, addr: r.cancels[0], userData: cancelTag | r.cancels[0]})
+			r.cancels = r.cancels[1:]
+		}
+		for space > 0 && len(r.queue) > 0 {
+			idx := r.queue[0]
+			r.queue = r.queue[1:]
+			op := &r.ops[idx]
+			put(sqe{opcode: iouringOpRead, flags: op.flags, fd: op.fd, off: op.off,
+				addr: uint64(uintptr(unsafe.Pointer(&op.buf[0]))), len: uint32(len(op.buf)),
+				userData: uint64(op.gen)<<32 | uint64(idx)})
+			op.state = opInKernel
+			r.inKernel++
+		}
+		if len(r.cancels) == 0 {
+			r.cancels = r.cancels[:0:0]
+		}
+		if len(r.queue) == 0 {
+			r.queue = r.queue[:0]
+		}
+		atomic.StoreUint32(r.sqTail, tail)
+		more := len(r.queue) > 0 || len(r.cancels) > 0
+		r.mu.Unlock()
+		r.enter()
+		if !more {
+			return
+		}
+	}
+}
+
+// enter hands the kernel what the submission ring holds. Entries it does
+// not take stay there for the next call.
+func (r *Ring) enter() {
+	for tries := 0; tries < 1000; tries++ {
+		pending := atomic.LoadUint32(r.sqTail) - atomic.LoadUint32(r.sqHead)
+		if pending == 0 {
+			return
+		}
+		_, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(pending), 0, 0, 0, 0)
+		switch errno {
+		case 0, unix.EINTR:
+		case unix.EAGAIN, unix.EBUSY:
+			// Out of memory for requests, or completions not reaped yet:
+			// the reaper runs meanwhile.
+			time.Sleep(time.Millisecond)
+		default:
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
 // ReadAt reads len(buf) bytes of the file fd at off through the ring. The
-// calling goroutine parks until the read completes, holding no thread.
+// calling goroutine parks until the read completes, holding no thread. A
+// short count is what the kernel returned; ReadFull goes on after it.
 func (r *Ring) ReadAt(fd int, buf []byte, off int64) (int, error) {
+	return r.Read(context.Background(), fd, buf, off, nil)
+}
+
+// ReadLending is ReadFull for a file that the caller gives the ring when
+// it lets go of a read: hold is ReadOptions.Hold. It is the shape of the
+// prewarm package's ReaderAt.
+func (r *Ring) ReadLending(ctx context.Context, fd int, buf []byte, off int64, hold func() func()) (int, error) {
+	o := ReadOptions{Hold: hold, NoBlockDevice: NoBlockDevice(fd)}
+	return r.ReadFull(ctx, fd, buf, off, &o)
+}
+
+// ReadFull reads len(buf) bytes at off, going on after a short read from
+// where it stopped. It stops short only where a read returns 0 bytes (the
+// end of the file, or of what is left of it) or fails; whether that is
+// truncation is the caller's to say, who knows the size. A short read of
+// a file without a block device is finished with pread: on Linux 6.18 the
+// kernel retries a short direct-I/O FUSE read through io_uring into the
+// rest of the buffer from the starting offset (so the buffer would repeat
+// the start of the span) and does not report it short.
+func (r *Ring) ReadFull(ctx context.Context, fd int, buf []byte, off int64, o *ReadOptions) (int, error) {
+	done := 0
+	for done < len(buf) {
+		n, err := r.Read(ctx, fd, buf[done:], off+int64(done), o)
+		done += n
+		if err != nil || n == 0 {
+			return done, err
+		}
+		if done < len(buf) && o != nil && o.NoBlockDevice {
+			m, err := preadFull(fd, buf[done:], off+int64(done))
+			return done + m, err
+		}
+	}
+	return done, nil
+}
+
+// preadFull reads with pread until buf is full, the end of the file, or
+// an error.
+func preadFull(fd int, buf []byte, off int64) (int, error) {
+	done := 0
+	for done < len(buf) {
+		n, err := unix.Pread(fd, buf[done:], off+int64(done))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return done, &os.PathError{Op: "pread", Path: fmt.Sprint("fd ", fd), Err: err}
+		}
+		if n == 0 {
+			break
+		}
+		done += n
+	}
+	return done, nil
+}
+
+// NoBlockDevice reports whether fd's filesystem has no block device (its
+// device number's major is 0): FUSE, NFS, CIFS, tmpfs, overlayfs, btrfs.
+func NoBlockDevice(fd int) bool {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil {
+		return false
+	}
+	return unix.Major(st.Dev) == 0
+}
+
+// Read submits one read of len(buf) bytes at off and waits for it, or
+// for ctx to end. Then a read the submitter has not taken yet is dropped
+// unsent; one the kernel has is cancelled and, with o.Hold, left to the
+// ring (Read returns ctx's error at once), or else waited for.
+func (r *Ring) Read(ctx context.Context, fd int, buf []byte, off int64, o *ReadOptions) (int, error) {
 	if len(buf) == 0 {
 		return 0, nil
 	}
-	r.slots <- struct{}{}
-	defer func() { <-r.slots }()
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
 		return 0, ErrRingClosed
 	}
+	g := r.gates[fd]
+	if g == nil {
+		g = &fileGate{fd: fd, sem: make(chan struct{}, r.perFile)}
+		r.gates[fd] = g
+	}
+	g.users++
+	r.mu.Unlock()
+	// The file's bound first, then the ring's: readers of a hung file
+	// wait at their file's gate and leave the ring's slots to others.
+	var err error
+	select {
+	case g.sem <- struct{}{}:
+		select {
+		case r.slots <- struct{}{}:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-r.closing:
+			err = ErrRingClosed
+		}
+		if err != nil {
+			<-g.sem
+		}
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-r.closing:
+		err = ErrRingClosed
+	}
+	r.mu.Lock()
+	if err == nil && r.closed {
+		err = ErrRingClosed
+		<-g.sem
+		<-r.slots
+	}
+	if err != nil {
+		r.leaveGateLocked(g)
+		r.mu.Unlock()
+		return 0, err
+	}
 	idx := r.free[len(r.free)-1]
 	r.free = r.free[:len(r.free)-1]
 	op := &r.ops[idx]
-	op.buf = buf
-	tail := atomic.LoadUint32(r.sqTail)
-	mask := atomic.LoadUint32(r.sqMask)
-	e := &r.sqes[tail&mask]
-	*e = sqe{opcode: iouringOpRead, fd: int32(fd), off: uint64(off), addr: uint64(uintptr(unsafe.Pointer(&buf[0]))),
-		len: uint32(len(buf)), userData: uint64(idx)}
-	*(*uint32)(unsafe.Add(unsafe.Pointer(r.sqArray), uintptr(tail&mask)*4)) = tail & mask
-	atomic.StoreUint32(r.sqTail, tail+1)
-	r.pending.Add(1)
-	var errno syscall.Errno
-	for range 100 {
-		var n uintptr
-		n, _, errno = unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), 1, 0, 0, 0, 0)
-		if errno == 0 && n == 1 {
-			break
-		}
-		if errno == 0 {
-			errno = unix.EAGAIN
-		}
-		if errno != unix.EINTR && errno != unix.EAGAIN && errno != unix.EBUSY {
-			break
-		}
+	op.gen = (op.gen + 1) & genMask
+	op.state = opQueued
+	op.fd, op.off, op.buf, op.gate = int32(fd), uint64(off), buf, g
+	op.flags = 0
+	if o != nil && o.NoBlockDevice {
+		op.flags = iosqeAsync
 	}
-	if errno != 0 {
-		// The kernel did not take the entry: take it back, still under the
-		// lock, so that no other submission saw the tail moved.
-		atomic.StoreUint32(r.sqTail, tail)
-		op.buf = nil
-		r.free = append(r.free, idx)
-		r.mu.Unlock()
-		r.pending.Done()
-		return 0, fmt.Errorf("io_uring: submitting a read: %w", errno)
-	}
+	r.queue = append(r.queue, idx)
 	r.mu.Unlock()
-	res := <-op.done
+	r.wake()
+
+	var res int32
+	select {
+	case res = <-op.done:
+	case <-ctx.Done():
+		r.mu.Lock()
+		switch op.state {
+		case opQueued:
+			// Not submitted yet: it never will be.
+			for i, q := range r.queue {
+				if q == idx {
+					r.queue = append(r.queue[:i], r.queue[i+1:]...)
+					break
+				}
+			}
+			r.freeOpLocked(idx)
+			r.mu.Unlock()
+			return 0, ctx.Err()
+		case opInKernel:
+			r.cancels = append(r.cancels, uint64(op.gen)<<32|uint64(idx))
+			if o != nil && o.Hold != nil {
+				op.abandoned = true
+				op.release = o.Hold()
+				r.mu.Unlock()
+				r.wake()
+				return 0, ctx.Err()
+			}
+			r.mu.Unlock()
+			r.wake()
+		default: // opDone: the result is there
+			r.mu.Unlock()
+		}
+		res = <-op.done
+	}
 	r.mu.Lock()
-	op.buf = nil
-	r.free = append(r.free, idx)
+	r.freeOpLocked(idx)
 	r.mu.Unlock()
+	if res == resClosed {
+		return 0, ErrRingClosed
+	}
 	if res < 0 {
+		if err := ctx.Err(); err != nil && (syscall.Errno(-res) == unix.ECANCELED || syscall.Errno(-res) == unix.EINTR) {
+			return 0, err
+		}
 		return 0, &os.PathError{Op: "io_uring read", Path: fmt.Sprint("fd ", fd), Err: syscall.Errno(-res)}
 	}
 	return int(res), nil
 }
 
+// freeOpLocked gives an operation's slot, its file's token and its ring
+// token back.
+func (r *Ring) freeOpLocked(idx uint32) {
+	op := &r.ops[idx]
+	g := op.gate
+	op.state, op.abandoned, op.buf, op.release, op.gate = opFree, false, nil, nil, nil
+	r.free = append(r.free, idx)
+	<-g.sem
+	r.leaveGateLocked(g)
+	<-r.slots
+}
+
+func (r *Ring) leaveGateLocked(g *fileGate) {
+	if g.users--; g.users == 0 && r.gates[g.fd] == g {
+		delete(r.gates, g.fd)
+	}
+}
+
 // reap waits for completions on the eventfd, through the netpoller, and
-// hands each to its waiting reader.
+// hands each to its waiting reader. Once the ring is closed and nothing is
+// left in the kernel, it tears the ring down.
 func (r *Ring) reap() {
-	defer close(r.reaped)
 	var b [8]byte
 	for {
 		_, err := r.event.Read(b[:])
-		r.drain()
-		if err != nil {
-			return // closed
+		if r.drain() {
+			r.teardown()
+			return
+		}
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			// The eventfd cannot fail while the ring is open; should it,
+			// poll rather than leave completions unreaped.
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 }
 
-func (r *Ring) drain() {
+// drain hands out the completions and reports whether the ring is closed
+// with nothing left in the kernel.
+func (r *Ring) drain() bool {
+	var releases []func()
+	r.mu.Lock()
 	for {
 		head := atomic.LoadUint32(r.cqHead)
 		tail := atomic.LoadUint32(r.cqTail)
 		if head == tail {
-			return
+			break
 		}
-		mask := atomic.LoadUint32(r.cqMask)
+		mask := *r.cqMask
 		for ; head != tail; head++ {
 			c := r.cqes[head&mask]
+			if c.userData&cancelTag != 0 {
+				continue // a cancellation's own result: its read says the rest
+			}
+			idx, gen := uint32(c.userData), uint32(c.userData>>32)
+			if int(idx) >= len(r.ops) || r.ops[idx].state != opInKernel || r.ops[idx].gen != gen {
+				continue
+			}
+			op := &r.ops[idx]
+			r.inKernel--
 			res := c.res
 			if r.failNext.Load() > 0 && r.failNext.Add(-1) >= 0 {
 				res = -int32(unix.ECANCELED)
 			}
-			r.ops[c.userData].done <- res
-			r.pending.Done()
+			if res > 1 && r.shortNext.Load() > 0 && r.shortNext.Add(-1) >= 0 {
+				res /= 2
+			}
+			if op.abandoned {
+				if op.release != nil {
+					releases = append(releases, op.release)
+				}
+				r.freeOpLocked(idx)
+				continue
+			}
+			op.state = opDone
+			op.done <- res
 		}
 		atomic.StoreUint32(r.cqHead, head)
 	}
+	idle := r.closed && r.inKernel == 0
+	r.mu.Unlock()
+	for _, f := range releases {
+		f()
+	}
+	return idle
+}
+
+// teardown ends the submitter and frees the ring, once nothing is in the
+// kernel.
+func (r *Ring) teardown() {
+	close(r.stopSubmit)
+	<-r.submitted
+	r.event.Close()
+	r.unmap()
+	close(r.reaped)
 }
 
 // InjectFailures makes the next n reads fail as if the kernel had
 // cancelled them, for tests of the fallback.
 func (r *Ring) InjectFailures(n int) { r.failNext.Store(int32(n)) }
 
-// Close waits for the reads in flight, then tears the ring down. Reads
-// after Close fail with ErrRingClosed.
+// InjectShortReads makes the next n reads report half the bytes they
+// read, for tests of short reads.
+func (r *Ring) InjectShortReads(n int) { r.shortNext.Store(int32(n)) }
+
+// Close cancels the reads in flight and waits for their completions, at
+// most CloseWait; then the ring is torn down. Reads after Close fail with
+// ErrRingClosed. If the kernel still has reads after CloseWait (a hung
+// device, a FUSE server that ignores interrupts), Close returns
+// ErrRingAbandoned and leaves the ring mapped, with those reads' buffers
+// and descriptors, rather than unmap memory the kernel may still write;
+// it is torn down when the last of them completes.
 func (r *Ring) Close() error {
 	r.mu.Lock()
 	if r.closed {
@@ -353,13 +788,38 @@ func (r *Ring) Close() error {
 		return nil
 	}
 	r.closed = true
+	close(r.closing)
+	for _, idx := range r.queue {
+		op := &r.ops[idx]
+		op.state = opDone
+		op.done <- resClosed
+	}
+	r.queue = r.queue[:0]
+	for i := range r.ops {
+		if op := &r.ops[i]; op.state == opInKernel {
+			r.cancels = append(r.cancels, uint64(op.gen)<<32|uint64(i))
+		}
+	}
 	r.mu.Unlock()
-	r.pending.Wait()
-	r.event.Close()
-	<-r.reaped
-	r.unmap()
-	return nil
+	r.wake()
+	// Wake the reaper, which tears the ring down once it is idle.
+	one := [8]byte{1}
+	r.event.Write(one[:])
+	t := time.NewTimer(r.closeWait)
+	defer t.Stop()
+	select {
+	case <-r.reaped:
+		return nil
+	case <-t.C:
+	}
+	r.mu.Lock()
+	n := r.inKernel
+	r.mu.Unlock()
+	return fmt.Errorf("%w: %d still there after %v", ErrRingAbandoned, n, r.closeWait)
 }
+
+// Done is closed once a closed ring is torn down.
+func (r *Ring) Done() <-chan struct{} { return r.reaped }
 
 // ResidentPrefix reports how many of the n bytes of fd from off are in the
 // page cache, counted from off up to the first page that is not, with
