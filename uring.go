@@ -202,15 +202,19 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 		if cold.body == nil {
 			cold.body = res.body
 			opts.Hold = cold.hold
-			opts.NoBlockDevice = transmit.NoBlockDevice(fd)
+			opts.NoBlockDevice = res.body.NoBlockDevice()
 			defer cold.giveBack()
 		}
-		if err := cold.borrow(ctx); err != nil {
-			return sent, err
-		}
-		buf := (*cold.bufp)[:min(int64(len(*cold.bufp)), length-sent)]
+		want := min(coldChunk, length-sent)
 		eng := engIOUring
-		n, err := fsrv.ring.ReadFull(ctx, fd, buf, off, &opts)
+		// The chunk is borrowed once the read has its turn, so that the
+		// readers of a stalled file, waiting for it, hold none.
+		buf, n, err := fsrv.ring.ReadLent(ctx, fd, off, &opts, func(ctx context.Context) ([]byte, error) {
+			if err := cold.borrow(ctx); err != nil {
+				return nil, err
+			}
+			return (*cold.bufp)[:want], nil
+		})
 		if cold.lent {
 			// The request went away with the read in the kernel: the chunk
 			// and the descriptor are the ring's until it completes.
@@ -219,6 +223,13 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 		}
 		if err != nil && ctx.Err() != nil {
 			return sent, err
+		}
+		if buf == nil {
+			// The ring failed before lending was asked for (closed).
+			if err := cold.borrow(ctx); err != nil {
+				return sent, err
+			}
+			buf = (*cold.bufp)[:want]
 		}
 		if err != nil && ringFault(err) {
 			// The ring failed, not the disk: this read goes on with pread,

@@ -82,7 +82,15 @@ type Entry struct {
 	dir *dirNode
 	// memBytes is what Data and Head hold against the memory budget.
 	memBytes int64
+	// noBlockDev is set for a file on a filesystem without a block device.
+	noBlockDev bool
 }
+
+// NoBlockDevice reports whether the file is on a filesystem without a
+// block device (FUSE, NFS, tmpfs: a device number of major 0), from the
+// stat made when the entry was built: io_uring submits its reads
+// differently.
+func (e *Entry) NoBlockDevice() bool { return e.noBlockDev }
 
 // HeadSize is how much of a file an entry keeps in Head: net/http's
 // sniff length, what it copies through its buffer before ReadFrom.
@@ -200,9 +208,10 @@ func (e *Entry) IsRegular() bool { return e.Mode.IsRegular() }
 // NewEntry derives an Entry from a path and its FileInfo.
 func NewEntry(path string, info fs.FileInfo) *Entry {
 	e := &Entry{
-		Path: path,
-		Size: info.Size(),
-		Mode: info.Mode(),
+		Path:       path,
+		Size:       info.Size(),
+		Mode:       info.Mode(),
+		noBlockDev: noBlockDevice(info),
 	}
 	if mt := info.ModTime(); UsefulModTime(mt) {
 		e.ModTime = mt

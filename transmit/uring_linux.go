@@ -561,6 +561,29 @@ func (r *Ring) Read(ctx context.Context, fd int, buf []byte, off int64, o *ReadO
 	if len(buf) == 0 {
 		return 0, nil
 	}
+	return r.read(ctx, fd, buf, off, o, nil)
+}
+
+// ReadLent is ReadFull into a buffer that lend gives only once the read
+// has its turn (its file's bound and a slot of the ring): readers
+// waiting for a stalled file hold no buffer. It returns that buffer,
+// whose first n bytes were read, or nil if lend was not called or
+// failed.
+func (r *Ring) ReadLent(ctx context.Context, fd int, off int64, o *ReadOptions, lend func(context.Context) ([]byte, error)) ([]byte, int, error) {
+	var buf []byte
+	n, err := r.read(ctx, fd, nil, off, o, func(ctx context.Context) ([]byte, error) {
+		b, err := lend(ctx)
+		buf = b
+		return b, err
+	})
+	if err != nil || n == 0 || n == len(buf) {
+		return buf, n, err
+	}
+	m, err := r.ReadFull(ctx, fd, buf[n:], off+int64(n), o)
+	return buf, n + m, err
+}
+
+func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *ReadOptions, lend func(context.Context) ([]byte, error)) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -596,6 +619,15 @@ func (r *Ring) Read(ctx context.Context, fd int, buf []byte, off int64, o *ReadO
 	case <-r.closing:
 		err = ErrRingClosed
 	}
+	if err == nil && lend != nil {
+		if buf, err = lend(ctx); err == nil && len(buf) == 0 {
+			err = errors.New("io_uring: lent an empty buffer")
+		}
+		if err != nil {
+			<-g.sem
+			<-r.slots
+		}
+	}
 	r.mu.Lock()
 	if err == nil && r.closed {
 		err = ErrRingClosed
@@ -622,9 +654,16 @@ func (r *Ring) Read(ctx context.Context, fd int, buf []byte, off int64, o *ReadO
 	r.wake()
 
 	var res int32
+	var gone error
 	select {
 	case res = <-op.done:
 	case <-ctx.Done():
+		gone = ctx.Err()
+	case <-r.closing:
+		// Close has cancelled the read: a reader that can let go does.
+		gone = ErrRingClosed
+	}
+	if gone != nil {
 		r.mu.Lock()
 		switch op.state {
 		case opQueued:
@@ -637,7 +676,7 @@ func (r *Ring) Read(ctx context.Context, fd int, buf []byte, off int64, o *ReadO
 			}
 			r.freeOpLocked(idx)
 			r.mu.Unlock()
-			return 0, ctx.Err()
+			return 0, gone
 		case opInKernel:
 			r.cancels = append(r.cancels, uint64(op.gen)<<32|uint64(idx))
 			if o != nil && o.Hold != nil {
@@ -645,7 +684,7 @@ func (r *Ring) Read(ctx context.Context, fd int, buf []byte, off int64, o *ReadO
 				op.release = o.Hold()
 				r.mu.Unlock()
 				r.wake()
-				return 0, ctx.Err()
+				return 0, gone
 			}
 			r.mu.Unlock()
 			r.wake()

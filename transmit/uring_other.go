@@ -49,6 +49,11 @@ func (r *Ring) ReadFull(context.Context, int, []byte, int64, *ReadOptions) (int,
 	return 0, ErrRingClosed
 }
 
+// ReadLent is never called: there is no Ring here.
+func (r *Ring) ReadLent(context.Context, int, int64, *ReadOptions, func(context.Context) ([]byte, error)) ([]byte, int, error) {
+	return nil, 0, ErrRingClosed
+}
+
 // ReadLending is never called: there is no Ring here.
 func (r *Ring) ReadLending(context.Context, int, []byte, int64, func() func()) (int, error) {
 	return 0, ErrRingClosed
