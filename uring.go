@@ -203,6 +203,7 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 			cold.body = res.body
 			opts.Hold = cold.hold
 			opts.NoBlockDevice = res.body.NoBlockDevice()
+			opts.File = res.body.FileID()
 			defer cold.giveBack()
 		}
 		want := min(coldChunk, length-sent)

@@ -9,9 +9,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// noBlockDevice reports whether info's device number has major 0: an
-// anonymous device, as FUSE, NFS and tmpfs use.
-func noBlockDevice(info fs.FileInfo) bool {
+// fileIdentity reports whether info's device number has major 0 (an
+// anonymous device, as FUSE, NFS and tmpfs use) and the file's device
+// and inode mixed into one nonzero number.
+func fileIdentity(info fs.FileInfo) (noBlockDevice bool, id uint64) {
 	st, ok := info.Sys().(*syscall.Stat_t)
-	return ok && unix.Major(st.Dev) == 0
+	if !ok {
+		return false, 0
+	}
+	return unix.Major(st.Dev) == 0, (st.Ino*0x9E3779B97F4A7C15 ^ st.Dev) | 1
 }

@@ -4,5 +4,5 @@ package statacc
 
 import "io/fs"
 
-// noBlockDevice is false where io_uring is not used.
-func noBlockDevice(fs.FileInfo) bool { return false }
+// fileIdentity is unknown where io_uring is not used.
+func fileIdentity(fs.FileInfo) (noBlockDevice bool, id uint64) { return false, 0 }

@@ -84,7 +84,13 @@ type Entry struct {
 	memBytes int64
 	// noBlockDev is set for a file on a filesystem without a block device.
 	noBlockDev bool
+	fileID     uint64 // device and inode, mixed; 0 if unknown
 }
+
+// FileID identifies the file (its device and inode, mixed into one
+// number; 0 where unknown), for bounds that count per file rather than
+// per descriptor.
+func (e *Entry) FileID() uint64 { return e.fileID }
 
 // NoBlockDevice reports whether the file is on a filesystem without a
 // block device (FUSE, NFS, tmpfs: a device number of major 0), from the
@@ -208,11 +214,11 @@ func (e *Entry) IsRegular() bool { return e.Mode.IsRegular() }
 // NewEntry derives an Entry from a path and its FileInfo.
 func NewEntry(path string, info fs.FileInfo) *Entry {
 	e := &Entry{
-		Path:       path,
-		Size:       info.Size(),
-		Mode:       info.Mode(),
-		noBlockDev: noBlockDevice(info),
+		Path: path,
+		Size: info.Size(),
+		Mode: info.Mode(),
 	}
+	e.noBlockDev, e.fileID = fileIdentity(info)
 	if mt := info.ModTime(); UsefulModTime(mt) {
 		e.ModTime = mt
 		e.ETag = ETag(mt, e.Size)

@@ -131,7 +131,7 @@ type Ring struct {
 	free     []uint32
 	queue    []uint32 // reads for the submitter, in order
 	cancels  []uint64 // user_data of reads to cancel
-	gates    map[int]*fileGate
+	gates    map[uint64]*fileGate
 	perFile  int // reads of one descriptor in flight at most
 	workers  int // the io-wq cap to apply, 0 once applied
 	inKernel int // reads submitted and not completed
@@ -172,7 +172,7 @@ type ringOp struct {
 
 // fileGate bounds the reads of one descriptor in flight.
 type fileGate struct {
-	fd    int
+	key   uint64
 	sem   chan struct{}
 	users int // readers waiting or holding a token, and abandoned reads
 }
@@ -206,6 +206,10 @@ type ReadOptions struct {
 	// worker (IOSQE_ASYNC), since such a read tried inline can block the
 	// submitting thread, and short reads of it are finished with pread.
 	NoBlockDevice bool
+	// File identifies the file for the bound on reads of one file in
+	// flight (its device and inode, say), where several descriptors may
+	// be open on it; 0 means the descriptor is the file.
+	File uint64
 }
 
 // ErrRingClosed is returned by reads on a closed Ring.
@@ -265,7 +269,7 @@ func NewRing(o RingOptions) (*Ring, error) {
 		r.ops[i].done = make(chan int32, 1)
 	}
 	r.queue = make([]uint32, 0, n)
-	r.gates = make(map[int]*fileGate)
+	r.gates = make(map[uint64]*fileGate)
 	r.slots = make(chan struct{}, n)
 	r.kick = make(chan struct{}, 1)
 	r.closing = make(chan struct{})
@@ -592,10 +596,14 @@ func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *ReadO
 		r.mu.Unlock()
 		return 0, ErrRingClosed
 	}
-	g := r.gates[fd]
+	key := uint64(fd) | 1<<63
+	if o != nil && o.File != 0 {
+		key = o.File &^ (1 << 63)
+	}
+	g := r.gates[key]
 	if g == nil {
-		g = &fileGate{fd: fd, sem: make(chan struct{}, r.perFile)}
-		r.gates[fd] = g
+		g = &fileGate{key: key, sem: make(chan struct{}, r.perFile)}
+		r.gates[key] = g
 	}
 	g.users++
 	r.mu.Unlock()
@@ -721,8 +729,8 @@ func (r *Ring) freeOpLocked(idx uint32) {
 }
 
 func (r *Ring) leaveGateLocked(g *fileGate) {
-	if g.users--; g.users == 0 && r.gates[g.fd] == g {
-		delete(r.gates, g.fd)
+	if g.users--; g.users == 0 && r.gates[g.key] == g {
+		delete(r.gates, g.key)
 	}
 }
 

@@ -22,6 +22,7 @@ type RingOptions struct {
 type ReadOptions struct {
 	Hold          func() (release func())
 	NoBlockDevice bool
+	File          uint64
 }
 
 // ErrRingAbandoned is returned by Close when reads were still in the
