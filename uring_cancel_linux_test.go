@@ -175,6 +175,10 @@ func TestStalledFileLetsGo(t *testing.T) {
 	if ops > 2 {
 		t.Errorf("%d ring operations for one hanging file, want at most 2", ops)
 	}
+	// Readers waiting for their turn hold no cold chunk.
+	if n := len(coldBudget); n > 2 {
+		t.Errorf("%d cold chunks lent with 2 reads in the kernel and %d readers waiting", n, clients-2)
+	}
 	checkOthers("with the hanging file's readers waiting")
 	start := time.Now()
 	cancel()
@@ -232,5 +236,38 @@ func waitUntil(d time.Duration, cond func() bool) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
+	}
+}
+
+// TestColdBuffersBounded: the cold chunks of ring reads come from one
+// budget of 64 MiB for the process: once it is lent, the next reader
+// waits (here until its context ends) instead of allocating more.
+func TestColdBuffersBounded(t *testing.T) {
+	if n := len(coldBudget); n != 0 {
+		t.Fatalf("%d chunks lent before the test", n)
+	}
+	var lent []*coldRead
+	for range cap(coldBudget) {
+		c := &coldRead{}
+		if err := c.borrow(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		lent = append(lent, c)
+	}
+	if got := int64(len(lent)) * coldChunk; got != 64<<20 {
+		t.Fatalf("the budget lent %d bytes, want 64 MiB", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	extra := &coldRead{}
+	if err := extra.borrow(ctx); err == nil {
+		t.Error("a chunk was lent past the 64 MiB budget")
+		extra.giveBack()
+	}
+	for _, c := range lent {
+		c.giveBack()
+	}
+	if n := len(coldBudget); n != 0 {
+		t.Errorf("%d chunks still lent after all were given back", n)
 	}
 }
