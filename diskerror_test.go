@@ -18,6 +18,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/flashserve/caddy-flash-serve/internal/fusetest"
 )
 
 // failingFile is a FUSE file whose reads fail with EIO from goodUpTo on,
@@ -77,15 +79,10 @@ func TestDiskReadError(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("mounting FUSE without fusermount needs root (CI runs as root)")
 	}
-	mnt := t.TempDir()
-	server, err := fs.Mount(mnt, &failingRoot{}, &fs.Options{
-		// No splice: its pipes belong to the FUSE server, not to flash_serve,
-		// and would blur the fd count.
-		MountOptions: fuse.MountOptions{DirectMount: true, DisableSplice: true, FsName: "flashserve-test", Name: "failing"},
-	})
-	if err != nil {
-		t.Fatalf("mounting the failing filesystem: %v", err)
-	}
+	// No splice: its pipes belong to the FUSE server, not to flash_serve,
+	// and would blur the fd count.
+	mnt, server := fusetest.Mount(t, &failingRoot{},
+		fuse.MountOptions{DirectMount: true, DisableSplice: true, FsName: "flashserve-test", Name: "failing"})
 	t.Cleanup(func() { server.Unmount() })
 
 	ports := map[string]int{engineSendfile: freePort(t), engineCopy: freePort(t)}

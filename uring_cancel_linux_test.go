@@ -18,6 +18,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/flashserve/caddy-flash-serve/internal/fusetest"
 )
 
 // stallFile is a direct-I/O FUSE file whose reads can be made to hang:
@@ -86,13 +88,8 @@ func TestStalledFileLetsGo(t *testing.T) {
 	hang := &stallFile{size: 8 << 20, release: make(chan struct{})}
 	stuck := &stallFile{size: 8 << 20, release: make(chan struct{}), ignoreCancel: true}
 	good := &stallFile{size: 1 << 20}
-	mnt := t.TempDir()
-	server, err := fs.Mount(mnt, &stallRoot{files: map[string]*stallFile{"hang.bin": hang, "stuck.bin": stuck, "good.bin": good}}, &fs.Options{
-		MountOptions: fuse.MountOptions{DirectMount: true, DisableSplice: true, FsName: "flashserve-test", Name: "stall", MaxBackground: 512},
-	})
-	if err != nil {
-		t.Fatalf("mounting the stalling filesystem: %v", err)
-	}
+	mnt, server := fusetest.Mount(t, &stallRoot{files: map[string]*stallFile{"hang.bin": hang, "stuck.bin": stuck, "good.bin": good}},
+		fuse.MountOptions{DirectMount: true, DisableSplice: true, FsName: "flashserve-test", Name: "stall", MaxBackground: 512})
 	var released sync.Once
 	releaseAll := func() {
 		released.Do(func() {

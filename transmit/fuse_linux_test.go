@@ -13,6 +13,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/flashserve/caddy-flash-serve/internal/fusetest"
 )
 
 // fuseByte is the content of the test FUSE files at off.
@@ -98,14 +100,8 @@ func mountFUSE(t *testing.T, files map[string]*fuseFile) string {
 	if os.Geteuid() != 0 {
 		t.Skip("mounting FUSE without fusermount needs root (CI runs as root)")
 	}
-	mnt := t.TempDir()
-	server, err := fs.Mount(mnt, &fuseRoot{files: files}, &fs.Options{
-		MountOptions: fuse.MountOptions{DirectMount: true, DisableSplice: true, FsName: "flashserve-test", Name: "ringtest",
-			MaxBackground: 512},
-	})
-	if err != nil {
-		t.Fatalf("mounting the test filesystem: %v", err)
-	}
+	mnt, server := fusetest.Mount(t, &fuseRoot{files: files}, fuse.MountOptions{DirectMount: true, DisableSplice: true,
+		FsName: "flashserve-test", Name: "ringtest", MaxBackground: 512})
 	var once sync.Once
 	t.Cleanup(func() {
 		once.Do(func() {
