@@ -291,6 +291,12 @@ func readPrefix(ctx context.Context, f *os.File, n int64, readAt ReaderAt) (int6
 			switch {
 			case ctx.Err() != nil:
 				return done, ctx.Err()
+			case lent:
+				// The reader let go of a read the kernel still has (a ring
+				// closed under a running warm-up): the buffer and the file
+				// are the ring's until it completes, so this file's
+				// warm-up ends here.
+				return done, err
 			case err != nil:
 				m, err = f.ReadAt(chunk, done) // the ring failed: pread does it
 			case m < len(chunk):
