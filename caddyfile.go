@@ -6,7 +6,6 @@ import (
 	"github.com/dustin/go-humanize"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -15,8 +14,6 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/encode"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/fileserver"
-
-	"github.com/flashserve/caddy-flash-serve/statacc"
 )
 
 func init() {
@@ -154,11 +151,6 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if d.NextArg() {
 				return d.Err("status takes exactly one argument")
 			}
-			if !strings.Contains(code, "{") {
-				if n, err := strconv.Atoi(code); err != nil || n < 100 || n > 999 {
-					return d.Errf("status: %q is not a status code from 100 to 999", code)
-				}
-			}
 			fsrv.StatusCode = caddyhttp.WeakString(code)
 
 		case "disable_canonical_uris":
@@ -181,58 +173,67 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 
 		case "max_ranges":
-			var s string
-			if !d.Args(&s) || d.NextArg() {
-				return d.Err("max_ranges takes exactly one argument: a number")
-			}
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 0 {
-				return d.Errf("max_ranges: %q is not a number of 0 or more", s)
+			n, err := intArg(d, sub)
+			if err != nil {
+				return err
 			}
 			fsrv.MaxRanges = &n
 
-		case "stat_workers", "max_open_files", "negative_cache", "max_watches", "max_dir_entries":
+		case "negative_cache":
 			n, err := intArg(d, sub)
+			if err != nil {
+				return err
+			}
+			fsrv.NegativeCache = &n
+
+		case "stat_workers", "max_open_files", "max_watches", "max_dir_entries", "prewarm_workers":
+			n, err := intArg(d, sub)
+			if err == nil {
+				err = notZero(d, sub, n == 0)
+			}
 			if err != nil {
 				return err
 			}
 			switch sub {
 			case "stat_workers":
-				if n < 1 {
-					return d.Errf("stat_workers: need at least 1 worker, got %d", n)
-				}
 				fsrv.StatWorkers = n
 			case "max_open_files":
-				if n < 1 {
-					return d.Errf("max_open_files: need at least 1, got %d", n)
-				}
 				fsrv.MaxOpenFiles = n
-			case "negative_cache":
-				if n < 0 {
-					return d.Errf("negative_cache: %d is negative; 0 disables it", n)
-				}
-				fsrv.NegativeCache = &n
-			case "max_watches", "max_dir_entries":
-				if n < 1 {
-					return d.Errf("%s: need at least 1, got %d", sub, n)
-				}
-				if sub == "max_watches" {
-					fsrv.MaxWatches = n
-				} else {
-					fsrv.MaxDirEntries = n
-				}
+			case "max_watches":
+				fsrv.MaxWatches = n
+			case "max_dir_entries":
+				fsrv.MaxDirEntries = n
+			default:
+				fsrv.PrewarmWorkers = n
 			}
 
-		case "revalidate":
-			var s string
-			if !d.Args(&s) || d.NextArg() {
-				return d.Err("revalidate takes exactly one argument: a duration")
+		case "revalidate", "keep_hot":
+			dur, err := durationArg(d, sub, oneArg(d))
+			if err == nil {
+				err = notZero(d, sub, dur == 0)
 			}
-			dur, err := caddy.ParseDuration(s)
-			if err != nil || dur <= 0 {
-				return d.Errf("revalidate: %q is not a positive duration", s)
+			if err != nil {
+				return err
 			}
-			fsrv.Revalidate = caddy.Duration(dur)
+			if sub == "revalidate" {
+				fsrv.Revalidate = dur
+			} else {
+				fsrv.KeepHot = dur
+			}
+
+		case "sendfile_max_chunk", "prewarm_budget":
+			n, err := sizeArg(d, sub, oneArg(d))
+			if err == nil {
+				err = notZero(d, sub, n == 0)
+			}
+			if err != nil {
+				return err
+			}
+			if sub == "sendfile_max_chunk" {
+				fsrv.SendfileMaxChunk = int(n)
+			} else {
+				fsrv.PrewarmBudget = n
+			}
 
 		case "inotify":
 			var s string
@@ -242,46 +243,25 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			fsrv.DisableInotify = s == "off"
 
 		case "memory_cache":
-			args := d.RemainingArgs()
-			if len(args) != 1 && len(args) != 3 || len(args) == 3 && args[1] != "max_file" {
-				return d.Err("memory_cache syntax: memory_cache <budget> [max_file <size>]")
-			}
-			budget, err := sizeArg(d, "memory_cache budget", args[0])
+			budget, maxFile, err := valueAndOption(d, "memory_cache <budget> [max_file <size>]", sizeArg)
 			if err != nil {
 				return err
 			}
-			fsrv.MemoryCache = &MemoryCache{Budget: budget}
-			if len(args) == 3 {
-				if fsrv.MemoryCache.MaxFile, err = sizeArg(d, "memory_cache max_file", args[2]); err != nil {
-					return err
+			fsrv.MemoryCache = &MemoryCache{Budget: budget, MaxFile: maxFile}
+
+		case "transmit", "symlinks":
+			s := oneArg(d)
+			if sub == "transmit" {
+				if s == "" {
+					return d.Err("transmit takes one argument: auto, sendfile, io_uring or copy")
 				}
+				fsrv.Transmit = s
+			} else {
+				if s == "" {
+					return d.Err("symlinks takes one argument: follow, deny or beneath")
+				}
+				fsrv.Symlinks = s
 			}
-
-		case "transmit":
-			var s string
-			if !d.Args(&s) || d.NextArg() {
-				return d.Err("transmit takes one argument: auto, sendfile, io_uring or copy")
-			}
-			switch s {
-			case engineAuto, engineSendfile, engineCopy, engineIOUring:
-			default:
-				return d.Errf("transmit: unknown engine %q; want auto, sendfile, io_uring or copy", s)
-			}
-			fsrv.Transmit = s
-
-		case "sendfile_max_chunk":
-			var s string
-			if !d.Args(&s) || d.NextArg() {
-				return d.Err("sendfile_max_chunk takes one argument: a size")
-			}
-			n, err := sizeArg(d, "sendfile_max_chunk", s)
-			if err != nil {
-				return err
-			}
-			if n < 64<<10 || n > 1<<30 {
-				return d.Errf("sendfile_max_chunk: %s is outside 64KiB..1GiB", s)
-			}
-			fsrv.SendfileMaxChunk = int(n)
 
 		case "prewarm":
 			fsrv.Prewarm = d.RemainingArgs()
@@ -289,113 +269,107 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Err("prewarm needs at least one path or glob under the root (* for all)")
 			}
 
-		case "prewarm_budget":
-			var s string
-			if !d.Args(&s) || d.NextArg() {
-				return d.Err("prewarm_budget takes one argument: a size")
-			}
-			n, err := sizeArg(d, "prewarm_budget", s)
-			if err != nil {
-				return err
-			}
-			if n < 1 {
-				return d.Err("prewarm_budget must be more than 0")
-			}
-			fsrv.PrewarmBudget = n
-
-		case "prewarm_workers":
-			n, err := intArg(d, sub)
-			if err != nil {
-				return err
-			}
-			if n < 1 || n > 64 {
-				return d.Errf("prewarm_workers: %d is outside 1..64", n)
-			}
-			fsrv.PrewarmWorkers = n
-
-		case "keep_hot":
-			var s string
-			if !d.Args(&s) || d.NextArg() {
-				return d.Err("keep_hot takes one argument: an interval")
-			}
-			dur, err := caddy.ParseDuration(s)
-			if err != nil || dur < time.Second {
-				return d.Errf("keep_hot: %q is not an interval of a second or more", s)
-			}
-			fsrv.KeepHot = caddy.Duration(dur)
-
-		case "symlinks":
-			var s string
-			if !d.Args(&s) || d.NextArg() {
-				return d.Err("symlinks takes one argument: follow, deny or beneath")
-			}
-			if _, err := statacc.ParseSymlinks(s); err != nil {
-				return d.Err(err.Error())
-			}
-			fsrv.Symlinks = s
-
 		case "max_transfers":
-			args := d.RemainingArgs()
-			if len(args) != 1 && len(args) != 3 || len(args) == 3 && args[1] != "queue" {
-				return d.Err("max_transfers syntax: max_transfers <n> [queue <duration>]")
-			}
-			n, err := strconv.Atoi(args[0])
-			if err != nil || n < 1 {
-				return d.Errf("max_transfers: %q is not a number of 1 or more", args[0])
-			}
-			fsrv.MaxTransfers = &TransferLimit{Limit: n}
-			if len(args) == 3 {
-				dur, err := caddy.ParseDuration(args[2])
-				if err != nil || dur < 0 {
-					return d.Errf("max_transfers queue: %q is not a duration", args[2])
+			n, queue, err := valueAndOption(d, "max_transfers <n> [queue <duration>]", func(d *caddyfile.Dispenser, what, s string) (int64, error) {
+				if what == sub {
+					n, err := intValue(d, what, s)
+					return int64(n), err
 				}
-				fsrv.MaxTransfers.Queue = caddy.Duration(dur)
+				dur, err := durationArg(d, what, s)
+				return int64(dur), err
+			})
+			if err != nil {
+				return err
 			}
+			fsrv.MaxTransfers = &TransferLimit{Limit: int(n), Queue: caddy.Duration(queue)}
 
 		case "limit_rate":
-			args := d.RemainingArgs()
-			if len(args) != 1 && len(args) != 3 || len(args) == 3 && args[1] != "after" {
-				return d.Err("limit_rate syntax: limit_rate <bytes/s> [after <size>]")
-			}
-			rate, err := sizeArg(d, "limit_rate", args[0])
+			rate, after, err := valueAndOption(d, "limit_rate <bytes/s> [after <size>]", sizeArg)
 			if err != nil {
 				return err
 			}
-			if rate < 1 {
-				return d.Err("limit_rate: the rate must be at least 1 byte/s")
-			}
-			fsrv.LimitRate = &RateLimit{Rate: rate}
-			if len(args) == 3 {
-				if fsrv.LimitRate.After, err = sizeArg(d, "limit_rate after", args[2]); err != nil {
-					return err
-				}
-			}
+			fsrv.LimitRate = &RateLimit{Rate: rate, After: after}
 
 		default:
 			return d.Errf("unknown subdirective '%s'", sub)
 		}
 	}
-	if fsrv.Prewarm == nil && (fsrv.PrewarmBudget != 0 || fsrv.PrewarmWorkers != 0 || fsrv.KeepHot != 0) {
-		return d.Err("prewarm_budget, prewarm_workers and keep_hot need prewarm")
+	return nil
+}
+
+// The helpers below only parse: every range check is in checkSettings, so
+// JSON and the Caddyfile refuse the same values with the same message.
+
+// notZero refuses an explicit 0 for a setting whose JSON 0 means the
+// default: `revalidate 0` reads as "always" but would silently be 60s.
+func notZero(d *caddyfile.Dispenser, sub string, zero bool) error {
+	if zero {
+		return d.Errf("`%s 0` would mean the default; leave it out", sub)
 	}
 	return nil
 }
 
+// oneArg returns the one argument of a subdirective, or "" if it has none
+// or more than one (the callers' parsers then report it).
+func oneArg(d *caddyfile.Dispenser) string {
+	args := d.RemainingArgs()
+	if len(args) != 1 {
+		return ""
+	}
+	return args[0]
+}
+
+// valueAndOption parses the `<v> [keyword <v>]` form.
+// usage is the form, e.g. "limit_rate <bytes/s> [after <size>]".
+func valueAndOption[T any](d *caddyfile.Dispenser, usage string, parse func(*caddyfile.Dispenser, string, string) (T, error)) (T, T, error) {
+	var v, opt T
+	f := strings.Fields(usage)
+	sub, keyword := f[0], f[2][1:]
+	args := d.RemainingArgs()
+	if len(args) != 1 && len(args) != 3 || len(args) == 3 && args[1] != keyword {
+		return v, opt, d.Errf("%s syntax: %s", sub, usage)
+	}
+	v, err := parse(d, sub, args[0])
+	if err == nil && len(args) == 3 {
+		opt, err = parse(d, sub+" "+keyword, args[2])
+	}
+	return v, opt, err
+}
+
 // intArg reads the one integer argument of a subdirective.
 func intArg(d *caddyfile.Dispenser, sub string) (int, error) {
-	var s string
-	if !d.Args(&s) || d.NextArg() {
-		return 0, d.Errf("%s takes exactly one argument: a number", sub)
+	return intValue(d, sub, oneArg(d))
+}
+
+// intValue parses an integer.
+func intValue(d *caddyfile.Dispenser, what, s string) (int, error) {
+	if s == "" {
+		return 0, d.Errf("%s takes exactly one argument: a number", what)
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil {
-		return 0, d.Errf("%s: %q is not a number", sub, s)
+		return 0, d.Errf("%s: %q is not a number", what, s)
 	}
 	return n, nil
 }
 
+// durationArg parses a duration such as 500ms, 1h or 2d.
+func durationArg(d *caddyfile.Dispenser, what, s string) (caddy.Duration, error) {
+	if s == "" {
+		return 0, d.Errf("%s takes exactly one argument: a duration", what)
+	}
+	dur, err := caddy.ParseDuration(s)
+	if err != nil {
+		return 0, d.Errf("%s: %q is not a duration (e.g. 500ms, 1m, 1h)", what, s)
+	}
+	return caddy.Duration(dur), nil
+}
+
 // sizeArg parses a size such as 64MiB, 512k or 1048576.
 func sizeArg(d *caddyfile.Dispenser, what, s string) (int64, error) {
+	if s == "" {
+		return 0, d.Errf("%s takes exactly one argument: a size", what)
+	}
 	n, err := humanize.ParseBytes(s)
 	if err != nil || n > 1<<40 {
 		return 0, d.Errf("%s: %q is not a size (e.g. 64MiB, 512KB)", what, s)

@@ -143,15 +143,23 @@ func (p *pacer) wait() error {
 }
 
 func (l *TransferLimit) validate() error {
-	if l != nil && (l.Limit < 1 || l.Queue < 0) {
-		return fmt.Errorf("max_transfers: the limit must be at least 1 and the queue not negative")
+	switch {
+	case l == nil:
+	case l.Limit < 1:
+		return fmt.Errorf("max_transfers: need a limit of at least 1, got %d", l.Limit)
+	case l.Queue < 0:
+		return fmt.Errorf("max_transfers: queue %s is negative", time.Duration(l.Queue))
 	}
 	return nil
 }
 
 func (l *RateLimit) validate() error {
-	if l != nil && (l.Rate < 1 || l.After < 0) {
-		return fmt.Errorf("limit_rate: the rate must be at least 1 byte/s and after not negative")
+	switch {
+	case l == nil:
+	case l.Rate < 1:
+		return fmt.Errorf("limit_rate: the rate must be at least 1 byte/s, got %d", l.Rate)
+	case l.After < 0:
+		return fmt.Errorf("limit_rate: after %d is negative", l.After)
 	}
 	return nil
 }

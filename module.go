@@ -268,6 +268,9 @@ func (FlashServe) CaddyModule() caddy.ModuleInfo {
 
 // Provision implements caddy.Provisioner.
 func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
+	if err := fsrv.checkSettings(); err != nil {
+		return err
+	}
 	fsrv.logger = ctx.Logger()
 	if err := registerMetrics(ctx); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
@@ -385,22 +388,66 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 
 // Validate implements caddy.Validator.
 func (fsrv *FlashServe) Validate() error {
-	if fsrv.StatWorkers < 0 || fsrv.MaxOpenFiles < 0 || fsrv.Revalidate < 0 {
-		return fmt.Errorf("stat_workers, max_open_files and revalidate must not be negative")
+	if err := fsrv.checkSettings(); err != nil {
+		return err
 	}
-	if fsrv.MaxWatches < 0 || fsrv.MaxDirEntries < 0 {
-		return fmt.Errorf("max_watches and max_dir_entries must not be negative")
+	for _, enc := range fsrv.PrecompressedOrder {
+		if _, ok := fsrv.precompressors[enc]; !ok {
+			return fmt.Errorf("precompressed_order names %q, which is not among the precompressed formats", enc)
+		}
+	}
+	return nil
+}
+
+// checkSettings holds every range check of the settings, the one place
+// both JSON and the Caddyfile (whose parser only parses) are checked.
+// Provision runs it first as well: Caddy provisions a handler before it
+// validates it, and a bad value must be refused before workers start.
+func (fsrv *FlashServe) checkSettings() error {
+	for _, c := range []struct {
+		name string
+		n    int
+	}{
+		{"stat_workers", fsrv.StatWorkers},
+		{"max_open_files", fsrv.MaxOpenFiles},
+		{"max_watches", fsrv.MaxWatches},
+		{"max_dir_entries", fsrv.MaxDirEntries},
+	} {
+		if c.n < 0 {
+			return fmt.Errorf("%s: need at least 1, got %d", c.name, c.n)
+		}
+	}
+	if fsrv.NegativeCache != nil && *fsrv.NegativeCache < 0 {
+		return fmt.Errorf("negative_cache: %d is negative; 0 disables it", *fsrv.NegativeCache)
+	}
+	if fsrv.MaxRanges != nil && *fsrv.MaxRanges < 0 {
+		return fmt.Errorf("max_ranges: need 0 or more, got %d", *fsrv.MaxRanges)
+	}
+	if fsrv.Revalidate < 0 {
+		return fmt.Errorf("revalidate: %s is not a positive duration", time.Duration(fsrv.Revalidate))
 	}
 	if m := fsrv.MemoryCache; m != nil && (m.Budget < 0 || m.MaxFile < 0) {
-		return fmt.Errorf("memory_cache budget and max_file must not be negative")
+		return fmt.Errorf("memory_cache: budget and max_file must not be negative")
 	}
 	switch fsrv.Transmit {
 	case "", engineAuto, engineSendfile, engineCopy, engineIOUring:
 	default:
 		return fmt.Errorf("transmit: unknown engine %q; want auto, sendfile, io_uring or copy", fsrv.Transmit)
 	}
-	if fsrv.PrewarmBudget < 0 || fsrv.PrewarmWorkers < 0 || fsrv.KeepHot < 0 {
-		return fmt.Errorf("prewarm_budget, prewarm_workers and keep_hot must not be negative")
+	if n := fsrv.SendfileMaxChunk; n != 0 && (n < 64<<10 || n > 1<<30) {
+		return fmt.Errorf("sendfile_max_chunk: %d bytes is outside 64KiB..1GiB", n)
+	}
+	if fsrv.PrewarmBudget < 0 {
+		return fmt.Errorf("prewarm_budget: must be more than 0, got %d", fsrv.PrewarmBudget)
+	}
+	if n := fsrv.PrewarmWorkers; n < 0 || n > 64 {
+		return fmt.Errorf("prewarm_workers: %d is outside 1..64", n)
+	}
+	if d := time.Duration(fsrv.KeepHot); d != 0 && d < time.Second {
+		return fmt.Errorf("keep_hot: %s is not an interval of a second or more", d)
+	}
+	if fsrv.Prewarm == nil && (fsrv.PrewarmBudget != 0 || fsrv.PrewarmWorkers != 0 || fsrv.KeepHot != 0) {
+		return fmt.Errorf("prewarm_budget, prewarm_workers and keep_hot need prewarm")
 	}
 	if _, err := statacc.ParseSymlinks(fsrv.Symlinks); err != nil {
 		return err
@@ -411,21 +458,10 @@ func (fsrv *FlashServe) Validate() error {
 	if err := fsrv.LimitRate.validate(); err != nil {
 		return err
 	}
-	if fsrv.SendfileMaxChunk < 0 {
-		return fmt.Errorf("sendfile_max_chunk must not be negative")
-	}
-	if fsrv.MaxRanges != nil && *fsrv.MaxRanges < 0 {
-		return fmt.Errorf("max_ranges must be 0 or more, got %d", *fsrv.MaxRanges)
-	}
 	if code := fsrv.StatusCode.String(); code != "" && !strings.Contains(code, "{") {
 		n, err := strconv.Atoi(code)
 		if err != nil || n < 100 || n > 999 {
-			return fmt.Errorf("status_code must be a number from 100 to 999 or a placeholder, got %q", code)
-		}
-	}
-	for _, enc := range fsrv.PrecompressedOrder {
-		if _, ok := fsrv.precompressors[enc]; !ok {
-			return fmt.Errorf("precompressed_order names %q, which is not among the precompressed formats", enc)
+			return fmt.Errorf("status: %q is not a status code from 100 to 999 or a placeholder", code)
 		}
 	}
 	return nil

@@ -1,0 +1,178 @@
+package flashserve
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// outOfRange lists values out of their setting's range, each as a
+// Caddyfile subdirective, the same value in JSON, and the one message both
+// must be refused with. (A negative memory_cache or prewarm_budget size
+// cannot be written in a Caddyfile, so only JSON can give one.)
+var outOfRange = []struct{ caddyfile, json, want string }{
+	{"stat_workers -1", `"stat_workers": -1`, "stat_workers: need at least 1, got -1"},
+	{"max_open_files -3", `"max_open_files": -3`, "max_open_files: need at least 1, got -3"},
+	{"max_watches -1", `"max_watches": -1`, "max_watches: need at least 1, got -1"},
+	{"max_dir_entries -2", `"max_dir_entries": -2`, "max_dir_entries: need at least 1, got -2"},
+	{"negative_cache -1", `"negative_cache": -1`, "negative_cache: -1 is negative; 0 disables it"},
+	{"max_ranges -1", `"max_ranges": -1`, "max_ranges: need 0 or more, got -1"},
+	{"revalidate -5s", `"revalidate": -5000000000`, "revalidate: -5s is not a positive duration"},
+	{"transmit splice", `"transmit": "splice"`, `transmit: unknown engine "splice"; want auto, sendfile, io_uring or copy`},
+	{"sendfile_max_chunk 1", `"sendfile_max_chunk": 1`, "sendfile_max_chunk: 1 bytes is outside 64KiB..1GiB"},
+	{"sendfile_max_chunk 65535", `"sendfile_max_chunk": 65535`, "sendfile_max_chunk: 65535 bytes is outside 64KiB..1GiB"},
+	{"sendfile_max_chunk 2GiB", `"sendfile_max_chunk": 2147483648`, "sendfile_max_chunk: 2147483648 bytes is outside 64KiB..1GiB"},
+	{"prewarm *\n\t\tprewarm_workers 65", `"prewarm": ["*"], "prewarm_workers": 65`, "prewarm_workers: 65 is outside 1..64"},
+	{"prewarm *\n\t\tprewarm_workers -1", `"prewarm": ["*"], "prewarm_workers": -1`, "prewarm_workers: -1 is outside 1..64"},
+	{"prewarm *\n\t\tkeep_hot 10ms", `"prewarm": ["*"], "keep_hot": 10000000`, "keep_hot: 10ms is not an interval of a second or more"},
+	{"prewarm *\n\t\tkeep_hot -1s", `"prewarm": ["*"], "keep_hot": -1000000000`, "keep_hot: -1s is not an interval of a second or more"},
+	{"prewarm_workers 2", `"prewarm_workers": 2`, "prewarm_budget, prewarm_workers and keep_hot need prewarm"},
+	{"keep_hot 1m", `"keep_hot": 60000000000`, "prewarm_budget, prewarm_workers and keep_hot need prewarm"},
+	{"symlinks sometimes", `"symlinks": "sometimes"`, `symlinks: unknown mode "sometimes"; want follow, deny or beneath`},
+	{"max_transfers 0", `"max_transfers": {"limit": 0}`, "max_transfers: need a limit of at least 1, got 0"},
+	{"max_transfers 4 queue -1s", `"max_transfers": {"limit": 4, "queue": -1000000000}`, "max_transfers: queue -1s is negative"},
+	{"limit_rate 0", `"limit_rate": {"rate": 0}`, "limit_rate: the rate must be at least 1 byte/s, got 0"},
+	{"status ok", `"status_code": "ok"`, `status: "ok" is not a status code from 100 to 999 or a placeholder`},
+	{"status 99", `"status_code": 99`, `status: "99" is not a status code from 100 to 999 or a placeholder`},
+}
+
+// siteWith is a Caddyfile site whose flash_serve block holds lines.
+func siteWith(lines string) string {
+	return ":8080 {\n\tflash_serve {\n\t\t" + lines + "\n\t}\n}\n"
+}
+
+// TestValidateSameForJSONAndCaddyfile: each out-of-range value is refused
+// with the same message by the Validate of a handler unmarshalled from
+// JSON, by Caddy validating a JSON config (which provisions first), and
+// by Caddy validating the config the Caddyfile adapts to.
+func TestValidateSameForJSONAndCaddyfile(t *testing.T) {
+	for _, c := range outOfRange {
+		t.Run(strings.ReplaceAll(c.caddyfile, "\n\t\t", "; "), func(t *testing.T) {
+			var fsrv FlashServe
+			if err := json.Unmarshal([]byte("{"+c.json+"}"), &fsrv); err != nil {
+				t.Fatalf("unmarshalling %s: %v", c.json, err)
+			}
+			if err := fsrv.Validate(); err == nil || err.Error() != c.want {
+				t.Errorf("JSON Validate: got %v, want %q", err, c.want)
+			}
+			cfgJSON := `{"apps": {"http": {"servers": {"s": {"listen": [":8080"], "routes": [{"handle": [{"handler": "flash_serve", ` + c.json + `}]}]}}}}}`
+			if got := validateForTest(cfgJSON); !strings.HasPrefix(got, "error: ") || !strings.HasSuffix(strings.TrimSpace(got), ": "+c.want) {
+				t.Errorf("JSON config: got %s, want an error ending in %q", got, c.want)
+			}
+			adapted := adaptForTest(siteWith(c.caddyfile))
+			if strings.HasPrefix(adapted, "error: ") {
+				t.Fatalf("the parser refused what Validate should: %s", adapted)
+			}
+			if got := validateForTest(adapted); !strings.HasPrefix(got, "error: ") || !strings.HasSuffix(strings.TrimSpace(got), ": "+c.want) {
+				t.Errorf("Caddyfile: got %s, want an error ending in %q", got, c.want)
+			}
+		})
+	}
+}
+
+// TestValidateAcceptsTheBounds: the ends of each range are accepted, from
+// JSON and from the Caddyfile alike, so the checks above refuse no more
+// than they should.
+func TestValidateAcceptsTheBounds(t *testing.T) {
+	for _, c := range []struct{ caddyfile, json string }{
+		{"sendfile_max_chunk 64KiB", `"sendfile_max_chunk": 65536`},
+		{"sendfile_max_chunk 1GiB", `"sendfile_max_chunk": 1073741824`},
+		{"prewarm *\n\t\tprewarm_workers 1\n\t\tkeep_hot 1s", `"prewarm": ["*"], "prewarm_workers": 1, "keep_hot": 1000000000`},
+		{"prewarm *\n\t\tprewarm_workers 64", `"prewarm": ["*"], "prewarm_workers": 64`},
+		{"stat_workers 1\n\t\tmax_watches 1\n\t\tmax_dir_entries 1\n\t\tmax_open_files 1", `"stat_workers": 1, "max_watches": 1, "max_dir_entries": 1, "max_open_files": 1`},
+		{"negative_cache 0\n\t\tmax_ranges 0\n\t\tlimit_rate 1\n\t\tmax_transfers 1 queue 0s", `"negative_cache": 0, "max_ranges": 0, "limit_rate": {"rate": 1}, "max_transfers": {"limit": 1}`},
+		{"status 100", `"status_code": 999`},
+	} {
+		var fsrv FlashServe
+		if err := json.Unmarshal([]byte("{"+c.json+"}"), &fsrv); err != nil {
+			t.Fatal(err)
+		}
+		if err := fsrv.checkSettings(); err != nil {
+			t.Errorf("JSON %s: refused: %v", c.json, err)
+		}
+		adapted := adaptForTest(siteWith(c.caddyfile))
+		if strings.HasPrefix(adapted, "error: ") {
+			t.Errorf("Caddyfile %q: %s", c.caddyfile, adapted)
+			continue
+		}
+		var cfg struct {
+			Apps struct {
+				HTTP struct {
+					Servers map[string]struct {
+						Routes []struct {
+							Handle []json.RawMessage `json:"handle"`
+						} `json:"routes"`
+					} `json:"servers"`
+				} `json:"http"`
+			} `json:"apps"`
+		}
+		if err := json.Unmarshal([]byte(adapted), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, srv := range cfg.Apps.HTTP.Servers {
+			for _, r := range srv.Routes {
+				for _, h := range r.Handle {
+					var fsrv FlashServe
+					if json.Unmarshal(h, &fsrv) == nil && strings.Contains(string(h), `"flash_serve"`) {
+						found = true
+						if err := fsrv.checkSettings(); err != nil {
+							t.Errorf("Caddyfile %q: refused: %v", c.caddyfile, err)
+						}
+					}
+				}
+			}
+		}
+		if !found {
+			t.Errorf("Caddyfile %q: no flash_serve handler in %s", c.caddyfile, adapted)
+		}
+	}
+}
+
+// TestCaddyfileRefusesExplicitZeroDefault: where JSON's 0 means "the
+// default", an explicit 0 in the Caddyfile is refused by the parser, since
+// `revalidate 0` reads as "always" and would silently be 60s.
+func TestCaddyfileRefusesExplicitZeroDefault(t *testing.T) {
+	for _, sub := range []string{"stat_workers", "max_open_files", "max_watches", "max_dir_entries",
+		"revalidate", "sendfile_max_chunk", "prewarm_budget", "prewarm_workers", "keep_hot"} {
+		got := adaptForTest(siteWith("prewarm *\n\t\t" + sub + " 0"))
+		want := fmt.Sprintf("`%s 0` would mean the default; leave it out", sub)
+		if !strings.HasPrefix(got, "error: ") || !strings.Contains(got, want) {
+			t.Errorf("%s 0: got %s, want an error containing %q", sub, got, want)
+		}
+	}
+}
+
+// TestValidateRunsWhenCaddyLoadsJSON: caddy.Load of a JSON config with a
+// value the Caddyfile parser never saw is refused, and nothing is left
+// running.
+func TestValidateRunsWhenCaddyLoadsJSON(t *testing.T) {
+	cfg := `{"admin": {"disabled": true}, "apps": {"http": {"servers": {"s": {"listen": ["127.0.0.1:0"],
+		"routes": [{"handle": [{"handler": "flash_serve", "root": "` + t.TempDir() + `", "sendfile_max_chunk": 1}]}]}}}}}`
+	err := caddy.Load([]byte(cfg), true)
+	t.Cleanup(func() { caddy.Stop() })
+	want := "sendfile_max_chunk: 1 bytes is outside 64KiB..1GiB"
+	if err == nil || !strings.HasSuffix(err.Error(), want) {
+		t.Fatalf("caddy.Load: got %v, want an error ending in %q", err, want)
+	}
+}
+
+// TestProvisionRefusesBeforeStarting: Caddy provisions a handler before
+// it validates it, so Provision must refuse a bad value before it builds
+// a cache or starts prewarm workers.
+func TestProvisionRefusesBeforeStarting(t *testing.T) {
+	fsrv := &FlashServe{Prewarm: []string{"*"}, PrewarmWorkers: 100000}
+	err := fsrv.Provision(caddy.Context{})
+	if err == nil || err.Error() != "prewarm_workers: 100000 is outside 1..64" {
+		t.Fatalf("Provision: got %v", err)
+	}
+	if fsrv.cache != nil || fsrv.prewarm != nil || fsrv.cleanupOnce != nil {
+		t.Fatalf("Provision built state before refusing: cache %v, prewarm %v", fsrv.cache != nil, fsrv.prewarm != nil)
+	}
+	if err := fsrv.Cleanup(); err != nil {
+		t.Fatalf("Cleanup after a refused Provision: %v", err)
+	}
+}
