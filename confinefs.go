@@ -53,18 +53,9 @@ func (fsrv *FlashServe) provisionConfinedBrowse(ctx caddy.Context) error {
 	if fsrv.Browse == nil || fsrv.symlinks == statacc.SymlinksFollow {
 		return nil
 	}
-	fb := &fileserver.FileServer{
-		FileSystem:    "{" + browseFSVar + "}",
-		Root:          "{" + browseRootVar + "}",
-		Hide:          append([]string(nil), fsrv.Hide...),
-		IndexNames:    fsrv.IndexNames,
-		Browse:        fsrv.Browse,
-		CanonicalURIs: fsrv.CanonicalURIs,
-		StatusCode:    fsrv.StatusCode,
-		PassThru:      fsrv.PassThru,
-		// No precompressed or ETag files: a listing uses neither, and a
-		// file that appeared since the lookup is the lookup's to serve.
-	}
+	// No precompressed or ETag files: a listing uses neither, and a file
+	// that appeared since the lookup is the lookup's to serve.
+	fb := fsrv.embeddedFileServer("{"+browseFSVar+"}", "{"+browseRootVar+"}")
 	if err := fb.Provision(ctx); err != nil {
 		return fmt.Errorf("provisioning the embedded file_server for confined listings: %w", err)
 	}

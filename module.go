@@ -304,19 +304,10 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 
 	// The embedded file_server gets the same configuration; it must be
 	// built before LoadModule clears PrecompressedRaw.
-	fsrv.fallback = &fileserver.FileServer{
-		FileSystem:         fsrv.FileSystem,
-		Root:               fsrv.Root,
-		Hide:               append([]string(nil), fsrv.Hide...),
-		IndexNames:         fsrv.IndexNames,
-		Browse:             fsrv.Browse,
-		CanonicalURIs:      fsrv.CanonicalURIs,
-		StatusCode:         fsrv.StatusCode,
-		PassThru:           fsrv.PassThru,
-		PrecompressedRaw:   fsrv.PrecompressedRaw,
-		PrecompressedOrder: fsrv.PrecompressedOrder,
-		EtagFileExtensions: fsrv.EtagFileExtensions,
-	}
+	fsrv.fallback = fsrv.embeddedFileServer(fsrv.FileSystem, fsrv.Root)
+	fsrv.fallback.PrecompressedRaw = fsrv.PrecompressedRaw
+	fsrv.fallback.PrecompressedOrder = fsrv.PrecompressedOrder
+	fsrv.fallback.EtagFileExtensions = fsrv.EtagFileExtensions
 	if err := fsrv.fallback.Provision(ctx); err != nil {
 		return fmt.Errorf("provisioning the embedded file_server: %v", err)
 	}
@@ -384,6 +375,21 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 		fsrv.precompressors[ae] = p
 	}
 	return nil
+}
+
+// embeddedFileServer is a file_server configured as this handler is, on
+// the given file system and root, for what flash_serve delegates to it.
+func (fsrv *FlashServe) embeddedFileServer(fileSystem, root string) *fileserver.FileServer {
+	return &fileserver.FileServer{
+		FileSystem:    fileSystem,
+		Root:          root,
+		Hide:          append([]string(nil), fsrv.Hide...),
+		IndexNames:    fsrv.IndexNames,
+		Browse:        fsrv.Browse,
+		CanonicalURIs: fsrv.CanonicalURIs,
+		StatusCode:    fsrv.StatusCode,
+		PassThru:      fsrv.PassThru,
+	}
 }
 
 // Validate implements caddy.Validator.
