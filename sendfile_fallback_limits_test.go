@@ -11,12 +11,9 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptrace"
-	"os"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // TestSendfileRefusedUnderLimits: the copy that takes over when the kernel
@@ -27,30 +24,7 @@ import (
 // whole, range and multipart bodies are exact, paced, and one connection
 // carries them all.
 func TestSendfileRefusedUnderLimits(t *testing.T) {
-	const path = "/proc/config.gz"
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Skipf("no %s on this kernel (CONFIG_IKCONFIG_PROC): %v", path, err)
-	}
-	if fi, err := os.Stat(path); err != nil || fi.Size() != int64(len(data)) || len(data) < 16<<10 {
-		t.Skipf("%s does not read as the size it states, or is under 16 KiB", path)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var off int64
-	_, serr := unix.Sendfile(fds[0], int(f.Fd()), &off, 100)
-	unix.Close(fds[0])
-	unix.Close(fds[1])
-	f.Close()
-	if serr != unix.EINVAL {
-		t.Skipf("sendfile from %s gives %v here, not EINVAL", path, serr)
-	}
+	data := sendfileRefusedFile(t, 16<<10)
 	const rate = 64 << 10 // chunks of 8 KiB
 	sitePort := freePort(t)
 	site := fmt.Sprintf("http://127.0.0.1:%d", sitePort)

@@ -28,30 +28,7 @@ import (
 // after some bytes, and ENOSYS and EOPNOTSUPP, are injected in
 // transmit's TestSendfileRefusedFallsBackToCopy.)
 func TestSendfileRefusedByTheKernelIsCopied(t *testing.T) {
-	const path = "/proc/config.gz"
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Skipf("no %s on this kernel (CONFIG_IKCONFIG_PROC): %v", path, err)
-	}
-	if fi, err := os.Stat(path); err != nil || fi.Size() != int64(len(data)) || len(data) < 4096 {
-		t.Skipf("%s does not read as the size it states", path)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var off int64
-	_, serr := unix.Sendfile(fds[0], int(f.Fd()), &off, 100)
-	unix.Close(fds[0])
-	unix.Close(fds[1])
-	f.Close()
-	if serr != unix.EINVAL {
-		t.Skipf("sendfile from %s gives %v here, not EINVAL", path, serr)
-	}
+	data := sendfileRefusedFile(t, 4096)
 
 	adminPort, sitePort := freePort(t), freePort(t)
 	admin := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
@@ -143,4 +120,37 @@ func TestSendfileRefusedByTheKernelIsCopied(t *testing.T) {
 	if reused != conns-1 {
 		t.Errorf("%d of %d requests reused the connection; want all but the first", reused, conns)
 	}
+}
+
+// sendfileRefusedFile returns the bytes of /proc/config.gz, a regular file
+// of at least minSize bytes that the kernel refuses to sendfile from
+// (procfs has no splice_read: EINVAL). The test is skipped where the file
+// is missing or the kernel answers otherwise.
+func sendfileRefusedFile(t *testing.T, minSize int) []byte {
+	t.Helper()
+	const path = "/proc/config.gz"
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Skipf("no %s on this kernel (CONFIG_IKCONFIG_PROC): %v", path, err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != int64(len(data)) || len(data) < minSize {
+		t.Skipf("%s does not read as the size it states, or is under %d bytes", path, minSize)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var off int64
+	_, serr := unix.Sendfile(fds[0], int(f.Fd()), &off, 100)
+	unix.Close(fds[0])
+	unix.Close(fds[1])
+	if serr != unix.EINVAL {
+		t.Skipf("sendfile from %s gives %v here, not EINVAL", path, serr)
+	}
+	return data
 }
