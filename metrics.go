@@ -105,6 +105,7 @@ func retire(c *statacc.Cache) {
 
 // snapshot reads every counter now.
 func snapshot() Stats {
+	warmed := prewarm.Snapshot()
 	s := Stats{
 		Engines:           make(map[string]EngineStats, numEngines),
 		TransfersInFlight: counters.inFlight.Load(),
@@ -112,11 +113,11 @@ func snapshot() Stats {
 		SendfileFallbacks: transmit.Stats.Fallbacks.Load(),
 		SendfileRefused:   transmit.Stats.Refused.Load(),
 		Prewarm: PrewarmStats{
-			Bytes:               prewarm.Stats.PrewarmedBytes.Load(),
-			Files:               prewarm.Stats.PrewarmedFiles.Load(),
-			HotSetBytes:         prewarm.Stats.HotSetBytes.Load(),
-			HotSetResidentBytes: prewarm.Stats.HotSetResidentBytes.Load(),
-			HotSetUnknownBytes:  prewarm.Stats.HotSetUnknownBytes.Load(),
+			Bytes:               warmed.Bytes,
+			Files:               warmed.Files,
+			HotSetBytes:         lastHotSet.bytes.Load(),
+			HotSetResidentBytes: lastHotSet.resident.Load(),
+			HotSetUnknownBytes:  lastHotSet.unknown.Load(),
 		},
 	}
 	for e := range numEngines {

@@ -17,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/fileserver"
 	"go.uber.org/zap"
 
+	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 	"github.com/flashserve/caddy-flash-serve/statacc"
 	"github.com/flashserve/caddy-flash-serve/transmit"
 )
@@ -504,17 +505,17 @@ func (fsrv *FlashServe) Cleanup() error {
 // with the same settings does.
 var caches = caddy.NewUsagePool()
 
-// sharedCache is a cache with the hot-set keeper that belongs to it.
+// sharedCache is a cache with the saver of its hot set.
 type sharedCache struct {
 	*statacc.Cache
 	hotOnce sync.Once
-	hot     *hotKeeper
+	hot     *hotset.Saver
 }
 
 // Destruct implements caddy.Destructor.
 func (s *sharedCache) Destruct() error {
 	if s.hot != nil {
-		s.hot.stop()
+		s.hot.Stop()
 	}
 	err := s.Close()
 	retire(s.Cache)

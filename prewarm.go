@@ -2,15 +2,15 @@ package flashserve
 
 import (
 	"context"
-	"fmt"
-	"hash/fnv"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 	"github.com/flashserve/caddy-flash-serve/prewarm"
 )
 
@@ -44,36 +44,29 @@ func (p *prewarmRun) seeRoot(root string) {
 	p.rootOnce.Do(func() { p.roots <- root })
 }
 
-// hotKeeper saves the hottest files of a cache to disk every 30 seconds
-// and when the cache goes away.
-type hotKeeper struct {
-	path   string
-	cache  *sharedCache
-	logger *zap.Logger
-	done   chan struct{}
-	wg     sync.WaitGroup
+// lastHotSet describes the hot set a saver last wrote, for the metrics:
+// its size, how much of it was in the page cache then, and the part of it
+// whose residency this process could not know (files it neither owns nor
+// may write).
+var lastHotSet struct{ bytes, resident, unknown atomic.Int64 }
+
+// startHotSaver starts the saver of the shared cache's hot set, once per
+// cache: it belongs to the cache, so it runs on across the reloads that
+// keep the cache, and Destruct stops it with a last save.
+func (s *sharedCache) startHotSaver(cacheKey string, logger *zap.Logger) *hotset.Saver {
+	s.hotOnce.Do(func() {
+		s.hot = hotset.StartSaver(hotSetPath(cacheKey), s.HotSet(), hotSetSize, hotSetEvery, func(files []hotset.File, err error) {
+			if err != nil {
+				logger.Warn("saving the hot set", zap.String("file", hotSetPath(cacheKey)), zap.Error(err))
+			}
+			recordHotSet(files)
+		})
+	})
+	return s.hot
 }
 
-func (h *hotKeeper) run() {
-	defer h.wg.Done()
-	t := time.NewTicker(hotSetEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.done:
-			h.save()
-			return
-		case <-t.C:
-			h.save()
-		}
-	}
-}
-
-func (h *hotKeeper) save() {
-	files := h.cache.Hottest(hotSetSize)
-	if len(files) == 0 {
-		return
-	}
+// recordHotSet measures how much of a saved hot set is in the page cache.
+func recordHotSet(files []hotset.File) {
 	rs := make([]prewarm.Residency, 0, len(files))
 	for _, f := range files {
 		if r, err := prewarm.FileResidency(f.Path); err == nil {
@@ -81,37 +74,22 @@ func (h *hotKeeper) save() {
 		}
 	}
 	sum := prewarm.Summarize(rs)
-	prewarm.Stats.HotSetBytes.Store(sum.Bytes)
-	prewarm.Stats.HotSetResidentBytes.Store(sum.Resident)
-	prewarm.Stats.HotSetUnknownBytes.Store(sum.UnknownBytes)
-	if err := prewarm.SaveHotSet(h.path, files); err != nil {
-		h.logger.Warn("saving the hot set", zap.String("file", h.path), zap.Error(err))
-	}
-}
-
-func (h *hotKeeper) stop() {
-	close(h.done)
-	h.wg.Wait()
+	lastHotSet.bytes.Store(sum.Bytes)
+	lastHotSet.resident.Store(sum.Resident)
+	lastHotSet.unknown.Store(sum.UnknownBytes)
 }
 
 // hotSetPath is where the hot set of a cache is kept: one file per cache
 // settings, in Caddy's data directory.
 func hotSetPath(cacheKey string) string {
-	sum := fnv.New64a()
-	sum.Write([]byte(cacheKey))
-	return filepath.Join(caddy.AppDataDir(), "flash_serve", fmt.Sprintf("hotset-%016x.json", sum.Sum64()))
+	return hotset.Path(filepath.Join(caddy.AppDataDir(), "flash_serve"), cacheKey)
 }
 
 // startPrewarm starts the warm-up in the background; Provision never
 // waits for it.
 func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 	logger := fsrv.logger.Named("prewarm")
-	shared := fsrv.shared
-	shared.hotOnce.Do(func() {
-		shared.hot = &hotKeeper{path: hotSetPath(fsrv.cacheKey), cache: shared, logger: logger, done: make(chan struct{})}
-		shared.hot.wg.Add(1)
-		go shared.hot.run()
-	})
+	saver := fsrv.shared.startHotSaver(fsrv.cacheKey, logger)
 	runCtx, cancel := context.WithCancel(ctx)
 	run := &prewarmRun{cancel: cancel, roots: make(chan string, 1), configDone: ctx.Done()}
 	fsrv.prewarm = run
@@ -123,17 +101,17 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 	if workers == 0 {
 		workers = 2
 	}
-	hotPath := shared.hot.path
+	hotPath := saver.Path()
 	run.wg.Add(1)
 	go func() {
 		defer run.wg.Done()
 		// The hot set first, at once: it names absolute paths, and it is
 		// what the clients asked for most before the restart.
-		hs, err := prewarm.LoadHotSet(hotPath)
+		hotTargets, err := prewarm.HotTargets(hotPath)
 		if err != nil {
 			logger.Warn("ignoring the hot set", zap.Error(err))
 		}
-		hot := dedupeTargets(hs.Targets())
+		hot := dedupeTargets(hotTargets)
 		used := warm(runCtx, logger, hot, budget, workers, "prewarm of the hot set", fsrv.ringReader())
 		if budget -= used; budget <= 0 {
 			return
@@ -157,10 +135,10 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 			case <-runCtx.Done():
 				return
 			case <-t.C:
-				// The saved snapshot, not a fresh one: taking one halves
-				// the counts, which is the keeper's job.
-				hs, _ := prewarm.LoadHotSet(hotPath)
-				warm(runCtx, logger, hs.Targets(), budget, workers, "keep_hot", fsrv.ringReader())
+				// The saved snapshot, not a fresh one: the saver decays
+				// the counts after each snapshot it takes.
+				targets, _ := prewarm.HotTargets(hotPath)
+				warm(runCtx, logger, targets, budget, workers, "keep_hot", fsrv.ringReader())
 			}
 		}
 	}()

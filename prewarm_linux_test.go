@@ -14,6 +14,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 	"github.com/flashserve/caddy-flash-serve/prewarm"
 )
 
@@ -59,7 +60,7 @@ func TestHotSetSurvivesRestart(t *testing.T) {
 	if err := a.Cleanup(); err != nil { // the last user: the hot set is saved
 		t.Fatal(err)
 	}
-	hs, err := prewarm.LoadHotSet(hotSetPath(a.cacheKey))
+	hs, err := hotset.Load(hotSetPath(a.cacheKey))
 	if err != nil || len(hs.Files) != len(hot) {
 		t.Fatalf("saved hot set: %+v, %v", hs, err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
-	"github.com/flashserve/caddy-flash-serve/prewarm"
+	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 )
 
 // TestPrewarmReloadLeavesNoGoroutine provisions handlers with a large
@@ -68,7 +68,61 @@ func TestCorruptHotSetDoesNotFailStart(t *testing.T) {
 		t.Fatalf("a corrupt hot set failed the start: %v", err)
 	}
 	defer fsrv.Cleanup()
-	if _, err := prewarm.LoadHotSet(path); err == nil {
+	if _, err := hotset.Load(path); err == nil {
 		t.Fatal("the test did not corrupt the hot set")
+	}
+}
+
+// TestHotSetSurvivesReload: a reload provisions the new handler before it
+// cleans up the old one, so they share the cache and its hot-set saver;
+// the counts taken before the reload are in the set saved when the last
+// handler goes, beside those taken after it.
+func TestHotSetSurvivesReload(t *testing.T) {
+	root := t.TempDir()
+	before, after := filepath.Join(root, "before.bin"), filepath.Join(root, "after.bin")
+	os.WriteFile(before, []byte("b"), 0o644)
+	os.WriteFile(after, []byte("a"), 0o644)
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	provision := func() *FlashServe {
+		ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+		t.Cleanup(cancel)
+		fsrv := &FlashServe{Root: root, Prewarm: []string{"none-*"}, StatWorkers: 2}
+		if err := fsrv.Provision(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return fsrv
+	}
+	hit := func(fsrv *FlashServe, p string, n int) {
+		for range n {
+			e, err := fsrv.cache.Get(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.Release()
+		}
+	}
+	old := provision()
+	hit(old, before, 5)
+	next := provision() // the reload: the new config first
+	if next.shared != old.shared || next.shared.hot == nil {
+		t.Fatal("the reloaded handler has a cache or saver of its own")
+	}
+	if err := old.Cleanup(); err != nil { // then the old one goes
+		t.Fatal(err)
+	}
+	hit(next, after, 3)
+	if err := next.Cleanup(); err != nil { // the last user: the set is saved
+		t.Fatal(err)
+	}
+	hs, err := hotset.Load(hotSetPath(next.cacheKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, f := range hs.Files {
+		got[f.Path] = f.Hits
+	}
+	if len(got) != 2 || got[before] < 5 || got[after] < 3 {
+		t.Fatalf("saved %+v, want before.bin with 5 hits and after.bin with 3", hs.Files)
 	}
 }

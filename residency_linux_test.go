@@ -249,7 +249,7 @@ func TestResidencyReportsOnlyWhatItCanKnow(t *testing.T) {
 			resident += r.Resident
 			continue
 		}
-		for off := int64(0); off < 1<<20; off += prewarm.PageSize {
+		for off := int64(0); off < 1<<20; off += int64(os.Getpagesize()) {
 			if !cachedAt(t, p, off) {
 				t.Fatalf("%s after prewarm: the page at %d is not in the page cache", name, off)
 			}

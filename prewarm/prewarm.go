@@ -1,6 +1,7 @@
-// Package prewarm loads files into the page cache within a budget,
-// reports how much of a file is resident, and remembers which files were
-// hot so that a restarted server warms them first.
+// Package prewarm loads files into the page cache within a budget and
+// reports how much of a file is resident. It reads back the hot set that
+// internal/hotset saved (HotTargets), so that a restarted server warms
+// the files asked for most first.
 package prewarm
 
 import (
@@ -17,8 +18,8 @@ import (
 	"time"
 )
 
-// PageSize is the unit of residency and of the budget.
-var PageSize = int64(os.Getpagesize())
+// pageSize is the unit of residency and of the budget.
+var pageSize = int64(os.Getpagesize())
 
 // Residency is how much of one file is in the page cache.
 type Residency struct {
@@ -105,23 +106,30 @@ func (s Summary) Percent() float64 {
 	return 100 * float64(min(s.Resident, s.KnownBytes)) / float64(s.KnownBytes)
 }
 
-// Stats are process-wide counters, kept for the metrics endpoint.
-var Stats struct {
-	// PrewarmedBytes and PrewarmedFiles count what warm-ups have read.
-	PrewarmedBytes, PrewarmedFiles atomic.Int64
-	// HotSetBytes and HotSetResidentBytes describe the last saved hot set:
-	// its size, and how much of it was in the page cache then.
-	// HotSetUnknownBytes is the part of it whose residency this process
-	// could not know (files it neither owns nor may write).
-	HotSetBytes, HotSetResidentBytes, HotSetUnknownBytes atomic.Int64
+// totals counts what every warm-up of the process has read, for the
+// metrics endpoint.
+var totals struct{ bytes, files atomic.Int64 }
+
+// Totals is what every warm-up of the process has read so far.
+type Totals struct {
+	// Bytes and Files count what was read; a file counts once it is read
+	// as far as its budget allowed.
+	Bytes, Files int64
+}
+
+// Snapshot reads the process's warm-up totals now.
+func Snapshot() Totals {
+	return Totals{Bytes: totals.bytes.Load(), Files: totals.files.Load()}
 }
 
 // Progress is what a warm-up has done so far.
 type Progress struct {
+	// Files and Bytes are what was read: a file counts once it is read as
+	// far as the budget allowed.
 	Files, Bytes int64
-	Budget       int64
-	Started      time.Time
-	Done         bool
+	Budget       int64     // the warm-up's budget, as in Warmer
+	Started      time.Time // when Run began
+	Done         bool      // set in the last report, when Run returns
 }
 
 // Rate is bytes per second since the start.
@@ -133,7 +141,8 @@ func (p Progress) Rate() float64 {
 	return float64(p.Bytes) / d
 }
 
-// Target is one file to warm, whole or up to Limit bytes.
+// Target is one file to warm: Size bytes of it from the start, or fewer
+// if the budget runs out.
 type Target struct {
 	Path string
 	Size int64
@@ -142,7 +151,7 @@ type Target struct {
 // Warmer warms targets with a few workers until the budget is spent.
 type Warmer struct {
 	Budget  int64 // bytes; <= 0 means no limit
-	Workers int
+	Workers int   // files read at once; at least 1
 	// OnProgress, if set, is called every Every with a snapshot, and once
 	// at the end with Done set.
 	OnProgress func(Progress)
@@ -175,7 +184,7 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 				break
 			}
 			if n > left {
-				n = left / PageSize * PageSize
+				n = left / pageSize * pageSize
 			}
 			left -= n
 		}
@@ -214,10 +223,10 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 			for j := range ch {
 				n, err := warmFile(ctx, j.t.Path, j.n, w.ReadAt)
 				w.bytes.Add(n)
-				Stats.PrewarmedBytes.Add(n)
+				totals.bytes.Add(n)
 				if err == nil {
 					w.files.Add(1)
-					Stats.PrewarmedFiles.Add(1)
+					totals.files.Add(1)
 				} else if ctx.Err() == nil {
 					firstErr.CompareAndSwap(nil, err)
 				}
@@ -316,7 +325,7 @@ func readPrefix(ctx context.Context, f *os.File, n int64, readAt ReaderAt) (int6
 	return done, nil
 }
 
-func roundUp(n int64) int64 { return (n + PageSize - 1) / PageSize * PageSize }
+func roundUp(n int64) int64 { return (n + pageSize - 1) / pageSize * pageSize }
 
 // Expand turns patterns into files under root: "*" is the whole tree, a
 // directory is everything below it, and anything else is a glob relative

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/flashserve/caddy-flash-serve/statacc"
+	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 )
 
 func writeSynced(t *testing.T, path string, size int) {
@@ -28,36 +28,31 @@ func writeSynced(t *testing.T, path string, size int) {
 	f.Close()
 }
 
-func TestHotSetRoundTripAndCorruption(t *testing.T) {
+// TestHotTargetsSkipVanishedFiles: the saved hot set becomes targets in
+// its order, with today's sizes, and without the files that are gone.
+func TestHotTargetsSkipVanishedFiles(t *testing.T) {
 	dir := t.TempDir()
-	f := filepath.Join(dir, "a.bin")
-	os.WriteFile(f, []byte("abc"), 0o644)
+	a, b := filepath.Join(dir, "a.bin"), filepath.Join(dir, "b.bin")
+	os.WriteFile(a, []byte("abc"), 0o644)
+	os.WriteFile(b, []byte("b"), 0o644)
 	path := filepath.Join(dir, "state", "hotset.json")
-	files := []statacc.HotFile{{Path: f, Size: 3, Hits: 9}, {Path: filepath.Join(dir, "gone.bin"), Size: 1, Hits: 1}}
-	if err := SaveHotSet(path, files); err != nil {
+	files := []hotset.File{{Path: b, Size: 1, Hits: 9}, {Path: filepath.Join(dir, "gone.bin"), Size: 1, Hits: 5}, {Path: a, Size: 1, Hits: 1}}
+	if err := hotset.Save(path, files); err != nil {
 		t.Fatal(err)
 	}
-	hs, err := LoadHotSet(path)
+	ts, err := HotTargets(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(hs.Files) != 2 || hs.Files[0] != files[0] {
-		t.Fatalf("loaded %+v", hs.Files)
+	if len(ts) != 2 || ts[0] != (Target{Path: b, Size: 1}) || ts[1] != (Target{Path: a, Size: 3}) {
+		t.Fatalf("targets %+v, want b (1 byte) then a (3 bytes today), without gone.bin", ts)
 	}
-	if ts := hs.Targets(); len(ts) != 1 || ts[0].Path != f {
-		t.Fatalf("targets %+v: a vanished file must be skipped", ts)
+	if ts, err := HotTargets(filepath.Join(dir, "none.json")); err != nil || len(ts) != 0 {
+		t.Fatalf("a missing hot set: %+v, %v", ts, err)
 	}
-	ents, _ := os.ReadDir(filepath.Dir(path))
-	if len(ents) != 1 {
-		t.Fatalf("%d files in the state dir; a temporary file was left behind", len(ents))
-	}
-	raw, _ := os.ReadFile(path)
-	os.WriteFile(path, raw[:len(raw)/2], 0o644) // a torn write
-	if _, err := LoadHotSet(path); err == nil {
-		t.Fatal("a truncated hot set loaded without error")
-	}
-	if hs, err := LoadHotSet(filepath.Join(dir, "none.json")); err != nil || len(hs.Files) != 0 {
-		t.Fatalf("a missing hot set: %+v, %v", hs, err)
+	os.WriteFile(path, []byte("{"), 0o644)
+	if _, err := HotTargets(path); err == nil {
+		t.Fatal("a corrupt hot set gave targets without error")
 	}
 }
 

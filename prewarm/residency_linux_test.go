@@ -28,7 +28,7 @@ func TestWarmRestoresResidencyWithinBudget(t *testing.T) {
 	}
 	// A budget of 300 pages and a bit: the first file is warmed up to the
 	// last whole page that fits, and the second not at all.
-	budget := 300*PageSize + PageSize/2
+	budget := 300*pageSize + pageSize/2
 	w := &Warmer{Budget: budget, Workers: 2}
 	p, err := w.Run(context.Background(), []Target{{Path: big, Size: 4 << 20}, {Path: second, Size: 1 << 20}})
 	if err != nil {
@@ -36,13 +36,13 @@ func TestWarmRestoresResidencyWithinBudget(t *testing.T) {
 	}
 	r1, _ := FileResidency(big)
 	r2, _ := FileResidency(second)
-	if r1.Resident != 300*PageSize {
-		t.Fatalf("first file: %d bytes resident, want exactly %d (300 pages)", r1.Resident, 300*PageSize)
+	if r1.Resident != 300*pageSize {
+		t.Fatalf("first file: %d bytes resident, want exactly %d (300 pages)", r1.Resident, 300*pageSize)
 	}
 	if r2.Resident != 0 {
 		t.Fatalf("second file: %d bytes resident, but the budget was spent", r2.Resident)
 	}
-	if p.Bytes != 300*PageSize || p.Files != 1 {
+	if p.Bytes != 300*pageSize || p.Files != 1 {
 		t.Fatalf("progress %+v", p)
 	}
 	// Without a budget, everything comes back.

@@ -55,14 +55,14 @@ func FileResidency(path string) (Residency, error) {
 		return r, err
 	}
 	defer unix.Munmap(m)
-	vec := make([]byte, (r.Size+PageSize-1)/PageSize)
+	vec := make([]byte, (r.Size+pageSize-1)/pageSize)
 	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)),
 		uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
 		return r, errno
 	}
 	for i, v := range vec {
 		if v&1 != 0 {
-			r.Resident += min(PageSize, r.Size-int64(i)*PageSize)
+			r.Resident += min(pageSize, r.Size-int64(i)*pageSize)
 		}
 	}
 	return r, nil

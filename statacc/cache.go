@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 )
 
 // Options configure a Cache. Zero values take the defaults.
@@ -128,7 +130,7 @@ type Cache struct {
 	// sawUnwatched is set once a descriptor is cached without inotify to
 	// tell of its file's deletion: the janitor then walks every second.
 	sawUnwatched atomic.Bool
-	hot          *hotCounter
+	hot          *hotset.Counter
 }
 
 // lookupKey is everything that changes a lookup's answer: the path, and
@@ -194,8 +196,8 @@ func New(o Options) *Cache {
 		slots:    make(chan struct{}, o.Workers),
 		inflight: make(map[lookupKey]*call),
 		stop:     make(chan struct{}),
-		hot:      newHotCounter(),
 	}
+	c.hot = hotset.NewCounter(c.hotFiles)
 	if !o.NoInotify {
 		c.watch = newWatcher(c, o.MaxWatches)
 	}
@@ -312,7 +314,7 @@ func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, pat
 				if d := e.dir; d != nil && !d.used.Load() {
 					d.used.Store(true) // the directory's second chance
 				}
-				e.hits.Add(1)
+				e.hot.Hit()
 				c.M.Hits.Add(1)
 				return e, nil
 			}
@@ -391,7 +393,7 @@ func (c *Cache) acquireResult(cl *call) (*Entry, error) {
 	if !e.acquire() {
 		return nil, errRetry // cannot happen while the call holds its reference
 	}
-	e.hits.Add(1)
+	e.hot.Hit()
 	return e, nil
 }
 
@@ -441,7 +443,7 @@ func (c *Cache) resolve(key lookupKey) *Entry {
 	e := c.load(key, watched)
 	e.root, e.mode = key.root, key.mode
 	if e.Err == nil && e.Mode.IsRegular() {
-		e.hotKey = c.hot.key(path)
+		c.hot.Track(&e.hot, path)
 	}
 	e.watched = watched
 	e.checked = checked
@@ -601,7 +603,7 @@ func (c *Cache) drop(e *Entry) {
 		c.M.DirEntries.Add(-1)
 	}
 	if e.Mode.IsRegular() {
-		c.hot.leave(e)
+		c.hot.Leave(&e.hot, hotset.File{Path: e.Path, Size: e.Size})
 	}
 	e.Release()
 }

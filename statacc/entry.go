@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 )
 
 // Entry is what serving one filesystem path needs, computed when the path
@@ -71,13 +73,12 @@ type Entry struct {
 	// residentAt is the nanotime when the whole file was last seen in the
 	// page cache, 0 if never; probedAt when it was last looked for there.
 	residentAt, probedAt atomic.Int64
-	// hits counts the requests that used the entry since its count was
-	// last folded into the cache's sketch of the hot set (hotcount.go).
-	hits   atomic.Int64
-	hotKey uint64 // the path's hash in that sketch
-	cache  *Cache
-	root   string   // the root it was confined to, "" with SymlinksFollow
-	mode   Symlinks // the confinement it was resolved with
+	// hot counts the requests that used the entry for the cache's hot set
+	// (internal/hotset).
+	hot   hotset.Tally
+	cache *Cache
+	root  string   // the root it was confined to, "" with SymlinksFollow
+	mode  Symlinks // the confinement it was resolved with
 	// dir is the watcher's node of the entry's directory, nil if unwatched.
 	dir *dirNode
 	// memBytes is what Data and Head hold against the memory budget.

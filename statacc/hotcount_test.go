@@ -4,10 +4,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-	"unsafe"
+
+	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 )
 
-func hotNames(files []HotFile) []string {
+func hotNames(files []hotset.File) []string {
 	var out []string
 	for _, f := range files {
 		out = append(out, filepath.Base(f.Path)+"="+strconv.FormatInt(f.Hits, 10))
@@ -15,7 +16,10 @@ func hotNames(files []HotFile) []string {
 	return out
 }
 
-func TestHottestOrdersByRequestsAndHalves(t *testing.T) {
+// TestHotSetOrdersByRequestsAndDecays: the cache's counter counts every
+// lookup of a regular file; Top ranks them and changes no count, Decay
+// halves them.
+func TestHotSetOrdersByRequestsAndDecays(t *testing.T) {
 	dir := t.TempDir()
 	c := New(Options{Workers: 1, NoInotify: true})
 	defer c.Close()
@@ -26,12 +30,16 @@ func TestHottestOrdersByRequestsAndHalves(t *testing.T) {
 			describe(t, c, p)
 		}
 	}
-	if got := hotNames(c.Hottest(2)); len(got) != 2 || got[0] != "a=5" || got[1] != "b=3" {
-		t.Fatalf("Hottest(2) = %v, want [a=5 b=3]", got)
+	hot := c.HotSet()
+	if got := hotNames(hot.Top(2)); len(got) != 2 || got[0] != "a=5" || got[1] != "b=3" {
+		t.Fatalf("Top(2) = %v, want [a=5 b=3]", got)
 	}
-	// The snapshot halved every count.
-	if got := hotNames(c.Hottest(3)); len(got) != 2 || got[0] != "a=2" || got[1] != "b=1" {
-		t.Fatalf("Hottest(3) after a snapshot = %v, want [a=2 b=1] (c's 1 halved to 0)", got)
+	if got := hotNames(hot.Top(3)); len(got) != 3 || got[0] != "a=5" || got[1] != "b=3" || got[2] != "c=1" {
+		t.Fatalf("Top(3) after a Top = %v, want [a=5 b=3 c=1]: Top must not change the counts", got)
+	}
+	hot.Decay()
+	if got := hotNames(hot.Top(3)); len(got) != 2 || got[0] != "a=2" || got[1] != "b=1" {
+		t.Fatalf("Top(3) after a Decay = %v, want [a=2 b=1] (c's 1 halved to 0)", got)
 	}
 }
 
@@ -56,53 +64,13 @@ func TestHotCountSurvivesItsEntry(t *testing.T) {
 	for range 2 {
 		describe(t, c, hot) // a new entry: 2 more
 	}
-	if got := hotNames(c.Hottest(10)); len(got) != 2 || got[0] != "hot=8" || got[1] != "cool=1" {
-		t.Fatalf("Hottest = %v, want [hot=8 cool=1]", got)
+	if got := hotNames(c.HotSet().Top(10)); len(got) != 2 || got[0] != "hot=8" || got[1] != "cool=1" {
+		t.Fatalf("Top = %v, want [hot=8 cool=1]", got)
 	}
+	c.HotSet().Decay()
 	c.Flush()
 	// Not in the cache at all now: a candidate from the last snapshot.
-	if got := hotNames(c.Hottest(10)); len(got) != 1 || got[0] != "hot=4" {
-		t.Fatalf("Hottest after a flush = %v, want [hot=4]", got)
-	}
-}
-
-// TestHotCounterIsBounded: a scan of many distinct paths neither grows
-// the counter nor hides the few heavy ones; the sketch never undercounts
-// and overcounts by little.
-func TestHotCounterIsBounded(t *testing.T) {
-	h := newHotCounter()
-	size := unsafe.Sizeof(*h)
-	for i := range 200000 {
-		e := &Entry{Path: "/scan/" + strconv.Itoa(i), hotKey: h.key("/scan/" + strconv.Itoa(i))}
-		e.hits.Store(1)
-		h.leave(e)
-	}
-	for i := range 10 {
-		p := "/heavy/" + strconv.Itoa(i)
-		e := &Entry{Path: p, hotKey: h.key(p)}
-		e.hits.Store(int64(1000 * (i + 1)))
-		h.leave(e)
-	}
-	if len(h.pending) > maxPending {
-		t.Fatalf("%d pending candidates, bound %d", len(h.pending), maxPending)
-	}
-	if unsafe.Sizeof(*h) != size || size > 300<<10 {
-		t.Fatalf("counter is %d bytes", size)
-	}
-	for i := range 10 {
-		want := uint32(1000 * (i + 1))
-		got := h.estimate(h.key("/heavy/" + strconv.Itoa(i)))
-		if got < want || got > want+50 {
-			t.Errorf("heavy %d: estimate %d, true count %d", i, got, want)
-		}
-	}
-	over := 0
-	for i := range 1000 {
-		if h.estimate(h.key("/scan/"+strconv.Itoa(i))) > 1+16 {
-			over++
-		}
-	}
-	if over > 10 {
-		t.Errorf("%d of 1000 scanned paths overcounted by more than 16", over)
+	if got := hotNames(c.HotSet().Top(10)); len(got) != 1 || got[0] != "hot=4" {
+		t.Fatalf("Top after a flush = %v, want [hot=4]", got)
 	}
 }

@@ -1,0 +1,223 @@
+// Package hotset keeps the hot set: which files clients ask for most. It
+// counts requests (a Tally per cached file, folded into a bounded
+// sketch), takes snapshots of the hottest files, writes and reads the
+// file a snapshot is kept in across restarts, and runs the Saver that
+// writes one periodically. statacc counts, the root package starts and
+// stops the saver, and prewarm reads the file back.
+package hotset
+
+import (
+	"hash/maphash"
+	"iter"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// The counts live in a count-min sketch: a fixed table of counters
+// whatever the number of paths requested, so that a scanner walking
+// millions of names cannot grow it. A hit does not touch the sketch: it
+// adds one to its entry's Tally, an atomic add on a cache line the hit
+// reads anyway, and the tally is folded into the sketch when the entry
+// leaves the cache (invalidation, eviction, the janitor) and at every
+// snapshot. So a count survives its entry, and the hot path pays nothing
+// for the sketch.
+const (
+	sketchRows  = 4
+	sketchWidth = 1 << 14 // 4 × 16384 × 4 bytes = 256 KiB per counter
+	// maxPending bounds the paths remembered between snapshots because
+	// their entry left the cache with hits: they are candidates for the
+	// next snapshot even though no entry names them any more.
+	maxPending = 4096
+)
+
+// File is one file of a snapshot: its path, its size when it was counted,
+// and its requests since the counts last decayed.
+type File struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+	Hits int64  `json:"hits"`
+}
+
+// Tally counts the requests for one cached file since they were last
+// folded into its Counter. The cache keeps one in each entry; Track must
+// have set it up before the entry is shared.
+type Tally struct {
+	hits atomic.Int64
+	key  uint64 // the path's hash in the counter's sketch
+}
+
+// Hit counts one request. It is the only call on the hot path: one
+// atomic add, no lock, no allocation.
+func (t *Tally) Hit() { t.hits.Add(1) }
+
+// Counter is the sketch of one cache's request counts, with the
+// candidates for its next snapshot.
+type Counter struct {
+	seed maphash.Seed
+	rows [sketchRows][sketchWidth]atomic.Uint32
+	// live yields the files the cache holds now, with their tallies.
+	live iter.Seq2[File, *Tally]
+
+	mu sync.Mutex
+	// pending and last are the candidates that no live entry names: the
+	// files whose entry left the cache since the last snapshot, and the
+	// last snapshot itself. Both are bounded.
+	pending []File
+	last    []File
+}
+
+// NewCounter returns an empty counter. live yields the regular files the
+// cache holds at the time of a snapshot, each with its tally.
+func NewCounter(live iter.Seq2[File, *Tally]) *Counter {
+	return &Counter{seed: maphash.MakeSeed(), live: live}
+}
+
+func (c *Counter) key(path string) uint64 {
+	return maphash.String(c.seed, path)
+}
+
+// Track makes t count for path.
+func (c *Counter) Track(t *Tally, path string) { t.key = c.key(path) }
+
+// cellIndex gives the counter of a row for a key: double hashing from
+// the two halves of one 64-bit hash.
+func cellIndex(key uint64, row int) uint32 {
+	h1, h2 := uint32(key), uint32(key>>32)|1
+	return (h1 + uint32(row)*h2) & (sketchWidth - 1)
+}
+
+// add counts n more requests for key, with the conservative update: a
+// counter is raised only as far as the new estimate, which keeps the
+// overcount of colliding paths low.
+func (c *Counter) add(key uint64, n uint32) {
+	if n == 0 {
+		return
+	}
+	want := c.estimate(key) + n
+	if want < n { // saturate rather than wrap
+		want = ^uint32(0)
+	}
+	for r := range sketchRows {
+		cell := &c.rows[r][cellIndex(key, r)]
+		for {
+			old := cell.Load()
+			if old >= want || cell.CompareAndSwap(old, want) {
+				break
+			}
+		}
+	}
+}
+
+// estimate is the count of key: never less than the true count since the
+// last decays, more only by what colliding paths added.
+func (c *Counter) estimate(key uint64) uint32 {
+	est := ^uint32(0)
+	for r := range sketchRows {
+		est = min(est, c.rows[r][cellIndex(key, r)].Load())
+	}
+	return est
+}
+
+// fold moves a tally's hits into the sketch and reports how many there
+// were.
+func (c *Counter) fold(t *Tally) int64 {
+	n := t.hits.Swap(0)
+	if n > 0 {
+		c.add(t.key, uint32(min(n, int64(^uint32(0)))))
+	}
+	return n
+}
+
+// Leave is called when the entry of f, counted by t, leaves the cache:
+// its hits go to the sketch and f stays a candidate until the next
+// snapshot.
+func (c *Counter) Leave(t *Tally, f File) {
+	if c.fold(t) == 0 {
+		return
+	}
+	c.mu.Lock()
+	if len(c.pending) < maxPending {
+		c.pending = append(c.pending, f)
+	}
+	c.mu.Unlock()
+}
+
+// Top returns the n files with the most requests, hottest first. The
+// candidates are the files the cache holds now, those whose entry left
+// it since the last snapshot, and the last snapshot's; their counts come
+// from the sketch. Top changes no count (Decay does), but it folds the
+// live tallies into the sketch and makes its answer the next snapshot's
+// candidates in place of those that left the cache.
+func (c *Counter) Top(n int) []File {
+	seen := make(map[string]bool)
+	var all []File
+	consider := func(f File, key uint64) {
+		if seen[f.Path] {
+			return
+		}
+		if est := c.estimate(key); est > 0 {
+			seen[f.Path] = true
+			f.Hits = int64(est)
+			all = append(all, f)
+		}
+	}
+	type liveFile struct {
+		f File
+		t *Tally
+	}
+	// Fold every live tally before reading any estimate, so that no count
+	// is read half folded.
+	var live []liveFile
+	if c.live != nil {
+		for f, t := range c.live {
+			c.fold(t)
+			live = append(live, liveFile{f, t})
+		}
+	}
+	for _, l := range live {
+		consider(l.f, l.t.key)
+	}
+	c.mu.Lock()
+	pending, last := c.pending, c.last
+	c.pending = nil
+	c.mu.Unlock()
+	for _, f := range pending {
+		consider(f, c.key(f.Path))
+	}
+	for _, f := range last {
+		consider(f, c.key(f.Path))
+	}
+	slices.SortFunc(all, func(a, b File) int {
+		switch {
+		case a.Hits > b.Hits:
+			return -1
+		case a.Hits < b.Hits:
+			return 1
+		}
+		return strings.Compare(a.Path, b.Path)
+	})
+	top := slices.Clone(all[:min(n, len(all))])
+	c.mu.Lock()
+	c.last = top
+	c.mu.Unlock()
+	return top
+}
+
+// Decay halves every count, so that old popularity fades and the next
+// snapshot favours recent use. A count of 1 becomes 0: a file asked for
+// once drops out of the next snapshot unless it is asked for again.
+func (c *Counter) Decay() {
+	for r := range sketchRows {
+		for i := range c.rows[r] {
+			cell := &c.rows[r][i]
+			for {
+				old := cell.Load()
+				if old == 0 || cell.CompareAndSwap(old, old/2) {
+					break
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,64 @@
+package hotset
+
+import (
+	"sync"
+	"time"
+)
+
+// Saver writes the n hottest files of a counter to a file every interval
+// and once more when it stops. Each snapshot decays the counts after it
+// is taken, so each saved set weighs recent requests most.
+type Saver struct {
+	path  string
+	c     *Counter
+	n     int
+	saved func([]File, error)
+	done  chan struct{}
+	wg    sync.WaitGroup
+}
+
+// StartSaver starts a saver. After each save it calls saved, if not nil,
+// with the files and the error of the write; an empty snapshot is not
+// written, and saved is not called for it.
+func StartSaver(path string, c *Counter, n int, every time.Duration, saved func([]File, error)) *Saver {
+	s := &Saver{path: path, c: c, n: n, saved: saved, done: make(chan struct{})}
+	s.wg.Add(1)
+	go s.run(every)
+	return s
+}
+
+// Path is the file the saver writes.
+func (s *Saver) Path() string { return s.path }
+
+func (s *Saver) run(every time.Duration) {
+	defer s.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			s.save()
+			return
+		case <-t.C:
+			s.save()
+		}
+	}
+}
+
+func (s *Saver) save() {
+	files := s.c.Top(s.n)
+	s.c.Decay()
+	if len(files) == 0 {
+		return
+	}
+	err := Save(s.path, files)
+	if s.saved != nil {
+		s.saved(files, err)
+	}
+}
+
+// Stop saves once more and returns when that is done. Call it once.
+func (s *Saver) Stop() {
+	close(s.done)
+	s.wg.Wait()
+}
