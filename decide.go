@@ -75,17 +75,17 @@ func decide(p *plan, h http.Header, r *http.Request, res *resolved, maxRanges in
 		h["Etag"] = p.value(res.etag)
 	}
 	if headerValue(h, "Content-Type") == "" {
-		if ct := res.entry.ContentType; ct != "" {
+		if ct := res.entry.ContentType(); ct != "" {
 			h["Content-Type"] = p.value(ct)
 		} else {
 			// An explicit nil (no type known) stops net/http from sniffing.
 			h["Content-Type"] = nil
 		}
 	}
-	if res.entry.LastModified != "" {
-		h["Last-Modified"] = p.value(res.entry.LastModified)
+	if res.entry.LastModified() != "" {
+		h["Last-Modified"] = p.value(res.entry.LastModified())
 	}
-	v := validators{etag: res.etag, modTime: res.entry.ModTime}
+	v := validators{etag: res.etag, modTime: res.entry.ModTime()}
 	cond, rangeHeader := checkPreconditions(r.Header, r.Method, v)
 	switch cond {
 	case notModified:
@@ -105,12 +105,12 @@ func decide(p *plan, h http.Header, r *http.Request, res *resolved, maxRanges in
 		return
 	}
 
-	size := res.body.Size
+	size := res.body.Size()
 	p.status = http.StatusOK
 	p.length = size
 	if maxRanges == 0 {
 		h["Accept-Ranges"] = p.value("none")
-		h["Content-Length"] = p.value(res.body.Length)
+		h["Content-Length"] = p.value(res.body.Length())
 		return
 	}
 
@@ -124,7 +124,7 @@ func decide(p *plan, h http.Header, r *http.Request, res *resolved, maxRanges in
 			ranges = nil
 			break
 		}
-		h["Content-Range"] = p.value("bytes */" + res.body.Length)
+		h["Content-Range"] = p.value("bytes */" + res.body.Length())
 		fallthrough
 	default:
 		rangeError(p, h, err)
@@ -154,7 +154,7 @@ func decide(p *plan, h http.Header, r *http.Request, res *resolved, maxRanges in
 	}
 	h["Accept-Ranges"] = p.value("bytes")
 	if p.ranges == nil {
-		h["Content-Length"] = p.value(res.body.Length)
+		h["Content-Length"] = p.value(res.body.Length())
 	} else {
 		h["Content-Length"] = p.value(strconv.FormatInt(p.length, 10))
 	}

@@ -122,8 +122,8 @@ func TestDeployChangesSeenWithin100ms(t *testing.T) {
 	}
 	unwatched := int64(0)
 	caches.Range(func(_, v any) bool {
-		m := &v.(*sharedCache).Cache.M
-		unwatched += m.UnwatchedDirs.Load() + m.WatchRefused.Load()
+		c := v.(*sharedCache).Snapshot()
+		unwatched += c.UnwatchedDirs + c.WatchRefused
 		return true
 	})
 	if unwatched != 0 {

@@ -176,7 +176,7 @@ func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Req
 			}
 		}
 		if etag == "" {
-			etag = entry.ETag
+			etag = entry.ETag()
 		}
 	}
 	res.etag = etag
@@ -238,7 +238,7 @@ func (fsrv *FlashServe) selectSidecar(r *http.Request, res *resolved, hide []str
 		if *etag == "" {
 			// The sidecar's own validator: its bytes differ from the file's
 			// (https://caddy.community/t/16793).
-			*etag = se.ETag
+			*etag = se.ETag()
 		}
 		return nil
 	}

@@ -83,23 +83,25 @@ var retired struct {
 	CacheStats
 }
 
-func (s *CacheStats) addCounters(m *statacc.Metrics) {
-	s.Hits += m.Hits.Load()
-	s.NegativeHits += m.NegativeHits.Load()
-	s.Misses += m.Misses.Load()
-	s.Merged += m.Merged.Load()
-	s.WaitSeconds += float64(m.WaitNanos.Load()) / 1e9
-	s.Invalidations += m.Invalidations.Load()
-	s.Flushes += m.Flushes.Load()
-	s.Evictions += m.Evictions.Load()
-	s.Shed += m.Shed.Load()
-	s.QueueFull += m.QueueFull.Load()
+// addCounters adds a cache's counters, the numbers that only grow; the
+// gauges are added for live caches only.
+func (s *CacheStats) addCounters(c statacc.Counters) {
+	s.Hits += c.Hits
+	s.NegativeHits += c.NegativeHits
+	s.Misses += c.Misses
+	s.Merged += c.Merged
+	s.WaitSeconds += c.Wait.Seconds()
+	s.Invalidations += c.Invalidations
+	s.Flushes += c.Flushes
+	s.Evictions += c.Evictions
+	s.Shed += c.Shed
+	s.QueueFull += c.QueueFull
 }
 
 // retire adds a cache's counters to the retired totals when it goes away.
 func retire(c *statacc.Cache) {
 	retired.Lock()
-	retired.addCounters(&c.M)
+	retired.addCounters(c.Snapshot())
 	retired.Unlock()
 }
 
@@ -127,16 +129,15 @@ func snapshot() Stats {
 	s.Statacc = retired.CacheStats
 	retired.Unlock()
 	caches.Range(func(_, v any) bool {
-		c := v.(*sharedCache).Cache
-		m := &c.M
+		c := v.(*sharedCache).Snapshot()
 		s.Caches++
-		s.Statacc.addCounters(m)
-		s.Statacc.QueueDepth += int64(c.QueueDepth())
-		s.Statacc.OpenFiles += m.OpenFiles.Load()
-		s.Statacc.Entries += int64(c.Len())
-		s.Statacc.NegativeCount += m.NegativeCount.Load()
-		s.Statacc.MemoryBytes += m.MemoryBytes.Load()
-		s.Statacc.UnwatchedDirs += m.UnwatchedDirs.Load()
+		s.Statacc.addCounters(c)
+		s.Statacc.QueueDepth += c.QueueDepth
+		s.Statacc.OpenFiles += c.OpenFiles
+		s.Statacc.Entries += c.Entries
+		s.Statacc.NegativeCount += c.NegativeEntries
+		s.Statacc.MemoryBytes += c.MemoryBytes
+		s.Statacc.UnwatchedDirs += c.UnwatchedDirs
 		return true
 	})
 	s.Rejected = map[string]int64{

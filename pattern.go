@@ -62,7 +62,7 @@ func serverWriter(w http.ResponseWriter) bool {
 func (fsrv *FlashServe) sendLikeFileServer(w http.ResponseWriter, res *resolved, t *transfer, start, length int64) (int64, engine, error) {
 	body := res.body
 	if t.eng == engMemory {
-		n, err := io.CopyN(w, bytes.NewReader(body.Data[start:start+length]), length)
+		n, err := io.CopyN(w, bytes.NewReader(body.Data()[start:start+length]), length)
 		return n, engMemory, err
 	}
 	if t.eng == engIOUring {

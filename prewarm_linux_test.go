@@ -16,6 +16,7 @@ import (
 
 	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 	"github.com/flashserve/caddy-flash-serve/prewarm"
+	"github.com/flashserve/caddy-flash-serve/statacc"
 )
 
 // TestHotSetSurvivesRestart serves some files, unloads the handler (which
@@ -50,7 +51,7 @@ func TestHotSetSurvivesRestart(t *testing.T) {
 			if i%2 == 1 && round > 0 {
 				continue // the odd files are less hot, but still in the set
 			}
-			e, err := a.cache.Get(context.Background(), p)
+			e, err := a.cache.GetConfined(context.Background(), "", statacc.SymlinksFollow, p)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flashserve/caddy-flash-serve/internal/hotset"
+	"github.com/flashserve/caddy-flash-serve/statacc"
 )
 
 // TestPrewarmReloadLeavesNoGoroutine provisions handlers with a large
@@ -94,7 +95,7 @@ func TestHotSetSurvivesReload(t *testing.T) {
 	}
 	hit := func(fsrv *FlashServe, p string, n int) {
 		for range n {
-			e, err := fsrv.cache.Get(context.Background(), p)
+			e, err := fsrv.cache.GetConfined(context.Background(), "", statacc.SymlinksFollow, p)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -39,11 +39,11 @@ func (p *spanProbe) resident(off, n int64) (int64, error) {
 func residentWhole(body *statacc.Entry) bool {
 	p := newSpanProbe(body)
 	if p.trusted {
-		n, err := p.resident(0, body.Size)
-		return err == nil && n == body.Size
+		n, err := p.resident(0, body.Size())
+		return err == nil && n == body.Size()
 	}
-	for off := int64(0); off < body.Size; off += residencyProbe {
-		if n, _ := p.resident(off, min(residencyProbe, body.Size-off)); n == 0 {
+	for off := int64(0); off < body.Size(); off += residencyProbe {
+		if n, _ := p.resident(off, min(residencyProbe, body.Size()-off)); n == 0 {
 			return false
 		}
 	}

@@ -46,7 +46,7 @@ var engineNames = [numEngines]string{"memory", "sendfile", "io_uring", "copy"}
 //     spanProbe); what is resident leaves as above, the rest is read
 //     through the ring.
 func (fsrv *FlashServe) pickEngine(w http.ResponseWriter, r *http.Request, res *resolved) engine {
-	if res.body.Data != nil && fsrv.engine == engineAuto {
+	if res.body.Data() != nil && fsrv.engine == engineAuto {
 		return engMemory
 	}
 	if fsrv.ring != nil && res.body.FD() >= 0 {
@@ -55,7 +55,7 @@ func (fsrv *FlashServe) pickEngine(w http.ResponseWriter, r *http.Request, res *
 		// sendfile or copy, without a probe.
 		// A small body is not probed here: sendThroughRing reads it with
 		// one RWF_NOWAIT read, which is the probe and the read at once.
-		if fsrv.engine == engineIOUring || !res.body.RecentlyResident() && (res.body.Size <= noWaitMax || !fsrv.probeWhole(res.body)) {
+		if fsrv.engine == engineIOUring || !res.body.RecentlyResident() && (res.body.Size() <= noWaitMax || !fsrv.probeWhole(res.body)) {
 			return engIOUring
 		}
 	}
@@ -78,7 +78,7 @@ const wholeProbeMax = 1 << 30
 // leaves by sendfile or copy without a probe per request, as a range
 // request of a large file would otherwise cost one.
 func (fsrv *FlashServe) probeWhole(body *statacc.Entry) bool {
-	if body.Size > wholeProbeMax || !body.ClaimProbe() {
+	if body.Size() > wholeProbeMax || !body.ClaimProbe() {
 		return false
 	}
 	if !residentWhole(body) {
@@ -125,11 +125,11 @@ func (fsrv *FlashServe) transmit(w http.ResponseWriter, r *http.Request, res *re
 		// sending other bytes would corrupt the client's copy without its
 		// knowing; cutting the connection tells it the body is incomplete.
 		fsrv.logger.Error("aborting response: file read failed mid-body",
-			zap.String("filename", res.body.Path), zap.Error(err))
+			zap.String("filename", res.body.Path()), zap.Error(err))
 		panic(http.ErrAbortHandler)
 	}
 	// The client went away; there is nobody left to answer.
-	fsrv.logger.Debug("client write failed", zap.String("filename", res.body.Path), zap.Error(err))
+	fsrv.logger.Debug("client write failed", zap.String("filename", res.body.Path()), zap.Error(err))
 	return nil
 }
 
@@ -146,7 +146,7 @@ type transfer struct {
 func (fsrv *FlashServe) sendMultipart(w http.ResponseWriter, r *http.Request, res *resolved, p *plan, t *transfer) error {
 	var hdr [256]byte
 	for i, rg := range p.ranges {
-		if _, err := w.Write(appendPartHeader(hdr[:0], i, rg, p.boundary, p.partType, res.body.Size)); err != nil {
+		if _, err := w.Write(appendPartHeader(hdr[:0], i, rg, p.boundary, p.partType, res.body.Size())); err != nil {
 			return err
 		}
 		if err := fsrv.sendRange(w, r, res, t, rg.start, rg.length); err != nil {
@@ -194,7 +194,7 @@ func (fsrv *FlashServe) sendChunk(w http.ResponseWriter, r *http.Request, res *r
 	}
 	switch eng {
 	case engMemory:
-		n, err = writeCopy(w, body.Data[start:start+length])
+		n, err = writeCopy(w, body.Data()[start:start+length])
 	case engIOUring:
 		// sendThroughRing counts its bytes by the way each run left.
 		_, err = fsrv.sendThroughRing(w, r, res, t, start, length)
@@ -202,7 +202,7 @@ func (fsrv *FlashServe) sendChunk(w http.ResponseWriter, r *http.Request, res *r
 	case engSendfile:
 		file, fd := res.bodyFile()
 		var zeroCopy bool
-		n, zeroCopy, err = fsrv.sendFile(w.(io.ReaderFrom), w, r, file, fd, res.body.Head, start, length)
+		n, zeroCopy, err = fsrv.sendFile(w.(io.ReaderFrom), w, r, file, fd, res.body.Head(), start, length)
 		if !zeroCopy {
 			eng, t.eng = engCopy, engCopy
 		}

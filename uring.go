@@ -168,7 +168,7 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 			k, err := w.Write(buf)
 			counters.bytes[engCopy].Add(int64(k))
 			t.eng = engCopy // the ring had nothing to do
-			if err == nil && start == 0 && length == res.body.Size {
+			if err == nil && start == 0 && length == res.body.Size() {
 				res.body.MarkResident()
 			}
 			return int64(k), err
@@ -182,7 +182,7 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 				var n int64
 				if canSendfile {
 					var zeroCopy bool
-					n, zeroCopy, err = fsrv.sendFile(w.(io.ReaderFrom), w, r, file, fd, res.body.Head, off, resident)
+					n, zeroCopy, err = fsrv.sendFile(w.(io.ReaderFrom), w, r, file, fd, res.body.Head(), off, resident)
 					if zeroCopy {
 						counters.bytes[engSendfile].Add(n)
 					} else {
@@ -264,7 +264,7 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 			return sent, err
 		}
 	}
-	if start == 0 && length == res.body.Size {
+	if start == 0 && length == res.body.Size() {
 		// All of it was resident or has just been read: it is now.
 		res.body.MarkResident()
 	}

@@ -22,11 +22,12 @@ import (
 type Options struct {
 	// Workers is the number of goroutines that do the blocking stat and
 	// open calls, and so the most OS threads the cache can hold in the
-	// filesystem at once. Default: DefaultWorkers().
+	// filesystem at once. Default: 16, or 4 per GOMAXPROCS if more.
 	Workers int
-	// QueueLength bounds the misses waiting for a worker; a miss that finds
-	// the queue full fails with ErrQueueFull. Default: 256 per worker.
-	QueueLength int
+	// queueLength bounds the misses waiting for a worker; a miss that finds
+	// the queue full fails with ErrQueueFull. Default: 256 per worker. Set
+	// by tests only.
+	queueLength int
 	// Revalidate is the oldest an entry may be before it is stat'ed again,
 	// whatever inotify says. Entries in directories that inotify does not
 	// watch are revalidated after at most one second. Default: 60s.
@@ -49,9 +50,6 @@ type Options struct {
 	// NoInotify turns inotify off: every entry is revalidated after
 	// Revalidate.
 	NoInotify bool
-	// Symlinks confines lookups made with GetUnder; GetConfined takes the
-	// mode per lookup instead. Default: follow.
-	Symlinks Symlinks
 	// MaxWatches bounds the directories the watcher keeps (each entry's
 	// directory and every ancestor and symlink target on the way to it),
 	// and so the inotify watches it holds. Past it the least recently used
@@ -66,7 +64,7 @@ type Options struct {
 	MaxDirEntries int
 }
 
-// ErrQueueFull is returned by Get when the miss queue is full: the caller
+// ErrQueueFull is returned by GetConfined when the miss queue is full: the caller
 // should answer 503 with a Retry-After.
 var ErrQueueFull = errors.New("statacc: too many filesystem lookups waiting")
 
@@ -74,28 +72,87 @@ var ErrQueueFull = errors.New("statacc: too many filesystem lookups waiting")
 // acquisition; Get tries again.
 var errRetry = errors.New("statacc: entry invalidated while acquired")
 
-// DefaultWorkers is the default size of the worker pool: enough to keep a
+// defaultWorkers is the default size of the worker pool: enough to keep a
 // disk queue busy on a cold tree, few enough that the threads they hold
 // stay well under the Go runtime's limit.
-func DefaultWorkers() int { return max(16, 4*runtime.GOMAXPROCS(0)) }
+func defaultWorkers() int { return max(16, 4*runtime.GOMAXPROCS(0)) }
 
-// Metrics are the cache's counters. Every field is updated atomically.
-type Metrics struct {
+// counters are a cache's counters, read through Snapshot. Every field is
+// updated atomically.
+type counters struct {
 	Hits, NegativeHits, Misses, Merged atomic.Int64
 	QueueFull, Invalidations, Flushes  atomic.Int64
 	WaitNanos                          atomic.Int64
 	OpenFiles, NegativeCount           atomic.Int64
 	MemoryBytes, Evictions, Shed       atomic.Int64
-	UnwatchedDirs                      atomic.Int64
+	// UnwatchedDirs counts the directories whose watch failed
+	// (permission, the user's inotify limit).
+	UnwatchedDirs atomic.Int64
 	// Watches is the number of inotify watches held, WatchNodes the
 	// directories the watcher keeps (several can share one watch),
 	// WatchEvictions how many were forgotten to stay under MaxWatches,
 	// WatchRefused the lookups left unwatched for want of room.
-	// UnwatchedDirs counts the directories whose watch failed (permission,
-	// the user's inotify limit).
 	Watches, WatchNodes, WatchEvictions, WatchRefused atomic.Int64
 	// DirEntries counts the cached entries without a descriptor.
 	DirEntries atomic.Int64
+}
+
+// Counters are a cache's counters and gauges at one moment, from
+// Snapshot. The counters only grow during the cache's life.
+type Counters struct {
+	// Hits are the lookups answered from a fresh entry, NegativeHits
+	// those answered "no such file" from a negative one.
+	Hits, NegativeHits int64
+	// Misses are the lookups that went to the filesystem; Merged those
+	// that waited for a lookup of the same path already in flight.
+	Misses, Merged int64
+	// Wait is the time misses spent waiting for a worker.
+	Wait time.Duration
+	// QueueFull counts the misses refused with ErrQueueFull.
+	QueueFull int64
+	// Invalidations count the entries dropped because their file or
+	// directory changed, Flushes the whole-cache flushes (an inotify
+	// queue overflow), Evictions the descriptors closed to stay under
+	// MaxOpenFiles, Shed the lookups that found the fd table full and
+	// closed idle descriptors to make room.
+	Invalidations, Flushes, Evictions, Shed int64
+	// OpenFiles is the number of descriptors held open now (cached or
+	// still in use), NegativeEntries the cached "no such file" answers,
+	// Entries every cached entry (a walk of the map), QueueDepth the
+	// misses waiting for a worker, MemoryBytes the bytes of file content
+	// kept in memory.
+	OpenFiles, NegativeEntries, Entries, QueueDepth, MemoryBytes int64
+	// UnwatchedDirs counts the directories whose inotify watch failed
+	// (permission, the user's inotify limit), WatchRefused the lookups
+	// left unwatched because MaxWatches was reached: the entries of both
+	// are revalidated after at most a second.
+	UnwatchedDirs, WatchRefused int64
+}
+
+// Snapshot reads the cache's counters now. It walks the map to count the
+// entries, so it is meant for the metrics and the admin API, not for the
+// request path.
+func (c *Cache) Snapshot() Counters {
+	m := &c.counts
+	return Counters{
+		Hits:            m.Hits.Load(),
+		NegativeHits:    m.NegativeHits.Load(),
+		Misses:          m.Misses.Load(),
+		Merged:          m.Merged.Load(),
+		Wait:            time.Duration(m.WaitNanos.Load()),
+		QueueFull:       m.QueueFull.Load(),
+		Invalidations:   m.Invalidations.Load(),
+		Flushes:         m.Flushes.Load(),
+		Evictions:       m.Evictions.Load(),
+		Shed:            m.Shed.Load(),
+		OpenFiles:       m.OpenFiles.Load(),
+		NegativeEntries: m.NegativeCount.Load(),
+		Entries:         int64(c.entryCount()),
+		QueueDepth:      int64(c.queueDepth()),
+		MemoryBytes:     m.MemoryBytes.Load(),
+		UnwatchedDirs:   m.UnwatchedDirs.Load(),
+		WatchRefused:    m.WatchRefused.Load(),
+	}
 }
 
 // Cache is a process-wide cache of Entries with their open descriptors,
@@ -123,7 +180,7 @@ type Cache struct {
 	ringMu sync.Mutex
 	ring   []*Entry
 	hand   int
-	M      Metrics
+	counts counters
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	closed atomic.Bool
@@ -164,10 +221,10 @@ func (cl *call) leave() {
 // New starts a cache and its workers. Close stops them.
 func New(o Options) *Cache {
 	if o.Workers <= 0 {
-		o.Workers = DefaultWorkers()
+		o.Workers = defaultWorkers()
 	}
-	if o.QueueLength <= 0 {
-		o.QueueLength = 256 * o.Workers
+	if o.queueLength <= 0 {
+		o.queueLength = 256 * o.Workers
 	}
 	if o.Revalidate <= 0 {
 		o.Revalidate = 60 * time.Second
@@ -192,7 +249,7 @@ func New(o Options) *Cache {
 	}
 	c := &Cache{
 		opts:     o,
-		jobs:     make(chan *call, o.QueueLength),
+		jobs:     make(chan *call, o.queueLength),
 		slots:    make(chan struct{}, o.Workers),
 		inflight: make(map[lookupKey]*call),
 		stop:     make(chan struct{}),
@@ -273,28 +330,16 @@ func (c *Cache) Close() error {
 	if c.watch != nil {
 		c.watch.close()
 	}
-	c.Flush()
+	c.flush()
 	return nil
 }
 
-// Get returns the entry for path with a reference that the caller must
-// give back with Release. A path that does not exist gives its error
-// (fs.ErrNotExist and the like) and no entry. On a fresh hit Get makes no
-// system call and takes no lock. The lookup is not confined (symlinks
-// follow).
-func (c *Cache) Get(ctx context.Context, path string) (*Entry, error) {
-	return c.GetConfined(ctx, "", SymlinksFollow, path)
-}
-
-// GetUnder is Get for a path below root, resolved as the Symlinks option
-// says; with SymlinksFollow, root is ignored.
-func (c *Cache) GetUnder(ctx context.Context, root, path string) (*Entry, error) {
-	return c.GetConfined(ctx, root, c.opts.Symlinks, path)
-}
-
-// GetConfined is Get for a path below root, resolved as mode says; with
-// SymlinksFollow, root is ignored. root and path must be absolute and
-// clean (the cache compares them as strings). An entry answers only the
+// GetConfined returns the entry for path, a file below root resolved as
+// mode says, with a reference that the caller must give back with
+// Release. A path that does not exist gives its error (fs.ErrNotExist and
+// the like) and no entry. On a fresh hit it makes no system call and takes
+// no lock. With SymlinksFollow, root is ignored: the lookup is not
+// confined. root and path must be absolute and clean (the cache compares them as strings). An entry answers only the
 // lookups with its root and mode: a lookup of the same path under another
 // root or mode resolves it again, so that one site's confinement answer is
 // never handed to another.
@@ -304,10 +349,10 @@ func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, pat
 	}
 	if v, ok := c.entries.Load(path); ok {
 		e := v.(*Entry)
-		if e.root == root && e.mode == mode && c.fresh(e) {
-			if e.Err != nil {
-				c.M.NegativeHits.Add(1)
-				return nil, e.Err
+		if e.root == root && e.symlinks == mode && c.fresh(e) {
+			if e.err != nil {
+				c.counts.NegativeHits.Add(1)
+				return nil, e.err
 			}
 			if e.acquire() {
 				e.used.Store(true)
@@ -315,7 +360,7 @@ func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, pat
 					d.used.Store(true) // the directory's second chance
 				}
 				e.hot.Hit()
-				c.M.Hits.Add(1)
+				c.counts.Hits.Add(1)
 				return e, nil
 			}
 		}
@@ -344,11 +389,11 @@ func (c *Cache) miss(ctx context.Context, key lookupKey) (*Entry, error) {
 	c.mu.Lock()
 	cl, ok := c.inflight[key]
 	if ok {
-		c.M.Merged.Add(1)
+		c.counts.Merged.Add(1)
 	} else {
 		cl = &call{key: key, done: make(chan struct{})}
 		cl.pending.Store(1) // the resolver's: this goroutine's or a worker's
-		c.M.Misses.Add(1)
+		c.counts.Misses.Add(1)
 		select {
 		case c.slots <- struct{}{}:
 			// A slot is free: resolve on this goroutine, which saves two
@@ -366,7 +411,7 @@ func (c *Cache) miss(ctx context.Context, key lookupKey) (*Entry, error) {
 			c.inflight[key] = cl
 		default:
 			c.mu.Unlock()
-			c.M.QueueFull.Add(1)
+			c.counts.QueueFull.Add(1)
 			return nil, ErrQueueFull
 		}
 	}
@@ -380,15 +425,15 @@ func (c *Cache) miss(ctx context.Context, key lookupKey) (*Entry, error) {
 		// The worker finishes the call anyway and caches the answer.
 		return nil, ctx.Err()
 	}
-	c.M.WaitNanos.Add(nanotime() - start)
+	c.counts.WaitNanos.Add(nanotime() - start)
 	return c.acquireResult(cl)
 }
 
 // acquireResult takes the caller's reference to a finished call's entry.
 func (c *Cache) acquireResult(cl *call) (*Entry, error) {
 	e := cl.entry
-	if e.Err != nil {
-		return nil, e.Err
+	if e.err != nil {
+		return nil, e.err
 	}
 	if !e.acquire() {
 		return nil, errRetry // cannot happen while the call holds its reference
@@ -415,8 +460,8 @@ func (c *Cache) finish(cl *call, inline bool) {
 	}
 }
 
-// QueueDepth is the number of misses waiting for a worker.
-func (c *Cache) QueueDepth() int { return len(c.jobs) }
+// queueDepth is the number of misses waiting for a worker.
+func (c *Cache) queueDepth() int { return len(c.jobs) }
 
 func (c *Cache) worker() {
 	defer c.wg.Done()
@@ -441,8 +486,8 @@ func (c *Cache) resolve(key lookupKey) *Entry {
 	// The age counts from before the stat: what it saw may be that old.
 	checked := nanotime()
 	e := c.load(key, watched)
-	e.root, e.mode = key.root, key.mode
-	if e.Err == nil && e.Mode.IsRegular() {
+	e.root, e.symlinks = key.root, key.mode
+	if e.err == nil && e.fileMode.IsRegular() {
 		c.hot.Track(&e.hot, path)
 	}
 	e.watched = watched
@@ -450,21 +495,21 @@ func (c *Cache) resolve(key lookupKey) *Entry {
 	if !watched && e.file != nil && !c.sawUnwatched.Load() {
 		c.sawUnwatched.Store(true)
 	}
-	if e.Err != nil && !cacheableError(e.Err) {
+	if e.err != nil && !cacheableError(e.err) {
 		c.watch.leave(ticket)
 		return e // an answer for this request, not for the next one
 	}
-	if e.Err != nil {
-		if c.opts.NegativeEntries < 0 || c.M.NegativeCount.Load() >= int64(c.opts.NegativeEntries) {
+	if e.err != nil {
+		if c.opts.NegativeEntries < 0 || c.counts.NegativeCount.Load() >= int64(c.opts.NegativeEntries) {
 			c.watch.leave(ticket)
 			return e
 		}
-		c.M.NegativeCount.Add(1)
+		c.counts.NegativeCount.Add(1)
 	} else if e.file == nil {
 		// A directory or another file without a descriptor: bounded apart,
 		// since the descriptor clock does not see it.
-		if c.M.DirEntries.Add(1) > int64(c.opts.MaxDirEntries) {
-			c.M.DirEntries.Add(-1)
+		if c.counts.DirEntries.Add(1) > int64(c.opts.MaxDirEntries) {
+			c.counts.DirEntries.Add(-1)
 			c.watch.leave(ticket)
 			return e
 		}
@@ -480,7 +525,7 @@ func (c *Cache) resolve(key lookupKey) *Entry {
 	}
 	if e.file != nil {
 		c.ringAdd(e)
-		if c.M.OpenFiles.Load() > int64(c.opts.MaxOpenFiles) {
+		if c.counts.OpenFiles.Load() > int64(c.opts.MaxOpenFiles) {
 			c.evict(c.opts.MaxOpenFiles*9/10, true)
 		}
 	}
@@ -488,7 +533,7 @@ func (c *Cache) resolve(key lookupKey) *Entry {
 }
 
 // unpublish removes e from the map if it is still there under its key.
-func (c *Cache) unpublish(e *Entry) bool { return c.entries.CompareAndDelete(e.Path, e) }
+func (c *Cache) unpublish(e *Entry) bool { return c.entries.CompareAndDelete(e.path, e) }
 
 // load does the system calls for one path. withHead says whether to keep
 // the file's head: only where inotify watches, so that a file rewritten in
@@ -502,21 +547,21 @@ func (c *Cache) load(key lookupKey, withHead bool) *Entry {
 		// Half of what is open now, not of max_open_files: the table may be
 		// full far below that limit (a lowered RLIMIT_NOFILE, many
 		// connections).
-		c.M.Shed.Add(1)
-		c.evict(int(min(int64(c.opts.MaxOpenFiles), c.M.OpenFiles.Load()))/2, false)
+		c.counts.Shed.Add(1)
+		c.evict(int(min(int64(c.opts.MaxOpenFiles), c.counts.OpenFiles.Load()))/2, false)
 		info, f, err = c.open(key)
 	}
 	if err != nil {
-		return &Entry{Path: path, Err: err}
+		return &Entry{path: path, err: err}
 	}
 	if f == nil {
-		return NewEntry(path, info)
+		return newEntry(path, info)
 	}
 	// Describe what was opened, not what was stat'ed a moment before.
 	if fi, err := f.Stat(); err == nil {
 		info = fi
 	}
-	e := NewEntry(path, info)
+	e := newEntry(path, info)
 	if !info.Mode().IsRegular() {
 		f.Close()
 		return e
@@ -524,42 +569,42 @@ func (c *Cache) load(key lookupKey, withHead bool) *Entry {
 	e.file = f
 	e.fd = fileFD(f)
 	e.trusted = MincoreTrusted(e.fd, info)
-	c.M.OpenFiles.Add(1)
-	if e.Size <= c.opts.MemoryMaxFile && c.opts.MemoryBudget > 0 {
-		if c.M.MemoryBytes.Add(e.Size) <= c.opts.MemoryBudget {
-			data := make([]byte, e.Size)
-			if n, err := f.ReadAt(data, 0); int64(n) == e.Size && (err == nil || err == io.EOF) {
-				e.Data = data
+	c.counts.OpenFiles.Add(1)
+	if e.size <= c.opts.MemoryMaxFile && c.opts.MemoryBudget > 0 {
+		if c.counts.MemoryBytes.Add(e.size) <= c.opts.MemoryBudget {
+			data := make([]byte, e.size)
+			if n, err := f.ReadAt(data, 0); int64(n) == e.size && (err == nil || err == io.EOF) {
+				e.data = data
 			} else {
-				c.M.MemoryBytes.Add(-e.Size)
+				c.counts.MemoryBytes.Add(-e.size)
 			}
 		} else {
-			c.M.MemoryBytes.Add(-e.Size)
+			c.counts.MemoryBytes.Add(-e.size)
 		}
 	}
-	if e.Data != nil {
-		e.memBytes = e.Size
+	if e.data != nil {
+		e.memBytes = e.size
 	}
 	switch {
-	case e.Data != nil:
-		e.Head = e.Data[:min(len(e.Data), HeadSize)]
-	case e.Size > 0 && withHead && c.opts.MemoryBudget > 0:
+	case e.data != nil:
+		e.head = e.data[:min(len(e.data), headSize)]
+	case e.size > 0 && withHead && c.opts.MemoryBudget > 0:
 		// One read now saves one on every response of this entry. A read
 		// that would wait for the disk is not worth it on this path: the
 		// head is left out, and responses read it as the rest. Heads are
 		// memory like small files' bodies, and share their budget (512
 		// bytes times 262,144 open files would be 128 MiB).
-		size := min(e.Size, HeadSize)
-		if c.M.MemoryBytes.Add(size) > c.opts.MemoryBudget {
-			c.M.MemoryBytes.Add(-size)
+		size := min(e.size, headSize)
+		if c.counts.MemoryBytes.Add(size) > c.opts.MemoryBudget {
+			c.counts.MemoryBytes.Add(-size)
 			break
 		}
 		head := make([]byte, size)
 		if n, err := readHead(f, head); n == len(head) && err == nil {
-			e.Head = head
+			e.head = head
 			e.memBytes = size
 		} else {
-			c.M.MemoryBytes.Add(-size)
+			c.counts.MemoryBytes.Add(-size)
 		}
 	}
 	e.cache = c
@@ -595,23 +640,23 @@ func IsFDExhaustion(err error) bool {
 // drop removes the cache's reference to an entry that left the map.
 func (c *Cache) drop(e *Entry) {
 	c.watch.forget(e)
-	if e.Err != nil {
-		c.M.NegativeCount.Add(-1)
+	if e.err != nil {
+		c.counts.NegativeCount.Add(-1)
 		return
 	}
 	if e.file == nil {
-		c.M.DirEntries.Add(-1)
+		c.counts.DirEntries.Add(-1)
 	}
-	if e.Mode.IsRegular() {
-		c.hot.Leave(&e.hot, hotset.File{Path: e.Path, Size: e.Size})
+	if e.fileMode.IsRegular() {
+		c.hot.Leave(&e.hot, hotset.File{Path: e.path, Size: e.size})
 	}
 	e.Release()
 }
 
-// Invalidate forgets path, and everything below it when subtree is set.
-func (c *Cache) Invalidate(path string, subtree bool) {
+// invalidate forgets path, and everything below it when subtree is set.
+func (c *Cache) invalidate(path string, subtree bool) {
 	if v, ok := c.entries.LoadAndDelete(path); ok {
-		c.M.Invalidations.Add(1)
+		c.counts.Invalidations.Add(1)
 		c.drop(v.(*Entry))
 	}
 	if !subtree {
@@ -620,7 +665,7 @@ func (c *Cache) Invalidate(path string, subtree bool) {
 	prefix := path + string(filepath.Separator)
 	c.entries.Range(func(k, v any) bool {
 		if strings.HasPrefix(k.(string), prefix) && c.entries.CompareAndDelete(k, v) {
-			c.M.Invalidations.Add(1)
+			c.counts.Invalidations.Add(1)
 			c.drop(v.(*Entry))
 		}
 		return true
@@ -652,9 +697,9 @@ func (c *Cache) Purge(path string, subtree bool) int {
 	return n
 }
 
-// Flush forgets every entry.
-func (c *Cache) Flush() {
-	c.M.Flushes.Add(1)
+// flush forgets every entry.
+func (c *Cache) flush() {
+	c.counts.Flushes.Add(1)
 	c.entries.Range(func(k, v any) bool {
 		if c.entries.CompareAndDelete(k, v) {
 			c.drop(v.(*Entry))
@@ -673,12 +718,12 @@ func (c *Cache) Flush() {
 func (c *Cache) evict(target int, secondChance bool) {
 	c.ringMu.Lock()
 	defer c.ringMu.Unlock()
-	for steps := 0; c.M.OpenFiles.Load() > int64(target) && len(c.ring) > 0 && steps < 3*len(c.ring); steps++ {
+	for steps := 0; c.counts.OpenFiles.Load() > int64(target) && len(c.ring) > 0 && steps < 3*len(c.ring); steps++ {
 		if c.hand >= len(c.ring) {
 			c.hand = 0
 		}
 		e := c.ring[c.hand]
-		if v, ok := c.entries.Load(e.Path); !ok || v.(*Entry) != e {
+		if v, ok := c.entries.Load(e.path); !ok || v.(*Entry) != e {
 			c.unring() // invalidated or replaced since: no longer the cache's to close
 			continue
 		}
@@ -686,8 +731,8 @@ func (c *Cache) evict(target int, secondChance bool) {
 			c.hand++
 			continue
 		}
-		if c.entries.CompareAndDelete(e.Path, e) {
-			c.M.Evictions.Add(1)
+		if c.entries.CompareAndDelete(e.path, e) {
+			c.counts.Evictions.Add(1)
 			c.drop(e)
 		}
 		c.unring()
@@ -697,7 +742,7 @@ func (c *Cache) evict(target int, secondChance bool) {
 	if len(c.ring) > 2*c.opts.MaxOpenFiles+64 {
 		live := c.ring[:0]
 		for _, e := range c.ring {
-			if v, ok := c.entries.Load(e.Path); ok && v.(*Entry) == e {
+			if v, ok := c.entries.Load(e.path); ok && v.(*Entry) == e {
 				live = append(live, e)
 			}
 		}
@@ -722,8 +767,8 @@ func (c *Cache) ringAdd(e *Entry) {
 	c.ringMu.Unlock()
 }
 
-// Len is the number of cached entries, for tests and the admin API.
-func (c *Cache) Len() int {
+// entryCount is the number of cached entries.
+func (c *Cache) entryCount() int {
 	n := 0
 	c.entries.Range(func(any, any) bool { n++; return true })
 	return n

@@ -34,7 +34,7 @@ func describe(t testing.TB, c *Cache, path string) string {
 	if err != nil {
 		return "read error: " + err.Error()
 	}
-	return fmt.Sprintf("%d:%s", e.Size, b)
+	return fmt.Sprintf("%d:%s", e.size, b)
 }
 
 // within polls until describe gives want, and fails after limit.
@@ -206,7 +206,7 @@ func TestColdStormBoundsThreadsAndCleansUp(t *testing.T) {
 	threads0 := threads(t)
 
 	const workers = 8
-	c := New(Options{Workers: workers, QueueLength: files, MaxOpenFiles: 500})
+	c := New(Options{Workers: workers, queueLength: files, MaxOpenFiles: 500})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	peak := 0
@@ -247,7 +247,7 @@ func TestColdStormBoundsThreadsAndCleansUp(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatalf("errors in the storm: %v", errs)
 	}
-	if open := c.M.OpenFiles.Load(); open > 500 {
+	if open := c.counts.OpenFiles.Load(); open > 500 {
 		t.Fatalf("%d descriptors open, max_open_files is 500", open)
 	}
 	// Threads: those the process had, the workers, and the runtime's own
@@ -255,7 +255,7 @@ func TestColdStormBoundsThreadsAndCleansUp(t *testing.T) {
 	if limit := threads0 + workers + 2*runtime.GOMAXPROCS(0) + 8; peak > limit {
 		t.Fatalf("peak %d threads for %d concurrent misses; bound %d", peak, files, limit)
 	}
-	t.Logf("peak threads %d (started with %d), %d misses, %d merged", peak, threads0, c.M.Misses.Load(), c.M.Merged.Load())
+	t.Logf("peak threads %d (started with %d), %d misses, %d merged", peak, threads0, c.counts.Misses.Load(), c.counts.Merged.Load())
 
 	c.Close()
 	deadline := time.Now().Add(5 * time.Second)
@@ -273,7 +273,7 @@ func TestColdStormBoundsThreadsAndCleansUp(t *testing.T) {
 
 func TestQueueFullAndCanceledWaiters(t *testing.T) {
 	dir := t.TempDir()
-	c := New(Options{Workers: 1, QueueLength: 1, NoInotify: true})
+	c := New(Options{Workers: 1, queueLength: 1, NoInotify: true})
 	defer c.Close()
 	// Stop the worker and take the slots, so that misses stay queued and
 	// nothing depends on timing; Close then has a fresh channel to close.
@@ -295,15 +295,15 @@ func TestQueueFullAndCanceledWaiters(t *testing.T) {
 	if _, err := c.Get(context.Background(), filepath.Join(dir, "second")); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("miss with a full queue: %v, want ErrQueueFull", err)
 	}
-	if c.M.QueueFull.Load() != 1 {
-		t.Fatalf("QueueFull = %d, want 1", c.M.QueueFull.Load())
+	if c.counts.QueueFull.Load() != 1 {
+		t.Fatalf("QueueFull = %d, want 1", c.counts.QueueFull.Load())
 	}
 	// A miss for the queued path merges with it instead of queueing again.
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel2()
 	c.Get(ctx2, filepath.Join(dir, "first"))
-	if c.M.Merged.Load() != 1 {
-		t.Fatalf("Merged = %d, want 1", c.M.Merged.Load())
+	if c.counts.Merged.Load() != 1 {
+		t.Fatalf("Merged = %d, want 1", c.counts.Merged.Load())
 	}
 }
 
@@ -317,7 +317,7 @@ func TestEntryRefcountDefersClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Invalidate(p, false) // the cache lets go while a transfer still reads
+	c.invalidate(p, false) // the cache lets go while a transfer still reads
 	buf := make([]byte, 7)
 	if _, err := e.File().ReadAt(buf, 0); err != nil || string(buf) != "content" {
 		t.Fatalf("read after invalidation: %q, %v", buf, err)
@@ -326,7 +326,7 @@ func TestEntryRefcountDefersClose(t *testing.T) {
 	if _, err := e.File().ReadAt(buf, 0); err == nil {
 		t.Fatal("descriptor still open after the last release")
 	}
-	if n := c.M.OpenFiles.Load(); n != 0 {
+	if n := c.counts.OpenFiles.Load(); n != 0 {
 		t.Fatalf("OpenFiles = %d after the last release", n)
 	}
 }
@@ -344,12 +344,12 @@ func TestEvictionKeepsRecentlyUsed(t *testing.T) {
 		describe(t, c, p)
 		describe(t, c, hot) // keep it used
 	}
-	if n := c.M.OpenFiles.Load(); n > 10 {
+	if n := c.counts.OpenFiles.Load(); n > 10 {
 		t.Fatalf("%d descriptors open with max_open_files 10", n)
 	}
-	hits := c.M.Hits.Load()
+	hits := c.counts.Hits.Load()
 	describe(t, c, hot)
-	if c.M.Hits.Load() != hits+1 {
+	if c.counts.Hits.Load() != hits+1 {
 		t.Fatal("the hot entry was evicted")
 	}
 }
@@ -414,27 +414,27 @@ func TestStaleDescriptorOfDeletedFileIsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := c.M.OpenFiles.Load(); n != 2 {
+	if n := c.counts.OpenFiles.Load(); n != 2 {
 		t.Fatalf("OpenFiles = %d, want 2", n)
 	}
 	os.Remove(idle)
 	os.Remove(busy)
 	deadline := time.Now().Add(3 * time.Second)
-	for c.M.OpenFiles.Load() > 1 {
+	for c.counts.OpenFiles.Load() > 1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the deleted, idle file's descriptor is still open after 3 s (OpenFiles = %d)", c.M.OpenFiles.Load())
+			t.Fatalf("the deleted, idle file's descriptor is still open after 3 s (OpenFiles = %d)", c.counts.OpenFiles.Load())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if c.Len() != 0 {
-		t.Fatalf("%d entries left; want the stale ones dropped", c.Len())
+	if c.entryCount() != 0 {
+		t.Fatalf("%d entries left; want the stale ones dropped", c.entryCount())
 	}
 	buf := make([]byte, 4)
 	if _, err := held.File().ReadAt(buf, 0); err != nil || string(buf) != "busy" {
 		t.Fatalf("a held entry's read after the janitor ran: %q, %v", buf, err)
 	}
 	held.Release()
-	if n := c.M.OpenFiles.Load(); n != 0 {
+	if n := c.counts.OpenFiles.Load(); n != 0 {
 		t.Fatalf("OpenFiles = %d after the last release", n)
 	}
 }

@@ -42,6 +42,7 @@ func ParseSymlinks(s string) (Symlinks, error) {
 	return 0, fmt.Errorf("symlinks: unknown mode %q; want follow, deny or beneath", s)
 }
 
+// String returns the mode as the symlinks option spells it.
 func (s Symlinks) String() string {
 	return [...]string{"follow", "deny", "beneath"}[s]
 }
@@ -49,8 +50,8 @@ func (s Symlinks) String() string {
 // Confinement refusals. Both are fs.ErrPermission, which a server
 // answers with 403, as nginx's disable_symlinks does.
 var (
-	ErrSymlink = fmt.Errorf("%w: a symbolic link on the path (symlinks deny)", fs.ErrPermission)
-	ErrEscape  = fmt.Errorf("%w: the path leaves the root (symlinks beneath)", fs.ErrPermission)
+	errSymlink = fmt.Errorf("%w: a symbolic link on the path (symlinks deny)", fs.ErrPermission)
+	errEscape  = fmt.Errorf("%w: the path leaves the root (symlinks beneath)", fs.ErrPermission)
 )
 
 // relativeTo returns path relative to root, or false when path is not
@@ -78,7 +79,7 @@ func relativeTo(root, path string) (string, bool) {
 func walkConfined(root, path string, mode Symlinks) error {
 	rel, ok := relativeTo(root, path)
 	if !ok {
-		return ErrEscape
+		return errEscape
 	}
 	if rel == "." {
 		return nil
@@ -98,14 +99,14 @@ func walkConfined(root, path string, mode Symlinks) error {
 			continue
 		}
 		if mode == SymlinksDeny {
-			return ErrSymlink
+			return errSymlink
 		}
 		// As openat2's RESOLVE_BENEATH does, refuse absolute links even
 		// when they point inside the root.
 		if link, err := os.Readlink(cur); err != nil {
 			return err
 		} else if filepath.IsAbs(link) {
-			return ErrEscape
+			return errEscape
 		}
 		target, err := filepath.EvalSymlinks(cur)
 		if err != nil {
@@ -116,7 +117,7 @@ func walkConfined(root, path string, mode Symlinks) error {
 			return err
 		}
 		if _, ok := relativeTo(realRoot, target); !ok {
-			return ErrEscape
+			return errEscape
 		}
 	}
 	return nil
@@ -188,5 +189,5 @@ func IsRefused(err error) bool { return isConfinementError(err) }
 // isConfinementError reports whether err is a refusal, which describes the
 // path and may be cached like a missing file.
 func isConfinementError(err error) bool {
-	return errors.Is(err, ErrSymlink) || errors.Is(err, ErrEscape)
+	return errors.Is(err, errSymlink) || errors.Is(err, errEscape)
 }

@@ -17,7 +17,7 @@ import (
 func openConfined(root, path string, mode Symlinks, want openKinds) (fs.FileInfo, *os.File, error) {
 	rel, ok := relativeTo(root, path)
 	if !ok {
-		return nil, nil, &fs.PathError{Op: "openat2", Path: path, Err: ErrEscape}
+		return nil, nil, &fs.PathError{Op: "openat2", Path: path, Err: errEscape}
 	}
 	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -69,9 +69,9 @@ func openConfined(root, path string, mode Symlinks, want openKinds) (fs.FileInfo
 func confinedError(path string, err error, mode Symlinks) error {
 	switch {
 	case errors.Is(err, unix.EXDEV):
-		return &fs.PathError{Op: "openat2", Path: path, Err: ErrEscape}
+		return &fs.PathError{Op: "openat2", Path: path, Err: errEscape}
 	case errors.Is(err, unix.ELOOP) && mode == SymlinksDeny:
-		return &fs.PathError{Op: "openat2", Path: path, Err: ErrSymlink}
+		return &fs.PathError{Op: "openat2", Path: path, Err: errSymlink}
 	}
 	return &fs.PathError{Op: "openat2", Path: path, Err: err}
 }

@@ -20,42 +20,26 @@ import (
 // is resolved so that a response only copies strings.
 //
 // An entry is shared by every request for its path and is never changed
-// once published, so nothing of it may be handed to code that could write
-// to it: header values are strings (a response puts them into slices of its
-// own), and Data and Head are copied before they reach a writer.
+// once published: its values are read through methods, header values are
+// strings (a response puts them into slices of its own), and Data and
+// Head, the only shared bytes, must be copied before they reach a writer.
 type Entry struct {
-	// Path is the filesystem path the entry describes.
-	Path string
-	// Size is the file size in bytes.
-	Size int64
-	// Mode is the file's mode; IsDir and IsRegular derive from it.
-	Mode fs.FileMode
-	// ModTime is the modification time, or the zero time when it carries
-	// no information (the epoch, or 1 s after it, as some build tools set).
-	ModTime time.Time
-	// ETag is file_server's strong validator: the mtime in nanoseconds and
-	// the size, both in base 36. "" when ModTime is zero.
-	ETag string
-	// LastModified is ModTime formatted for the header, "" when zero.
-	LastModified string
-	// ContentType comes from the extension; "" means no Content-Type at all,
-	// because sniffing the body is never done.
-	ContentType string
-	// Length is Size in decimal: the Content-Length of the whole file.
-	Length string
-	// Err is set on a negative entry: the error that looking the path up
+	path string
+	size int64
+	// fileMode is the file's mode; IsDir and IsRegular derive from it.
+	fileMode fs.FileMode
+	// modTime is zero when the file's mtime carries no information (the
+	// epoch, or 1 s after it, as some build tools set).
+	modTime time.Time
+	// etag, lastModified, contentType and length are the header values;
+	// see their methods.
+	etag, lastModified, contentType, length string
+	// err is set on a negative entry: the error that looking the path up
 	// gave, such as fs.ErrNotExist.
-	Err error
-	// Data is the whole content of a small file kept in memory, nil if not.
-	// It is shared: it must be copied before it is passed to a writer,
-	// which may keep or change what it is given.
-	Data []byte
-	// Head is the file's first HeadSize bytes (fewer if it is shorter),
-	// read once when the file is opened: net/http reads that much of a
-	// body itself before it hands the rest to sendfile, and serving it from
-	// here saves a pread per response. It is as fresh as the entry, and
-	// shared as Data is.
-	Head []byte
+	err error
+	// data is the whole content of a small file kept in memory, nil if
+	// not; head is the file's first headSize bytes (see Head).
+	data, head []byte
 
 	file *os.File // the open file of a regular-file entry
 	fd   int      // file's descriptor, read once so Fd() is never called again
@@ -75,18 +59,54 @@ type Entry struct {
 	residentAt, probedAt atomic.Int64
 	// hot counts the requests that used the entry for the cache's hot set
 	// (internal/hotset).
-	hot   hotset.Tally
-	cache *Cache
-	root  string   // the root it was confined to, "" with SymlinksFollow
-	mode  Symlinks // the confinement it was resolved with
+	hot      hotset.Tally
+	cache    *Cache
+	root     string   // the root it was confined to, "" with SymlinksFollow
+	symlinks Symlinks // the confinement it was resolved with
 	// dir is the watcher's node of the entry's directory, nil if unwatched.
 	dir *dirNode
-	// memBytes is what Data and Head hold against the memory budget.
+	// memBytes is what data and head hold against the memory budget.
 	memBytes int64
 	// noBlockDev is set for a file on a filesystem without a block device.
 	noBlockDev bool
 	fileID     uint64 // device and inode, mixed; 0 if unknown
 }
+
+// Path is the filesystem path the entry describes.
+func (e *Entry) Path() string { return e.path }
+
+// Size is the file size in bytes.
+func (e *Entry) Size() int64 { return e.size }
+
+// ModTime is the modification time, or the zero time when it carries no
+// information (the epoch, or 1 s after it, as some build tools set).
+func (e *Entry) ModTime() time.Time { return e.modTime }
+
+// ETag is file_server's strong validator: the mtime in nanoseconds and the
+// size, both in base 36, quoted. "" when ModTime is zero.
+func (e *Entry) ETag() string { return e.etag }
+
+// LastModified is ModTime formatted for the Last-Modified header, "" when
+// ModTime is zero.
+func (e *Entry) LastModified() string { return e.lastModified }
+
+// ContentType comes from the extension; "" means no Content-Type at all,
+// because sniffing the body is never done.
+func (e *Entry) ContentType() string { return e.contentType }
+
+// Length is Size in decimal: the Content-Length of the whole file.
+func (e *Entry) Length() string { return e.length }
+
+// Data is the whole content of a small file kept in memory, nil if not.
+// It is shared by every request and must not be written: copy it before
+// it is passed to a writer, which may keep or change what it is given.
+func (e *Entry) Data() []byte { return e.data }
+
+// Head is the file's first 512 bytes (fewer if it is shorter), nil when
+// not kept: net/http reads that much of a body itself before it hands the
+// rest to sendfile, and serving it from here saves a pread per response.
+// It is as fresh as the entry, and shared and read-only as Data is.
+func (e *Entry) Head() []byte { return e.head }
 
 // FileID identifies the file (its device and inode, mixed into one
 // number; 0 where unknown), for bounds that count per file rather than
@@ -99,9 +119,9 @@ func (e *Entry) FileID() uint64 { return e.fileID }
 // differently.
 func (e *Entry) NoBlockDevice() bool { return e.noBlockDev }
 
-// HeadSize is how much of a file an entry keeps in Head: net/http's
+// headSize is how much of a file an entry keeps in Head: net/http's
 // sniff length, what it copies through its buffer before ReadFrom.
-const HeadSize = 512
+const headSize = 512
 
 // residentFor is how long a file seen whole in the page cache is assumed
 // to stay there: long enough that a hot file is probed about once a
@@ -162,7 +182,7 @@ func (e *Entry) acquire() bool {
 }
 
 // Hold takes one more reference on an entry the caller holds (from
-// Cache.Get), for work that outlives the request: an io_uring read the
+// Cache.GetConfined), for work that outlives the request: an io_uring read the
 // request let go of keeps the descriptor open until it completes.
 func (e *Entry) Hold() {
 	if e.file != nil {
@@ -170,7 +190,7 @@ func (e *Entry) Hold() {
 	}
 }
 
-// Release gives back a reference taken by Cache.Get or Hold.
+// Release gives back a reference taken by Cache.GetConfined or Hold.
 func (e *Entry) Release() {
 	if e.file == nil {
 		return
@@ -178,9 +198,9 @@ func (e *Entry) Release() {
 	if e.refs.Add(-1) == 0 {
 		e.file.Close()
 		if e.cache != nil {
-			e.cache.M.OpenFiles.Add(-1)
+			e.cache.counts.OpenFiles.Add(-1)
 			if e.memBytes != 0 {
-				e.cache.M.MemoryBytes.Add(-e.memBytes)
+				e.cache.counts.MemoryBytes.Add(-e.memBytes)
 			}
 		}
 	}
@@ -189,8 +209,8 @@ func (e *Entry) Release() {
 // ReadAll returns the whole content of a regular-file entry, in a slice
 // of the caller's own.
 func (e *Entry) ReadAll() ([]byte, error) {
-	if e.Data != nil {
-		return append([]byte(nil), e.Data...), nil
+	if e.data != nil {
+		return append([]byte(nil), e.data...), nil
 	}
 	if !e.IsRegular() {
 		return nil, fs.ErrInvalid
@@ -198,51 +218,51 @@ func (e *Entry) ReadAll() ([]byte, error) {
 	if e.file == nil {
 		return nil, fs.ErrInvalid
 	}
-	b := make([]byte, e.Size)
+	b := make([]byte, e.size)
 	n, err := e.file.ReadAt(b, 0)
-	if err == io.EOF && int64(n) == e.Size {
+	if err == io.EOF && int64(n) == e.size {
 		err = nil
 	}
 	return b[:n], err
 }
 
 // IsDir reports whether the entry is a directory.
-func (e *Entry) IsDir() bool { return e.Mode.IsDir() }
+func (e *Entry) IsDir() bool { return e.fileMode.IsDir() }
 
 // IsRegular reports whether the entry is a regular file.
-func (e *Entry) IsRegular() bool { return e.Mode.IsRegular() }
+func (e *Entry) IsRegular() bool { return e.fileMode.IsRegular() }
 
-// NewEntry derives an Entry from a path and its FileInfo.
-func NewEntry(path string, info fs.FileInfo) *Entry {
+// newEntry derives an Entry from a path and its FileInfo.
+func newEntry(path string, info fs.FileInfo) *Entry {
 	e := &Entry{
-		Path: path,
-		Size: info.Size(),
-		Mode: info.Mode(),
+		path:     path,
+		size:     info.Size(),
+		fileMode: info.Mode(),
 	}
 	e.noBlockDev, e.fileID = fileIdentity(info)
-	if mt := info.ModTime(); UsefulModTime(mt) {
-		e.ModTime = mt
-		e.ETag = ETag(mt, e.Size)
-		e.LastModified = mt.UTC().Format(http.TimeFormat)
+	if mt := info.ModTime(); usefulModTime(mt) {
+		e.modTime = mt
+		e.etag = strongETag(mt, e.size)
+		e.lastModified = mt.UTC().Format(http.TimeFormat)
 	}
-	if !e.Mode.IsDir() {
-		e.ContentType = mime.TypeByExtension(filepath.Ext(path))
+	if !e.fileMode.IsDir() {
+		e.contentType = mime.TypeByExtension(filepath.Ext(path))
 	}
-	e.Length = strconv.FormatInt(e.Size, 10)
+	e.length = strconv.FormatInt(e.size, 10)
 	return e
 }
 
-// UsefulModTime reports whether a modification time can serve as a
+// usefulModTime reports whether a modification time can serve as a
 // validator. Tools that make reproducible builds set it to the epoch or
 // one second after it; such a time says nothing about the content.
-func UsefulModTime(t time.Time) bool {
+func usefulModTime(t time.Time) bool {
 	u := t.Unix()
 	return u != 0 && u != 1
 }
 
-// ETag returns the strong entity tag file_server computes for a file, so
+// strongETag returns the strong entity tag file_server computes for a file, so
 // that caches stay valid when a site switches between the two handlers.
-func ETag(modTime time.Time, size int64) string {
+func strongETag(modTime time.Time, size int64) string {
 	var buf [48]byte
 	b := append(buf[:0], '"')
 	b = strconv.AppendInt(b, modTime.UnixNano(), 36)

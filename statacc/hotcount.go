@@ -17,9 +17,9 @@ func (c *Cache) HotSet() *hotset.Counter { return c.hot }
 func (c *Cache) hotFiles(yield func(hotset.File, *hotset.Tally) bool) {
 	c.entries.Range(func(_, v any) bool {
 		e := v.(*Entry)
-		if e.Err != nil || !e.Mode.IsRegular() {
+		if e.err != nil || !e.fileMode.IsRegular() {
 			return true
 		}
-		return yield(hotset.File{Path: e.Path, Size: e.Size}, &e.hot)
+		return yield(hotset.File{Path: e.path, Size: e.size}, &e.hot)
 	})
 }

@@ -57,9 +57,9 @@ func TestHotCountSurvivesItsEntry(t *testing.T) {
 		describe(t, c, hot)
 	}
 	describe(t, c, cool)
-	c.Invalidate(hot, false)
-	if c.Len() != 1 {
-		t.Fatalf("%d entries, want only cool's", c.Len())
+	c.invalidate(hot, false)
+	if c.entryCount() != 1 {
+		t.Fatalf("%d entries, want only cool's", c.entryCount())
 	}
 	for range 2 {
 		describe(t, c, hot) // a new entry: 2 more
@@ -68,7 +68,7 @@ func TestHotCountSurvivesItsEntry(t *testing.T) {
 		t.Fatalf("Top = %v, want [hot=8 cool=1]", got)
 	}
 	c.HotSet().Decay()
-	c.Flush()
+	c.flush()
 	// Not in the cache at all now: a candidate from the last snapshot.
 	if got := hotNames(c.HotSet().Top(10)); len(got) != 1 || got[0] != "hot=4" {
 		t.Fatalf("Top after a flush = %v, want [hot=4]", got)

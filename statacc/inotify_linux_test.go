@@ -30,11 +30,11 @@ func TestInvalidationWithInotify(t *testing.T) {
 			if got := describe(t, c, path); got != ch.before {
 				t.Fatalf("before: %q, want %q", got, ch.before)
 			}
-			hits := c.M.Hits.Load() + c.M.NegativeHits.Load()
+			hits := c.counts.Hits.Load() + c.counts.NegativeHits.Load()
 			if got := describe(t, c, path); got != ch.before {
 				t.Fatalf("second look: %q, want %q", got, ch.before)
 			}
-			if c.M.Hits.Load()+c.M.NegativeHits.Load() != hits+1 {
+			if c.counts.Hits.Load()+c.counts.NegativeHits.Load() != hits+1 {
 				t.Fatalf("the second look was not a cache hit")
 			}
 			changed := time.Now()
@@ -92,8 +92,8 @@ func TestOverflowFlushes(t *testing.T) {
 	write(t, p, "1")
 	describe(t, c, p)
 	c.watch.handle(-1, 0x4000 /* IN_Q_OVERFLOW */, "")
-	if c.Len() != 0 {
-		t.Fatalf("%d entries survived a queue overflow", c.Len())
+	if c.entryCount() != 0 {
+		t.Fatalf("%d entries survived a queue overflow", c.entryCount())
 	}
 }
 
@@ -122,7 +122,7 @@ func TestRealQueueOverflowFlushes(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "watched.txt")
 	write(t, p, "before")
-	for round := 0; c.M.Flushes.Load() == 0; round++ {
+	for round := 0; c.counts.Flushes.Load() == 0; round++ {
 		if round == 20 {
 			t.Fatal("20 bursts of 500 changes never overflowed a queue of 4 events")
 		}
@@ -139,7 +139,7 @@ func TestRealQueueOverflowFlushes(t *testing.T) {
 	delays := newChangeDelays(t)
 	delays.allowFlushes = true // the flush is the point
 	delays.seen(t, c, changed, p, fmt.Sprintf("%d:%s", len("after the overflow"), "after the overflow"))
-	t.Logf("flushes: %d, invalidations: %d", c.M.Flushes.Load(), c.M.Invalidations.Load())
+	t.Logf("flushes: %d, invalidations: %d", c.counts.Flushes.Load(), c.counts.Invalidations.Load())
 }
 
 // TestHeadIsKeptWhereWatched: an entry keeps its file's first HeadSize
@@ -163,13 +163,13 @@ func TestHeadIsKeptWhereWatched(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer e.Release()
-		return e.Head
+		return e.head
 	}
 
 	watched := New(Options{Workers: 1, Revalidate: time.Hour})
 	defer watched.Close()
-	if h := head(watched); !bytes.Equal(h, content[:HeadSize]) {
-		t.Fatalf("watched: head of %d bytes, want the first %d of the file", len(h), HeadSize)
+	if h := head(watched); !bytes.Equal(h, content[:headSize]) {
+		t.Fatalf("watched: head of %d bytes, want the first %d of the file", len(h), headSize)
 	}
 	unwatched := New(Options{Workers: 1, NoInotify: true})
 	defer unwatched.Close()
@@ -189,7 +189,7 @@ func TestHeadIsKeptWhereWatched(t *testing.T) {
 	f.WriteAt(content, 0)
 	f.Close()
 	took := newChangeDelays(t).until(t, watched, changed, "the rewritten head", func() bool {
-		return bytes.Equal(head(watched), content[:HeadSize])
+		return bytes.Equal(head(watched), content[:headSize])
 	})
 	t.Logf("the rewritten head seen after %v", took)
 
@@ -204,8 +204,8 @@ func TestHeadIsKeptWhereWatched(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Release()
-	if e.Head != nil {
-		t.Errorf("a file not in the page cache got a head of %d bytes", len(e.Head))
+	if e.head != nil {
+		t.Errorf("a file not in the page cache got a head of %d bytes", len(e.head))
 	}
 }
 

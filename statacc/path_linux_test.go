@@ -154,9 +154,9 @@ func TestPathChangesSeenWithin100ms(t *testing.T) {
 				fresh.Close()
 				start := time.Now()
 				for {
-					misses := c.M.Misses.Load()
+					misses := c.counts.Misses.Load()
 					got := describe(t, c, path)
-					if c.M.Misses.Load() > misses && got == want {
+					if c.counts.Misses.Load() > misses && got == want {
 						break
 					}
 					if time.Since(start) > time.Second {
@@ -191,11 +191,11 @@ func watchedHit(t testing.TB, c *Cache, path string) string {
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		got := describe(t, c, path)
-		hits := c.M.Hits.Load() + c.M.NegativeHits.Load()
+		hits := c.counts.Hits.Load() + c.counts.NegativeHits.Load()
 		again := describe(t, c, path)
 		v, ok := c.entries.Load(path)
 		if ok && v.(*Entry).watched && c.fresh(v.(*Entry)) && again == got &&
-			c.M.Hits.Load()+c.M.NegativeHits.Load() == hits+1 {
+			c.counts.Hits.Load()+c.counts.NegativeHits.Load() == hits+1 {
 			return got
 		}
 		if time.Now().After(deadline) {
@@ -242,16 +242,16 @@ func TestWatchesBounded(t *testing.T) {
 		if got, want := describe(t, c, p), fmt.Sprintf("%d:%d", len(strconv.Itoa(i)), i); got != want {
 			t.Fatalf("%s: %q, want %q", p, got, want)
 		}
-		peakNodes = max(peakNodes, int(c.M.WatchNodes.Load()))
+		peakNodes = max(peakNodes, int(c.counts.WatchNodes.Load()))
 		if i%10 == 0 || i == dirs-1 {
 			peakWatches = max(peakWatches, inotifyWatches(t, c.watch.watchFD()))
 		}
 	}
-	t.Logf("peak %d nodes, %d watches (kernel), %d evictions, %d lookups refused a watch", peakNodes, peakWatches, c.M.WatchEvictions.Load(), c.M.WatchRefused.Load())
+	t.Logf("peak %d nodes, %d watches (kernel), %d evictions, %d lookups refused a watch", peakNodes, peakWatches, c.counts.WatchEvictions.Load(), c.counts.WatchRefused.Load())
 	if peakNodes > limit || peakWatches > limit {
 		t.Fatalf("peak %d nodes and %d watches, bound %d", peakNodes, peakWatches, limit)
 	}
-	if c.M.WatchEvictions.Load() == 0 {
+	if c.counts.WatchEvictions.Load() == 0 {
 		t.Fatal("no directory was evicted")
 	}
 	// The most recent directory is still watched: a change is seen.
@@ -278,11 +278,11 @@ func TestWatchesRemovedWhenUnneeded(t *testing.T) {
 	if during < 40 {
 		t.Fatalf("%d watches for 20 directories with a subdirectory each", during)
 	}
-	c.Flush()
+	c.flush()
 	after := inotifyWatches(t, fd)
-	t.Logf("watches: %d with the entries, %d after they went; nodes %d", during, after, c.M.WatchNodes.Load())
-	if after != 0 || c.M.WatchNodes.Load() != 0 {
-		t.Fatalf("%d watches and %d nodes left after every entry went", after, c.M.WatchNodes.Load())
+	t.Logf("watches: %d with the entries, %d after they went; nodes %d", during, after, c.counts.WatchNodes.Load())
+	if after != 0 || c.counts.WatchNodes.Load() != 0 {
+		t.Fatalf("%d watches and %d nodes left after every entry went", after, c.counts.WatchNodes.Load())
 	}
 }
 
@@ -303,11 +303,11 @@ func TestDirEntriesBounded(t *testing.T) {
 		if got := describe(t, c, p); got != "dir" {
 			t.Fatalf("%s: %q", p, got)
 		}
-		peak = max(peak, int(c.M.DirEntries.Load()))
+		peak = max(peak, int(c.counts.DirEntries.Load()))
 	}
 	n := 0
 	c.entries.Range(func(_, v any) bool {
-		if e := v.(*Entry); e.Err == nil && e.file == nil {
+		if e := v.(*Entry); e.err == nil && e.file == nil {
 			n++
 		}
 		return true
@@ -316,8 +316,8 @@ func TestDirEntriesBounded(t *testing.T) {
 	if peak > limit || n > limit {
 		t.Fatalf("%d directory entries (peak %d), bound %d", n, peak, limit)
 	}
-	c.Flush()
-	if got := c.M.DirEntries.Load(); got != 0 {
+	c.flush()
+	if got := c.counts.DirEntries.Load(); got != 0 {
 		t.Fatalf("%d directory entries counted after a flush", got)
 	}
 }
@@ -325,7 +325,7 @@ func TestDirEntriesBounded(t *testing.T) {
 // TestHeadsCountAgainstMemoryBudget: the 512-byte heads of open files are
 // memory like small bodies; the budget holds them too.
 func TestHeadsCountAgainstMemoryBudget(t *testing.T) {
-	const budget = 20 * HeadSize
+	const budget = 20 * headSize
 	c := New(Options{Workers: 2, Revalidate: time.Hour, MemoryBudget: budget, MemoryMaxFile: 1})
 	defer c.Close()
 	base := t.TempDir()
@@ -347,23 +347,23 @@ func TestHeadsCountAgainstMemoryBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		held = append(held, e)
-		if e.Head != nil {
+		if e.head != nil {
 			heads++
 		}
-		if m := c.M.MemoryBytes.Load(); m > budget {
+		if m := c.counts.MemoryBytes.Load(); m > budget {
 			t.Fatalf("%d bytes held against a budget of %d", m, budget)
 		}
 	}
-	t.Logf("%d heads kept of 200 files, %d bytes", heads, c.M.MemoryBytes.Load())
-	if heads == 0 || heads > budget/HeadSize {
-		t.Fatalf("%d heads kept, want 1 to %d", heads, budget/HeadSize)
+	t.Logf("%d heads kept of 200 files, %d bytes", heads, c.counts.MemoryBytes.Load())
+	if heads == 0 || heads > budget/headSize {
+		t.Fatalf("%d heads kept, want 1 to %d", heads, budget/headSize)
 	}
 	for _, e := range held {
 		e.Release()
 	}
 	held = nil
-	c.Flush()
-	if m := c.M.MemoryBytes.Load(); m != 0 {
+	c.flush()
+	if m := c.counts.MemoryBytes.Load(); m != 0 {
 		t.Fatalf("%d bytes still counted after a flush", m)
 	}
 }

@@ -219,7 +219,7 @@ func (w *watcher) publish(t watchTicket, e *Entry, store func()) {
 		// Indexed even when stale or unwatched: an event drops it all the
 		// same, and its directory's node is kept while it is cached.
 		e.dir = n
-		name := filepath.Base(e.Path)
+		name := filepath.Base(e.path)
 		if n.entries == nil {
 			n.entries = make(map[string][]*Entry)
 		}
@@ -249,7 +249,7 @@ func (w *watcher) forget(e *Entry) {
 	}
 	w.mu.Lock()
 	if n := e.dir; !n.dropped {
-		name := filepath.Base(e.Path)
+		name := filepath.Base(e.path)
 		list := n.entries[name]
 		for i, x := range list {
 			if x == e {
@@ -386,7 +386,7 @@ func (w *watcher) walkLocked(path string, gone *[]*Entry) ([]*dirNode, map[*dirN
 			n.pins--
 		}
 		if !ok || n != nil && n.dropped {
-			w.cache.M.WatchRefused.Add(1)
+			w.cache.counts.WatchRefused.Add(1)
 			return nil, nil
 		}
 	}
@@ -427,7 +427,7 @@ func (w *watcher) newNodeLocked(parent *dirNode, name, path string) *dirNode {
 		parent.children[name] = n
 	}
 	w.nodes++
-	w.cache.M.WatchNodes.Store(int64(w.nodes))
+	w.cache.counts.WatchNodes.Store(int64(w.nodes))
 	n.prev, n.next = &w.lru, w.lru.next
 	n.prev.next, n.next.prev = n, n
 	return n
@@ -454,7 +454,7 @@ func (w *watcher) evictLocked(k int, gone *[]*Entry) bool {
 		}
 		before := w.nodes
 		w.dropLocked(n, gone)
-		w.cache.M.WatchEvictions.Add(1)
+		w.cache.counts.WatchEvictions.Add(1)
 		k -= before - w.nodes
 	}
 	return k <= 0
@@ -505,7 +505,7 @@ func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 		}
 		n.wd = int32(wd)
 		w.byWD[n.wd] = append(w.byWD[n.wd], n)
-		w.cache.M.Watches.Store(int64(len(w.byWD)))
+		w.cache.counts.Watches.Store(int64(len(w.byWD)))
 		w.mu.Unlock()
 		if testHookWatchAdded != nil {
 			testHookWatchAdded(n.path)
@@ -592,7 +592,7 @@ func (w *watcher) settle(n *dirNode, state nodeState, real string, to *dirNode) 
 	n.state, n.real = state, real
 	if state == nodeFailed {
 		n.failedAt = nanotime()
-		w.cache.M.UnwatchedDirs.Add(1)
+		w.cache.counts.UnwatchedDirs.Add(1)
 	}
 	w.mu.Unlock()
 	w.finish(gone)
@@ -627,7 +627,7 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 	}
 	n.dropped = true
 	if n.state == nodeFailed {
-		w.cache.M.UnwatchedDirs.Add(-1)
+		w.cache.counts.UnwatchedDirs.Add(-1)
 	}
 	for _, ch := range n.children {
 		w.dropLocked(ch, gone)
@@ -670,12 +670,12 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 			w.byWD[n.wd] = users
 		}
 		n.wd = -1
-		w.cache.M.Watches.Store(int64(len(w.byWD)))
+		w.cache.counts.Watches.Store(int64(len(w.byWD)))
 	}
 	n.prev.next, n.next.prev = n.next, n.prev
 	n.prev, n.next = nil, nil
 	w.nodes--
-	w.cache.M.WatchNodes.Store(int64(w.nodes))
+	w.cache.counts.WatchNodes.Store(int64(w.nodes))
 	if n.parent != nil {
 		// The parent may now be an empty leaf.
 		w.maybeRemoveLocked(n.parent)
@@ -717,7 +717,7 @@ func (w *watcher) isDeadLocked(wd int32) bool {
 // finish drops the entries that left the map, once mu is released.
 func (w *watcher) finish(gone []*Entry) {
 	for _, e := range gone {
-		w.cache.M.Invalidations.Add(1)
+		w.cache.counts.Invalidations.Add(1)
 		w.cache.drop(e)
 	}
 }
@@ -763,7 +763,7 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 		}
 		w.mu.Unlock()
 		w.finish(gone)
-		c.Flush()
+		c.flush()
 		return
 	}
 	w.mu.Lock()
@@ -775,7 +775,7 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 		}
 		users := w.byWD[wd]
 		delete(w.byWD, wd)
-		c.M.Watches.Store(int64(len(w.byWD)))
+		c.counts.Watches.Store(int64(len(w.byWD)))
 		for _, n := range users {
 			n.gen++
 			w.dropLocked(n, &gone)
