@@ -361,6 +361,9 @@ func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, pat
 				}
 				e.hot.Hit()
 				c.counts.Hits.Add(1)
+				if e.headWanted.Load() {
+					c.fillHead(e)
+				}
 				return e, nil
 			}
 		}
@@ -554,16 +557,8 @@ func (c *Cache) load(key lookupKey, withHead bool) *Entry {
 	if err != nil {
 		return &Entry{path: path, err: err}
 	}
-	if f == nil {
-		return newEntry(path, info)
-	}
-	// Describe what was opened, not what was stat'ed a moment before.
-	if fi, err := f.Stat(); err == nil {
-		info = fi
-	}
 	e := newEntry(path, info)
-	if !info.Mode().IsRegular() {
-		f.Close()
+	if f == nil {
 		return e
 	}
 	e.file = f
@@ -582,48 +577,77 @@ func (c *Cache) load(key lookupKey, withHead bool) *Entry {
 			c.counts.MemoryBytes.Add(-e.size)
 		}
 	}
-	if e.data != nil {
-		e.memBytes = e.size
-	}
 	switch {
 	case e.data != nil:
-		e.head = e.data[:min(len(e.data), headSize)]
+		e.memBytes.Store(e.size)
+		head := e.data[:min(len(e.data), headSize)]
+		e.head.Store(&head)
 	case e.size > 0 && withHead && c.opts.MemoryBudget > 0:
-		// One read now saves one on every response of this entry. A read
-		// that would wait for the disk is not worth it on this path: the
-		// head is left out, and responses read it as the rest. Heads are
-		// memory like small files' bodies, and share their budget (512
-		// bytes times 262,144 open files would be 128 MiB).
-		size := min(e.size, headSize)
-		if c.counts.MemoryBytes.Add(size) > c.opts.MemoryBudget {
-			c.counts.MemoryBytes.Add(-size)
-			break
-		}
-		head := make([]byte, size)
-		if n, err := readHead(f, head); n == len(head) && err == nil {
-			e.head = head
-			e.memBytes = size
-		} else {
-			c.counts.MemoryBytes.Add(-size)
-		}
+		// The head is read by the entry's second request (fillHead), not
+		// now: on a tree that churns most entries serve one response,
+		// whose body is read whole anyway.
+		e.headWanted.Store(true)
 	}
 	e.cache = c
 	return e
 }
 
-// open stats the key's path and opens it if it is a regular file, confined
-// below its root as its mode says.
+// fillHead reads the head of an entry that is used again, once: one read
+// now saves one on every later response of the entry. A read that would
+// wait for the disk is not worth it on the request path: the head is left
+// out, and responses read it as the rest. Heads are memory like small
+// files' bodies, and share their budget (512 bytes times 262,144 open
+// files would be 128 MiB). The caller holds a reference, so the file is
+// open and the bytes counted here are given back by the last Release.
+func (c *Cache) fillHead(e *Entry) {
+	if !e.headWanted.CompareAndSwap(true, false) {
+		return
+	}
+	size := min(e.size, headSize)
+	if c.counts.MemoryBytes.Add(size) > c.opts.MemoryBudget {
+		c.counts.MemoryBytes.Add(-size)
+		return
+	}
+	head := make([]byte, size)
+	if n, err := readHead(e.file, head); n == len(head) && err == nil {
+		e.memBytes.Store(size)
+		e.head.Store(&head)
+	} else {
+		c.counts.MemoryBytes.Add(-size)
+	}
+}
+
+// open describes the key's path and returns it open if it is a regular
+// file, confined below its root as its mode says. The info describes what
+// was opened.
 func (c *Cache) open(key lookupKey) (fs.FileInfo, *os.File, error) {
 	path := key.path
 	if key.mode != SymlinksFollow {
 		return openConfined(key.root, path, key.mode, openRegular)
 	}
-	info, err := os.Stat(path)
+	// Open first and fstat what was opened, as nginx does: a stat before
+	// the open would cost a second path walk on every miss. O_NONBLOCK
+	// keeps a FIFO from blocking the open; what is not a regular file is
+	// closed at once.
+	f, err := openFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || IsFDExhaustion(err) {
+			return nil, nil, err
+		}
+		// A directory without read permission, a socket (ENXIO): stat
+		// describes what cannot be opened.
+		info, serr := os.Stat(path)
+		if serr != nil || info.Mode().IsRegular() {
+			return nil, nil, err
+		}
+		return info, nil, nil
+	}
+	info, err := f.Stat()
 	if err != nil || !info.Mode().IsRegular() {
+		f.Close()
 		return info, nil, err
 	}
-	f, err := openFile(path)
-	return info, f, err
+	return info, f, nil
 }
 
 // cacheableError reports whether an error describes the path rather than

@@ -38,8 +38,13 @@ type Entry struct {
 	// gave, such as fs.ErrNotExist.
 	err error
 	// data is the whole content of a small file kept in memory, nil if
-	// not; head is the file's first headSize bytes (see Head).
-	data, head []byte
+	// not.
+	data []byte
+	// head holds the file's first headSize bytes (see Head), set once:
+	// at the load from data, or by the entry's second request while
+	// headWanted says it is still to be read (Cache.fillHead).
+	head       atomic.Pointer[[]byte]
+	headWanted atomic.Bool
 
 	file *os.File // the open file of a regular-file entry
 	fd   int      // file's descriptor, read once so Fd() is never called again
@@ -66,7 +71,7 @@ type Entry struct {
 	// dir is the watcher's node of the entry's directory, nil if unwatched.
 	dir *dirNode
 	// memBytes is what data and head hold against the memory budget.
-	memBytes int64
+	memBytes atomic.Int64
 	// noBlockDev is set for a file on a filesystem without a block device.
 	noBlockDev bool
 	fileID     uint64 // device and inode, mixed; 0 if unknown
@@ -103,10 +108,16 @@ func (e *Entry) Length() string { return e.length }
 func (e *Entry) Data() []byte { return e.data }
 
 // Head is the file's first 512 bytes (fewer if it is shorter), nil when
-// not kept: net/http reads that much of a body itself before it hands the
+// not kept (yet: a file not kept in memory gets it on its entry's second
+// request, if the page cache holds it): net/http reads that much of a body itself before it hands the
 // rest to sendfile, and serving it from here saves a pread per response.
 // It is as fresh as the entry, and shared and read-only as Data is.
-func (e *Entry) Head() []byte { return e.head }
+func (e *Entry) Head() []byte {
+	if p := e.head.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // FileID identifies the file (its device and inode, mixed into one
 // number; 0 where unknown), for bounds that count per file rather than
@@ -199,8 +210,8 @@ func (e *Entry) Release() {
 		e.file.Close()
 		if e.cache != nil {
 			e.cache.counts.OpenFiles.Add(-1)
-			if e.memBytes != 0 {
-				e.cache.counts.MemoryBytes.Add(-e.memBytes)
+			if n := e.memBytes.Load(); n != 0 {
+				e.cache.counts.MemoryBytes.Add(-n)
 			}
 		}
 	}

@@ -157,13 +157,21 @@ func TestHeadIsKeptWhereWatched(t *testing.T) {
 	if err := os.WriteFile(p, content, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The head is read by an entry's second lookup: look twice.
 	head := func(c *Cache) []byte {
+		for range 2 {
+			e, err := c.Get(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.Release()
+		}
 		e, err := c.Get(context.Background(), p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer e.Release()
-		return e.head
+		return e.Head()
 	}
 
 	watched := New(Options{Workers: 1, Revalidate: time.Hour})
@@ -199,13 +207,65 @@ func TestHeadIsKeptWhereWatched(t *testing.T) {
 		t.Fatal(err)
 	}
 	evict(t, cold)
-	e, err := watched.Get(context.Background(), cold)
-	if err != nil {
+	for range 2 {
+		e, err := watched.Get(context.Background(), cold)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := e.Head(); h != nil {
+			t.Errorf("a file not in the page cache got a head of %d bytes", len(h))
+		}
+		e.Release()
+	}
+}
+
+// TestHeadReadOnlyWhenUsedAgain: a miss does not read the head (on a
+// churning tree most entries serve one response, whose body is read whole
+// anyway); the entry's second lookup reads it, once, and later lookups
+// share it.
+func TestHeadReadOnlyWhenUsedAgain(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	content := bytes.Repeat([]byte("0123456789abcdef"), 1000)
+	if err := os.WriteFile(p, content, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	defer e.Release()
-	if e.head != nil {
-		t.Errorf("a file not in the page cache got a head of %d bytes", len(e.head))
+	c := New(Options{Workers: 1, Revalidate: time.Hour})
+	defer c.Close()
+	get := func() *Entry {
+		e, err := c.Get(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	first := get()
+	if h := first.Head(); h != nil {
+		t.Fatalf("the miss read a head of %d bytes", len(h))
+	}
+	if m := c.counts.MemoryBytes.Load(); m != 0 {
+		t.Fatalf("%d bytes counted before any head was read", m)
+	}
+	second := get()
+	if second != first {
+		t.Fatal("the second lookup resolved the path again")
+	}
+	h := second.Head()
+	if !bytes.Equal(h, content[:headSize]) {
+		t.Fatalf("second lookup: head of %d bytes, want the first %d of the file", len(h), headSize)
+	}
+	if m := c.counts.MemoryBytes.Load(); m != headSize {
+		t.Fatalf("%d bytes counted for one head, want %d", m, headSize)
+	}
+	third := get()
+	if h3 := third.Head(); len(h3) != len(h) || &h3[0] != &h[0] {
+		t.Fatal("the third lookup read the head again")
+	}
+	for _, e := range []*Entry{first, second, third} {
+		e.Release()
+	}
+	c.flush()
+	if m := c.counts.MemoryBytes.Load(); m != 0 {
+		t.Fatalf("%d bytes still counted after a flush", m)
 	}
 }
 
