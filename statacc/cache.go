@@ -736,9 +736,7 @@ func (c *Cache) flush() {
 // CLOCK sweep over the ring of entries that hold one: with secondChance, an
 // entry used since the hand last passed loses its mark and stays. This
 // approximates LRU without making a hit write anything but one flag. An
-// evicted entry keeps its metadata: it is replaced by a copy without the
-// descriptor, so a later request for it costs one open instead of a stat,
-// an open and an fstat.
+// evicted entry is forgotten: a later request for it is a miss.
 func (c *Cache) evict(target int, secondChance bool) {
 	c.ringMu.Lock()
 	defer c.ringMu.Unlock()
