@@ -16,9 +16,19 @@ import (
 
 const (
 	defaultPrewarmBudget = 1 << 30
-	hotSetSize           = 1000
-	hotSetEvery          = 30 * time.Second
-	prewarmLogEvery      = 5 * time.Second
+	// hotSetFiles bounds a saved hot set: room for a uniformly requested
+	// tree of 100,000 files (the bench's e), about 7 MB of JSON; within
+	// it, the prewarm budget bounds the set, so that it holds what a
+	// warm-up can read.
+	hotSetFiles = 1 << 17
+	hotSetEvery = 30 * time.Second
+	// hotSetProbes bounds the files whose residency is probed after a
+	// save, for the metrics: a sample of a large set, not each file.
+	hotSetProbes = 1000
+	// busyWindow is how long after a response a warm-up still counts
+	// requests as being served, and reads one file at a time.
+	busyWindow      = 100 * time.Millisecond
+	prewarmLogEvery = 5 * time.Second
 )
 
 // prewarmRun is one handler's background warm-up: cancelled when the
@@ -52,32 +62,90 @@ var lastHotSet struct{ bytes, resident, unknown atomic.Int64 }
 
 // startHotSaver starts the saver of the shared cache's hot set, once per
 // cache: it belongs to the cache, so it runs on across the reloads that
-// keep the cache, and Destruct stops it with a last save.
-func (s *sharedCache) startHotSaver(cacheKey string, logger *zap.Logger) *hotset.Saver {
+// keep the cache, and Destruct stops it with a last save. The set holds
+// at most budget bytes: the prewarm budget of the handler provisioned
+// last.
+func (s *sharedCache) startHotSaver(cacheKey string, budget int64, logger *zap.Logger) *hotset.Saver {
+	started := false
 	s.hotOnce.Do(func() {
-		s.hot = hotset.StartSaver(hotSetPath(cacheKey), s.HotSet(), hotSetSize, hotSetEvery, func(files []hotset.File, err error) {
+		started = true
+		s.hot = hotset.StartSaver(hotSetPath(cacheKey), s.HotSet(), hotSetFiles, budget, hotSetEvery, func(files []hotset.File, err error) {
 			if err != nil {
 				logger.Warn("saving the hot set", zap.String("file", hotSetPath(cacheKey)), zap.Error(err))
 			}
 			recordHotSet(files)
 		})
 	})
+	if !started {
+		s.hot.SetBytes(budget)
+	}
 	return s.hot
 }
 
-// recordHotSet measures how much of a saved hot set is in the page cache.
+// recordHotSet measures how much of a saved hot set is in the page cache:
+// every file of a small set, an even sample of hotSetProbes files of a
+// large one, scaled to the bytes of the whole.
 func recordHotSet(files []hotset.File) {
-	rs := make([]prewarm.Residency, 0, len(files))
-	for _, f := range files {
+	step := max(1, (len(files)+hotSetProbes-1)/hotSetProbes)
+	var total int64
+	rs := make([]prewarm.Residency, 0, min(len(files), hotSetProbes))
+	for i, f := range files {
+		total += f.Size
+		if i%step != 0 {
+			continue
+		}
 		if r, err := prewarm.FileResidency(f.Path); err == nil {
 			rs = append(rs, r)
 		}
 	}
 	sum := prewarm.Summarize(rs)
+	if step > 1 {
+		if sum.Bytes > 0 {
+			scale := float64(total) / float64(sum.Bytes)
+			sum.Resident = int64(float64(sum.Resident) * scale)
+			sum.UnknownBytes = int64(float64(sum.UnknownBytes) * scale)
+		}
+		sum.Bytes = total
+	}
 	lastHotSet.bytes.Store(sum.Bytes)
 	lastHotSet.resident.Store(sum.Resident)
 	lastHotSet.unknown.Store(sum.UnknownBytes)
 }
+
+// responses watches a count of responses sent, for a warm-up's Busy.
+type responses struct {
+	count  func() int64
+	window time.Duration
+
+	mu   sync.Mutex
+	seen int64
+	at   time.Time // when seen changed
+}
+
+// serving reports whether the count moved in the last window.
+func (r *responses) serving() bool {
+	n := r.count()
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n != r.seen {
+		r.seen, r.at = n, now
+		return true
+	}
+	return now.Sub(r.at) < r.window
+}
+
+// sent tells the warm-ups whether this process sent a response in the
+// last busyWindow: they then read one file at a time (Warmer.Busy), so as
+// not to slow the requests they are meant to help. It reads the response
+// counters; the request path pays nothing for it.
+var sent = &responses{window: busyWindow, count: func() int64 {
+	var n int64
+	for e := range numEngines {
+		n += counters.requests[e].Load()
+	}
+	return n
+}}
 
 // hotSetPath is where the hot set of a cache is kept: one file per cache
 // settings, in Caddy's data directory.
@@ -89,7 +157,6 @@ func hotSetPath(cacheKey string) string {
 // waits for it.
 func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 	logger := fsrv.logger.Named("prewarm")
-	saver := fsrv.shared.startHotSaver(fsrv.cacheKey, logger)
 	runCtx, cancel := context.WithCancel(ctx)
 	run := &prewarmRun{cancel: cancel, roots: make(chan string, 1), configDone: ctx.Done()}
 	fsrv.prewarm = run
@@ -97,6 +164,7 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 	if budget == 0 {
 		budget = defaultPrewarmBudget
 	}
+	saver := fsrv.shared.startHotSaver(fsrv.cacheKey, budget, logger)
 	workers := fsrv.PrewarmWorkers
 	if workers == 0 {
 		workers = 2
@@ -197,7 +265,7 @@ func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, bud
 	if len(targets) == 0 {
 		return 0
 	}
-	w := &prewarm.Warmer{Budget: budget, Workers: workers, Every: prewarmLogEvery, ReadAt: readAt,
+	w := &prewarm.Warmer{Budget: budget, Workers: workers, Every: prewarmLogEvery, ReadAt: readAt, Busy: sent.serving,
 		OnProgress: func(p prewarm.Progress) {
 			fields := []zap.Field{
 				zap.Int64("files", p.Files), zap.Int64("bytes", p.Bytes),

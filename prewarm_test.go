@@ -3,10 +3,13 @@ package flashserve
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,5 +128,93 @@ func TestHotSetSurvivesReload(t *testing.T) {
 	}
 	if len(got) != 2 || got[before] < 5 || got[after] < 3 {
 		t.Fatalf("saved %+v, want before.bin with 5 hits and after.bin with 3", hs.Files)
+	}
+}
+
+// TestHotSetHoldsAUniformTree is workload e at a reduced scale: a tree
+// requested uniformly, far larger than the descriptors the cache keeps,
+// that fits the prewarm budget whole. The saved hot set must hold every
+// file of it, though most entries left the cache long before the save.
+func TestHotSetHoldsAUniformTree(t *testing.T) {
+	const files, maxOpen = 6000, 300 // e: 100,000 files, 5,000 descriptors
+	root := t.TempDir()
+	paths := make([]string, files)
+	for i := range files {
+		dir := filepath.Join(root, fmt.Sprintf("d%02d", i/500))
+		if i%500 == 0 {
+			os.Mkdir(dir, 0o755)
+		}
+		paths[i] = filepath.Join(dir, fmt.Sprintf("f%04d.bin", i))
+		if err := os.WriteFile(paths[i], []byte("e"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	fsrv := &FlashServe{Root: root, Prewarm: []string{"none-*"}, StatWorkers: 2, MaxOpenFiles: maxOpen}
+	if err := fsrv.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Every file twice, in a random order: uniform, and each file keeps a
+	// count through one decay, should a 30 s save come in between.
+	order := append(slices.Clone(paths), paths...)
+	rand.New(rand.NewPCG(5, 5)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	for _, p := range order {
+		e, err := fsrv.cache.Get(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Release()
+	}
+	live := fsrv.cache.Len()
+	if err := fsrv.Cleanup(); err != nil { // the last user: the set is saved
+		t.Fatal(err)
+	}
+	hs, err := hotset.Load(hotSetPath(fsrv.cacheKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := make(map[string]bool, len(hs.Files))
+	for _, f := range hs.Files {
+		saved[f.Path] = true
+	}
+	held := 0
+	for _, p := range paths {
+		if saved[p] {
+			held++
+		}
+	}
+	t.Logf("%d requests over %d files, %d entries cached at the end: the saved hot set holds %d files, %d of the tree", len(order), files, live, len(hs.Files), held)
+	if held != files {
+		t.Fatalf("the saved hot set holds %d of the %d files requested", held, files)
+	}
+}
+
+// TestWarmUpsSeeResponses: the warm-ups' Busy says requests are being
+// served from a response until a window without one has passed.
+func TestWarmUpsSeeResponses(t *testing.T) {
+	var n atomic.Int64
+	r := &responses{count: n.Load, window: 50 * time.Millisecond}
+	deadline := time.Now().Add(10 * time.Second)
+	for r.serving() { // no response yet: idle once the first window ends
+		if time.Now().After(deadline) {
+			t.Fatal("busy with no response at all")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	n.Add(1)
+	if !r.serving() {
+		t.Fatal("not busy right after a response")
+	}
+	start := time.Now()
+	for r.serving() {
+		if time.Now().After(deadline) {
+			t.Fatal("still busy 10 s after the last response")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if quiet := time.Since(start); quiet < r.window {
+		t.Fatalf("idle %v after a response, before the %v window ended", quiet, r.window)
 	}
 }

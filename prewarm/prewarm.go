@@ -7,6 +7,7 @@ package prewarm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"io/fs"
 	"os"
@@ -159,6 +160,11 @@ type Warmer struct {
 	// ReadAt, if set, reads instead of pread: the handler passes its
 	// io_uring, so that a worker waiting for the disk holds no OS thread.
 	ReadAt ReaderAt
+	// Busy, if set, reports whether requests are being served. While it
+	// does, the workers read one at a time, so that a warm-up takes at
+	// most one of the disk's queue slots (and about one core) from the
+	// requests it is meant to help; all of them read when it does not.
+	Busy func() bool
 
 	files, bytes atomic.Int64
 }
@@ -214,6 +220,10 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 		}()
 	}
 	ch := make(chan job)
+	yctx := ctx
+	if w.Busy != nil {
+		yctx = context.WithValue(ctx, yielderKey{}, &yielder{busy: w.Busy, lane: make(chan struct{}, 1)})
+	}
 	var wg sync.WaitGroup
 	var firstErr atomic.Value
 	for range workers {
@@ -221,13 +231,15 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 		go func() {
 			defer wg.Done()
 			for j := range ch {
-				n, err := warmFile(ctx, j.t.Path, j.n, w.ReadAt)
+				n, err := w.warm(yctx, j.t.Path, j.n)
 				w.bytes.Add(n)
 				totals.bytes.Add(n)
-				if err == nil {
+				switch {
+				case err == nil:
 					w.files.Add(1)
 					totals.files.Add(1)
-				} else if ctx.Err() == nil {
+				case errors.Is(err, errSkipped):
+				case ctx.Err() == nil:
 					firstErr.CompareAndSwap(nil, err)
 				}
 			}
@@ -256,6 +268,26 @@ feed:
 		return p, err
 	}
 	return p, nil
+}
+
+// errSkipped is why a target that is gone, or no longer a regular file,
+// is not warmed: no failure, since a hot set names the files of an
+// earlier run.
+var errSkipped = errors.New("not a regular file any more")
+
+// warm warms up to n bytes of the file at path, after a look at what it
+// is now: opening a FIFO would block for good.
+func (w *Warmer) warm(ctx context.Context, path string, n int64) (int64, error) {
+	info, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return 0, errSkipped
+	case err != nil:
+		return 0, err
+	case !info.Mode().IsRegular():
+		return 0, errSkipped
+	}
+	return warmFile(ctx, path, min(n, info.Size()), w.ReadAt)
 }
 
 var readBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
@@ -293,10 +325,15 @@ func readPrefix(ctx context.Context, f *os.File, n int64, readAt ReaderAt) (int6
 			return done, ctx.Err()
 		}
 		chunk := buf[:min(int64(len(buf)), n-done)]
+		// Each read waits its turn while requests are being served.
+		release, err := yielderFrom(ctx).wait(ctx)
+		if err != nil {
+			return done, err
+		}
 		var m int
-		var err error
 		if readAt != nil {
 			m, err = readAt(ctx, int(f.Fd()), chunk, done, hold)
+			release()
 			switch {
 			case ctx.Err() != nil:
 				return done, ctx.Err()
@@ -313,6 +350,7 @@ func readPrefix(ctx context.Context, f *os.File, n int64, readAt ReaderAt) (int6
 			}
 		} else {
 			m, err = f.ReadAt(chunk, done)
+			release()
 		}
 		done += int64(m)
 		if err == io.EOF {

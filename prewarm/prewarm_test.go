@@ -1,9 +1,11 @@
 package prewarm
 
 import (
+	"context"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/flashserve/caddy-flash-serve/internal/hotset"
@@ -28,15 +30,17 @@ func writeSynced(t *testing.T, path string, size int) {
 	f.Close()
 }
 
-// TestHotTargetsSkipVanishedFiles: the saved hot set becomes targets in
-// its order, with today's sizes, and without the files that are gone.
-func TestHotTargetsSkipVanishedFiles(t *testing.T) {
+// TestHotSetWarmsWhatIsLeft: the saved hot set becomes targets in its
+// order with its sizes, and a warm-up of them skips the files that are
+// gone or are no regular file any more, without calling that a failure.
+func TestHotSetWarmsWhatIsLeft(t *testing.T) {
 	dir := t.TempDir()
-	a, b := filepath.Join(dir, "a.bin"), filepath.Join(dir, "b.bin")
-	os.WriteFile(a, []byte("abc"), 0o644)
+	a, b, gone, sub := filepath.Join(dir, "a.bin"), filepath.Join(dir, "b.bin"), filepath.Join(dir, "gone.bin"), filepath.Join(dir, "sub")
+	os.WriteFile(a, []byte("abc"), 0o644) // grew since the save
 	os.WriteFile(b, []byte("b"), 0o644)
+	os.Mkdir(sub, 0o755) // a file then, a directory now
 	path := filepath.Join(dir, "state", "hotset.json")
-	files := []hotset.File{{Path: b, Size: 1, Hits: 9}, {Path: filepath.Join(dir, "gone.bin"), Size: 1, Hits: 5}, {Path: a, Size: 1, Hits: 1}}
+	files := []hotset.File{{Path: b, Size: 1, Hits: 9}, {Path: gone, Size: 1, Hits: 5}, {Path: sub, Size: 1, Hits: 3}, {Path: a, Size: 1, Hits: 1}}
 	if err := hotset.Save(path, files); err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +48,16 @@ func TestHotTargetsSkipVanishedFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ts) != 2 || ts[0] != (Target{Path: b, Size: 1}) || ts[1] != (Target{Path: a, Size: 3}) {
-		t.Fatalf("targets %+v, want b (1 byte) then a (3 bytes today), without gone.bin", ts)
+	want := []Target{{b, 1}, {gone, 1}, {sub, 1}, {a, 1}}
+	if !slices.Equal(ts, want) {
+		t.Fatalf("targets %+v, want %+v", ts, want)
+	}
+	p, err := (&Warmer{Workers: 2}).Run(context.Background(), ts)
+	if err != nil {
+		t.Fatalf("a warm-up of a hot set with a vanished file failed: %v", err)
+	}
+	if p.Files != 2 || p.Bytes != 2 {
+		t.Fatalf("warmed %d files, %d bytes; want b and a, a byte each", p.Files, p.Bytes)
 	}
 	if ts, err := HotTargets(filepath.Join(dir, "none.json")); err != nil || len(ts) != 0 {
 		t.Fatalf("a missing hot set: %+v, %v", ts, err)

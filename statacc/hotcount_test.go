@@ -31,14 +31,14 @@ func TestHotSetOrdersByRequestsAndDecays(t *testing.T) {
 		}
 	}
 	hot := c.HotSet()
-	if got := hotNames(hot.Top(2)); len(got) != 2 || got[0] != "a=5" || got[1] != "b=3" {
+	if got := hotNames(hot.Top(2, 0)); len(got) != 2 || got[0] != "a=5" || got[1] != "b=3" {
 		t.Fatalf("Top(2) = %v, want [a=5 b=3]", got)
 	}
-	if got := hotNames(hot.Top(3)); len(got) != 3 || got[0] != "a=5" || got[1] != "b=3" || got[2] != "c=1" {
+	if got := hotNames(hot.Top(3, 0)); len(got) != 3 || got[0] != "a=5" || got[1] != "b=3" || got[2] != "c=1" {
 		t.Fatalf("Top(3) after a Top = %v, want [a=5 b=3 c=1]: Top must not change the counts", got)
 	}
 	hot.Decay()
-	if got := hotNames(hot.Top(3)); len(got) != 2 || got[0] != "a=2" || got[1] != "b=1" {
+	if got := hotNames(hot.Top(3, 0)); len(got) != 2 || got[0] != "a=2" || got[1] != "b=1" {
 		t.Fatalf("Top(3) after a Decay = %v, want [a=2 b=1] (c's 1 halved to 0)", got)
 	}
 }
@@ -64,13 +64,13 @@ func TestHotCountSurvivesItsEntry(t *testing.T) {
 	for range 2 {
 		describe(t, c, hot) // a new entry: 2 more
 	}
-	if got := hotNames(c.HotSet().Top(10)); len(got) != 2 || got[0] != "hot=8" || got[1] != "cool=1" {
+	if got := hotNames(c.HotSet().Top(10, 0)); len(got) != 2 || got[0] != "hot=8" || got[1] != "cool=1" {
 		t.Fatalf("Top = %v, want [hot=8 cool=1]", got)
 	}
 	c.HotSet().Decay()
 	c.flush()
 	// Not in the cache at all now: a candidate from the last snapshot.
-	if got := hotNames(c.HotSet().Top(10)); len(got) != 1 || got[0] != "hot=4" {
+	if got := hotNames(c.HotSet().Top(10, 0)); len(got) != 1 || got[0] != "hot=4" {
 		t.Fatalf("Top after a flush = %v, want [hot=4]", got)
 	}
 }

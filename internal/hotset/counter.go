@@ -26,10 +26,11 @@ import (
 const (
 	sketchRows  = 4
 	sketchWidth = 1 << 14 // 4 × 16384 × 4 bytes = 256 KiB per counter
-	// maxPending bounds the paths remembered between snapshots because
-	// their entry left the cache with hits: they are candidates for the
-	// next snapshot even though no entry names them any more.
-	maxPending = 4096
+	// minPending is the least bound of the paths remembered between
+	// snapshots because their entry left the cache with hits: they are
+	// candidates for the next snapshot even though no entry names them
+	// any more. A saver raises it to the size of its snapshots (Remember).
+	minPending = 4096
 )
 
 // File is one file of a snapshot: its path, its size when it was counted,
@@ -46,6 +47,8 @@ type File struct {
 type Tally struct {
 	hits atomic.Int64
 	key  uint64 // the path's hash in the counter's sketch
+	// counted is set once a hit of the tally reached the sketch.
+	counted atomic.Bool
 }
 
 // Hit counts one request. It is the only call on the hot path: one
@@ -63,15 +66,28 @@ type Counter struct {
 	mu sync.Mutex
 	// pending and last are the candidates that no live entry names: the
 	// files whose entry left the cache since the last snapshot, and the
-	// last snapshot itself. Both are bounded.
-	pending []File
-	last    []File
+	// last snapshot itself. pending holds at most maxPending files, last
+	// at most what Top was asked for.
+	pending    []File
+	last       []File
+	maxPending int
 }
 
 // NewCounter returns an empty counter. live yields the regular files the
 // cache holds at the time of a snapshot, each with its tally.
 func NewCounter(live iter.Seq2[File, *Tally]) *Counter {
-	return &Counter{seed: maphash.MakeSeed(), live: live}
+	return &Counter{seed: maphash.MakeSeed(), live: live, maxPending: minPending}
+}
+
+// Remember makes the counter keep up to n files whose entries left the
+// cache between two snapshots, so that a snapshot of n files can name
+// files the cache no longer holds: a cache that keeps descriptors for a
+// few thousand files of a uniformly requested tree of 100,000 sees most
+// of them leave between snapshots. The bound only grows.
+func (c *Counter) Remember(n int) {
+	c.mu.Lock()
+	c.maxPending = max(c.maxPending, n)
+	c.mu.Unlock()
 }
 
 func (c *Counter) key(path string) uint64 {
@@ -126,31 +142,40 @@ func (c *Counter) fold(t *Tally) int64 {
 	n := t.hits.Swap(0)
 	if n > 0 {
 		c.add(t.key, uint32(min(n, int64(^uint32(0)))))
+		t.counted.Store(true)
 	}
 	return n
 }
 
 // Leave is called when the entry of f, counted by t, leaves the cache:
 // its hits go to the sketch and f stays a candidate until the next
-// snapshot.
+// snapshot. An entry that leaves before any hit of it was counted still
+// stands for the request that made it: a cache that is over its
+// descriptors may evict a new entry before that request's hit lands on
+// it, and the hit is lost with the entry. It counts one.
 func (c *Counter) Leave(t *Tally, f File) {
 	if c.fold(t) == 0 {
-		return
+		if t.counted.Swap(true) {
+			return
+		}
+		c.add(t.key, 1)
 	}
 	c.mu.Lock()
-	if len(c.pending) < maxPending {
+	if len(c.pending) < c.maxPending {
 		c.pending = append(c.pending, f)
 	}
 	c.mu.Unlock()
 }
 
-// Top returns the n files with the most requests, hottest first. The
+// Top returns the files with the most requests, hottest first: n files
+// at most and, when bytes is positive, only as many as bytes holds, the
+// one that crosses it included (a warm-up reads that one in part). The
 // candidates are the files the cache holds now, those whose entry left
 // it since the last snapshot, and the last snapshot's; their counts come
 // from the sketch. Top changes no count (Decay does), but it folds the
 // live tallies into the sketch and makes its answer the next snapshot's
 // candidates in place of those that left the cache.
-func (c *Counter) Top(n int) []File {
+func (c *Counter) Top(n int, bytes int64) []File {
 	seen := make(map[string]bool)
 	var all []File
 	consider := func(f File, key uint64) {
@@ -198,7 +223,17 @@ func (c *Counter) Top(n int) []File {
 		}
 		return strings.Compare(a.Path, b.Path)
 	})
-	top := slices.Clone(all[:min(n, len(all))])
+	all = all[:min(n, len(all))]
+	if bytes > 0 {
+		var sum int64
+		for i, f := range all {
+			if sum += f.Size; sum >= bytes {
+				all = all[:i+1]
+				break
+			}
+		}
+	}
+	top := slices.Clone(all)
 	c.mu.Lock()
 	c.last = top
 	c.mu.Unlock()

@@ -26,8 +26,8 @@ func TestCounterIsBounded(t *testing.T) {
 	for i := range 10 {
 		leave(c, "/heavy/"+strconv.Itoa(i), int64(1000*(i+1)))
 	}
-	if len(c.pending) > maxPending {
-		t.Fatalf("%d pending candidates, bound %d", len(c.pending), maxPending)
+	if len(c.pending) > minPending {
+		t.Fatalf("%d pending candidates, bound %d", len(c.pending), minPending)
 	}
 	if unsafe.Sizeof(*c) != size || size > 300<<10 {
 		t.Fatalf("counter is %d bytes", size)
@@ -58,5 +58,51 @@ func TestHitAllocatesNothing(t *testing.T) {
 	}
 	if tl.hits.Load() < 1000 {
 		t.Fatalf("%d hits counted", tl.hits.Load())
+	}
+}
+
+// TestTopHoldsWhatFitsTheBytes: a snapshot stops at the file that crosses
+// its bytes, that one included.
+func TestTopHoldsWhatFitsTheBytes(t *testing.T) {
+	c := NewCounter(nil)
+	for i := range 10 {
+		var tl Tally
+		p := "/srv/" + strconv.Itoa(i)
+		c.Track(&tl, p)
+		tl.hits.Store(int64(100 - i))
+		c.Leave(&tl, File{Path: p, Size: 10})
+	}
+	if top := c.Top(100, 35); len(top) != 4 || top[3].Path != "/srv/3" {
+		t.Fatalf("Top(100, 35) = %+v, want the 4 hottest (40 bytes, the fourth crossing 35)", top)
+	}
+	if top := c.Top(2, 0); len(top) != 2 {
+		t.Fatalf("Top(2, 0) = %+v, want 2 files", top)
+	}
+}
+
+// TestRememberKeepsMoreCandidates: a counter told to remember n files
+// keeps n of those that left the cache, where it kept minPending.
+func TestRememberKeepsMoreCandidates(t *testing.T) {
+	c := NewCounter(nil)
+	c.Remember(3 * minPending)
+	for i := range 2 * minPending {
+		leave(c, "/srv/"+strconv.Itoa(i), 1)
+	}
+	if top := c.Top(3*minPending, 0); len(top) != 2*minPending {
+		t.Fatalf("%d files in the snapshot, want all %d that left the cache", len(top), 2*minPending)
+	}
+}
+
+// TestLeaveBeforeTheFirstHitCountsOne: a cache over its descriptors may
+// evict a new entry before the hit of the request that made it lands;
+// the file still counts that request, once.
+func TestLeaveBeforeTheFirstHitCountsOne(t *testing.T) {
+	c := NewCounter(nil)
+	var tl Tally
+	c.Track(&tl, "/srv/new")
+	c.Leave(&tl, File{Path: "/srv/new"})
+	c.Leave(&tl, File{Path: "/srv/new"}) // left again with nothing new: no more
+	if top := c.Top(10, 0); len(top) != 1 || top[0].Hits != 1 {
+		t.Fatalf("Top = %+v, want /srv/new with 1 hit", top)
 	}
 }

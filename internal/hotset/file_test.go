@@ -53,7 +53,7 @@ func TestSaverSavesOnStopAndDecays(t *testing.T) {
 	leave(c, "/srv/a", 4)
 	leave(c, "/srv/b", 8)
 	var saved [][]File
-	s := StartSaver(path, c, 10, time.Hour, func(files []File, err error) {
+	s := StartSaver(path, c, 10, 0, time.Hour, func(files []File, err error) {
 		if err != nil {
 			t.Error(err)
 		}
@@ -70,7 +70,7 @@ func TestSaverSavesOnStopAndDecays(t *testing.T) {
 	if err != nil || !slices.Equal(got.Files, saved[0]) {
 		t.Fatalf("the file holds %+v, %v; want what was saved", got, err)
 	}
-	if top := c.Top(10); len(top) != 2 || top[0].Hits != 4 || top[1].Hits != 2 {
+	if top := c.Top(10, 0); len(top) != 2 || top[0].Hits != 4 || top[1].Hits != 2 {
 		t.Fatalf("after the save: %+v, want the counts halved", top)
 	}
 }
@@ -80,7 +80,7 @@ func TestSaverSavesOnTick(t *testing.T) {
 	c := NewCounter(nil)
 	leave(c, "/srv/a", 1<<20) // enough hits to outlast the decay of many ticks
 	saves := make(chan []File, 1)
-	s := StartSaver(filepath.Join(t.TempDir(), "hot.json"), c, 10, time.Millisecond, func(files []File, err error) {
+	s := StartSaver(filepath.Join(t.TempDir(), "hot.json"), c, 10, 0, time.Millisecond, func(files []File, err error) {
 		select {
 		case saves <- files:
 		default:
