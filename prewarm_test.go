@@ -161,13 +161,13 @@ func TestHotSetHoldsAUniformTree(t *testing.T) {
 	order := append(slices.Clone(paths), paths...)
 	rand.New(rand.NewPCG(5, 5)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	for _, p := range order {
-		e, err := fsrv.cache.Get(context.Background(), p)
+		e, err := fsrv.cache.GetConfined(context.Background(), "", statacc.SymlinksFollow, p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.Release()
 	}
-	live := fsrv.cache.Len()
+	live := fsrv.cache.Snapshot().Entries
 	if err := fsrv.Cleanup(); err != nil { // the last user: the set is saved
 		t.Fatal(err)
 	}
