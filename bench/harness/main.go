@@ -46,6 +46,57 @@ type result struct {
 	threads  int
 	rssKB    int
 	err      string
+	// checked counts the runs whose data was checked resident before they
+	// started; lowBefore is the lowest percentage found, lowAfter the
+	// lowest after the files were read again; reread counts those runs.
+	checked             int
+	lowBefore, lowAfter float64
+	reread              int
+}
+
+// noteResidency records one run's residency check.
+func (r *result) noteResidency(before, after float64) {
+	if r.checked == 0 {
+		r.lowBefore, r.lowAfter = before, after
+	}
+	r.checked++
+	r.lowBefore, r.lowAfter = min(r.lowBefore, before), min(r.lowAfter, after)
+	if after != before {
+		r.reread++
+	}
+}
+
+// prepare gets one run of w on s ready: the page cache emptied for a cold
+// workload, the data checked resident (and read again) for a warm one.
+func prepare(cfg *config, w workload, s *server, r *result) error {
+	if w.cold {
+		if _, err := evict(cfg.data); err != nil {
+			return fmt.Errorf("evicting: %w", err)
+		}
+		return nil
+	}
+	if len(w.resident) == 0 {
+		return nil
+	}
+	before, after, err := ensureResident(cfg, w.resident)
+	if err != nil {
+		return fmt.Errorf("residency: %w", err)
+	}
+	r.noteResidency(before, after)
+	if before < 100 {
+		log.Printf("%s %s: data %.1f%% resident, %.1f%% after reading it again", w.id, s.name, before, after)
+	}
+	return nil
+}
+
+// timed runs w once on s and counts the server's CPU time during it.
+func timed(cfg *config, w workload, s *server) (measurement, error) {
+	cpu0, cerr := cpuSeconds(s.pid)
+	m, err := w.run(cfg, s)
+	if cpu1, cerr1 := cpuSeconds(s.pid); err == nil && cerr == nil && cerr1 == nil {
+		m.cpuSecs = cpu1 - cpu0
+	}
+	return m, err
 }
 
 func main() {
@@ -58,7 +109,19 @@ func main() {
 	only := flag.String("workloads", "a,b,c,d,e,f,g,h,i,j,k", "workloads to run")
 	out := flag.String("out", "", "Markdown output; default bench/RESULTS.md (smoke: bench/out/RESULTS-smoke.md)")
 	keep := flag.Bool("keep", false, "keep the temporary folder")
+	scale := flag.Bool("scale", false, "only the growth workload: a tree of -scale-files small files, each requested once, "+
+		"as many missing paths, flash_serve's RSS after each pass, then e on that tree; writes its own section of the -out file")
+	scaleFiles := flag.Int("scale-files", 1000000, "files of the -scale tree")
+	scaleSize := flag.Int("scale-size", 8192, "bytes of each file of the -scale tree (1024 if the disk cannot hold those)")
+	scaleDir := flag.String("scale-dir", "/var/tmp/flash-bench-scale", "where the -scale tree is created once and kept")
+	fetch := flag.String("fetch", "", "internal: request every path of this file once, print the result as JSON")
+	fetchBase := flag.String("fetch-base", "", "internal: the URL -fetch's paths are appended to")
+	fetchConns := flag.Int("fetch-conns", scaleConns, "internal: -fetch's connections")
 	flag.Parse()
+	if *fetch != "" {
+		runFetch(*fetch, *fetchBase, *fetchConns)
+		return
+	}
 
 	cfg := &config{
 		mode: "full", runs: 5, duration: 5 * time.Second, restartWindow: 10 * time.Second,
@@ -105,7 +168,12 @@ func main() {
 	}
 	cfg.data = filepath.Join(cfg.work, "data")
 	os.MkdirAll(cfg.data, 0o755)
-	if err := run(cfg); err != nil {
+	do := run
+	if *scale {
+		cfg.mode = "scale"
+		do = func(cfg *config) error { return runScale(cfg, *scaleDir, *scaleFiles, *scaleSize) }
+	}
+	if err := do(cfg); err != nil {
 		log.Print(err)
 		if !*keep {
 			os.RemoveAll(cfg.work)
@@ -115,18 +183,13 @@ func main() {
 }
 
 func run(cfg *config) error {
-	for _, port := range []int{portFlash, portFile, portResp, portNginx, portLighty, tlsFlash, tlsFile} {
-		if !portFree(port) {
-			return fmt.Errorf("port %d on 127.0.0.1 is taken; stop what listens there", port)
-		}
+	if err := portsFree(portFlash, portFile, portResp, portResp404, portNginx, portNgxAio, portLighty, tlsFlash, tlsFile, portRestart); err != nil {
+		return err
 	}
 	log.Printf("building ./xcaddy")
-	cfg.caddy = filepath.Join(cfg.work, "caddy")
-	if out, err := exec.Command("go", "build", "-o", cfg.caddy, "./xcaddy").CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./xcaddy: %v\n%s", err, out)
+	if err := buildCaddy(cfg); err != nil {
+		return err
 	}
-	cfg.nginx = lookPath("nginx")
-	cfg.lighttpd = lookPath("lighttpd")
 	log.Printf("writing data sets under %s", cfg.data)
 	start := time.Now()
 	if err := makeData(cfg.data, cfg.set); err != nil {
@@ -181,6 +244,9 @@ func run(cfg *config) error {
 		return err
 	}
 	md := report(cfg, ran, names, results)
+	if kept := keptSection(cfg.out, growthHeading); kept != "" {
+		md = strings.TrimRight(md, "\n") + "\n\n" + kept
+	}
 	if err := os.WriteFile(cfg.out, []byte(md), 0o644); err != nil {
 		return err
 	}
@@ -201,6 +267,18 @@ func run(cfg *config) error {
 	return nil
 }
 
+// buildCaddy builds ./xcaddy into the work folder and finds the other
+// servers.
+func buildCaddy(cfg *config) error {
+	cfg.caddy = filepath.Join(cfg.work, "caddy")
+	if out, err := exec.Command("go", "build", "-o", cfg.caddy, "./xcaddy").CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./xcaddy: %v\n%s", err, out)
+	}
+	cfg.nginx = lookPath("nginx")
+	cfg.lighttpd = lookPath("lighttpd")
+	return nil
+}
+
 // measureWorkload runs w on every server, interleaved (A B C A B C …),
 // then counts syscalls once per server.
 func measureWorkload(cfg *config, w workload, servers []*server, res map[string]*result) {
@@ -214,14 +292,13 @@ func measureWorkload(cfg *config, w workload, servers []*server, res map[string]
 				r = &result{}
 				res[s.name] = r
 			}
-			if w.cold {
-				if _, err := evict(cfg.data); err != nil {
-					r.err = "evicting: " + err.Error()
-					continue
-				}
+			if err := prepare(cfg, w, s, r); err != nil {
+				r.err = firstLine(err.Error())
+				log.Printf("%s %s run %d: %v", w.id, s.name, round, err)
+				continue
 			}
 			smp := sample(s.pid)
-			m, err := w.run(cfg, s)
+			m, err := timed(cfg, w, s)
 			th, kb := smp.finish()
 			r.threads, r.rssKB = max(r.threads, th), max(r.rssKB, kb)
 			if err != nil {
@@ -264,13 +341,11 @@ func smokeWorkload(cfg *config, w workload, servers []*server, res map[string]*r
 		}
 		r := &result{}
 		res[s.name] = r
-		if w.cold {
-			if _, err := evict(cfg.data); err != nil {
-				r.err = err.Error()
-				continue
-			}
+		if err := prepare(cfg, w, s, r); err != nil {
+			r.err = firstLine(err.Error())
+			continue
 		}
-		m, err := w.run(cfg, s)
+		m, err := timed(cfg, w, s)
 		if err != nil {
 			r.err = firstLine(err.Error())
 			continue
@@ -338,6 +413,18 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// cpuPerGiB is the median server CPU seconds per GiB of body, over the
+// runs that counted both; 0 if none did.
+func (r *result) cpuPerGiB() float64 {
+	var xs []float64
+	for _, m := range r.runs {
+		if m.bytes > 0 && m.cpuSecs > 0 {
+			xs = append(xs, m.cpuSecs/(m.bytes/(1<<30)))
+		}
+	}
+	return median(xs)
 }
 
 func (r *result) median(f func(measurement) float64) float64 {

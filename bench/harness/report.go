@@ -61,6 +61,18 @@ func fmtValue(v float64, unit string) string {
 	return fmt.Sprintf("%.0f", v)
 }
 
+// residentCell is the resident % column: "–" where nothing was checked,
+// the lowest percentage found, and "→ after" where files were read again.
+func (r *result) residentCell() string {
+	switch {
+	case r.checked == 0:
+		return "–"
+	case r.reread == 0:
+		return fmt.Sprintf("%.1f", r.lowBefore)
+	}
+	return fmt.Sprintf("%.1f → %.1f (%d of %d runs)", r.lowBefore, r.lowAfter, r.reread, r.checked)
+}
+
 func ratio(res map[string]*result, a, b string) string {
 	ra, rb := res[a], res[b]
 	if ra == nil || rb == nil {
@@ -87,12 +99,17 @@ func report(cfg *config, ws []workload, names []string, results map[string]map[s
 		"req/s counts successful responses only (404s in g are the expected answer).\n",
 		cfg.runs, cfg.duration)
 	fmt.Fprintf(&b, "- Syscalls per request: `perf stat -e raw_syscalls:sys_enter -p PID` over `h2load --h1 -n %d -c 16`. "+
-		"Threads and RSS: the peak sampled from /proc/PID/status during the workload.\n\n", cfg.syscallRequests)
+		"Threads and RSS: the peak sampled from /proc/PID/status during the workload.\n", cfg.syscallRequests)
+	b.WriteString("- Resident %: before every run of a warm workload, `caddy flash-serve residency` (mincore) over the files it reads; " +
+		"the lowest percentage found, and after → the lowest after the files were read again (`flash-serve prewarm`) where this VM had dropped pages. " +
+		"CPU s/GiB: the server's user+system time (/proc/PID/stat, all threads) during the run, per GiB of body received.\n")
+	b.WriteString("- Peers: `nginx` is nginx's default config with sendfile and open_file_cache; `nginx_aio` adds `thread_pool` of 32 threads, " +
+		"`aio threads; directio off` (f, i, j); `respond` and `respond_404` are Caddy's ceiling in the same binary: `respond` with a 1 KiB body (a), `respond 404` (g).\n\n")
 	if cfg.mode == "smoke" {
 		b.WriteString("Smoke mode: one short request burst per server and workload, small data; the figures mean nothing.\n\n")
 	}
-	b.WriteString("| workload | server | median | unit | MB/s | p50 ms | p99 ms | spread | syscalls/req | peak threads | peak RSS MiB | note |\n")
-	b.WriteString("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| workload | server | median | unit | MB/s | p50 ms | p99 ms | spread | syscalls/req | CPU s/GiB | resident % | peak threads | peak RSS MiB | note |\n")
+	b.WriteString("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, w := range ws {
 		res := results[w.id]
 		for _, name := range serverNames(names, res) {
@@ -121,22 +138,34 @@ func report(cfg *config, ws []workload, names []string, results map[string]map[s
 				}
 				return fmt.Sprintf("%.2f", v)
 			}
-			fmt.Fprintf(&b, "| %s %s | %s | %s | %s | %.0f | %s | %s | %.0f%% | %s | %d | %.0f | %s |\n",
+			cpu := "–"
+			if v := r.cpuPerGiB(); w.cpuPerGiB && v > 0 {
+				cpu = fmt.Sprintf("%.2f", v)
+			}
+			fmt.Fprintf(&b, "| %s %s | %s | %s | %s | %.0f | %s | %s | %.0f%% | %s | %s | %s | %d | %.0f | %s |\n",
 				w.id, w.title, name,
 				fmtValue(r.median(func(m measurement) float64 { return m.value }), w.unit), w.unit,
 				r.median(func(m measurement) float64 { return m.mbps }),
 				lat(func(m measurement) float64 { return m.p50 }), lat(func(m measurement) float64 { return m.p99 }),
-				r.spread(), sys, r.threads, float64(r.rssKB)/1024, html.EscapeString(note))
+				r.spread(), sys, cpu, r.residentCell(), r.threads, float64(r.rssKB)/1024, html.EscapeString(note))
 		}
 	}
 	b.WriteString("\n## Ratios (medians of the primary figure)\n\n")
-	b.WriteString("| workload | flash_serve / file_server | flash_serve / respond | flash_serve / nginx | flash_serve / lighttpd |\n")
-	b.WriteString("|---|---:|---:|---:|---:|\n")
+	b.WriteString("| workload | flash_serve / file_server | flash_serve / Caddy's ceiling (respond, respond 404) | flash_serve / nginx | flash_serve / nginx_aio | flash_serve / lighttpd | CPU s/GiB flash_serve / nginx |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, w := range ws {
 		res := results[w.id]
-		fmt.Fprintf(&b, "| %s %s | %s | %s | %s | %s |\n", w.id, w.title,
-			ratio(res, "flash_serve", "file_server"), ratio(res, "flash_serve", "respond"),
-			ratio(res, "flash_serve", "nginx"), ratio(res, "flash_serve", "lighttpd"))
+		ceiling := ratio(res, "flash_serve", "respond")
+		if res["respond_404"] != nil {
+			ceiling = ratio(res, "flash_serve", "respond_404") + " (404)"
+		}
+		cpu := "–"
+		if f, n := res["flash_serve"], res["nginx"]; w.cpuPerGiB && f != nil && n != nil && f.cpuPerGiB() > 0 && n.cpuPerGiB() > 0 {
+			cpu = fmt.Sprintf("%.2f×", f.cpuPerGiB()/n.cpuPerGiB())
+		}
+		fmt.Fprintf(&b, "| %s %s | %s | %s | %s | %s | %s | %s |\n", w.id, w.title,
+			ratio(res, "flash_serve", "file_server"), ceiling,
+			ratio(res, "flash_serve", "nginx"), ratio(res, "flash_serve", "nginx_aio"), ratio(res, "flash_serve", "lighttpd"), cpu)
 	}
 	if j := results["j"]; j != nil && results["e"] != nil {
 		warm := results["e"]["flash_serve"]
@@ -178,6 +207,7 @@ func serverNames(names []string, res map[string]*result) []string {
 
 var serverColours = map[string]string{
 	"flash_serve": "#d9480f", "file_server": "#1c7ed6", "respond": "#868e96", "nginx": "#2b8a3e", "lighttpd": "#7048e8",
+	"nginx_aio": "#74b816", "respond_404": "#adb5bd",
 	"flash_serve+prewarm": "#f59f00", "flash-serve prewarm": "#f59f00", "cat": "#495057",
 }
 

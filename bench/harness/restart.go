@@ -20,14 +20,18 @@ import (
 const portRestart = 18095
 
 type restartVariant struct {
+	// handler is a Caddy handler, or "nginx".
 	name, handler string
-	prewarm       bool
+	// prewarm turns on flash_serve's prewarm; aio nginx's `aio threads`.
+	prewarm, aio bool
 }
 
 var restartVariants = []restartVariant{
-	{"flash_serve+prewarm", "flash_serve", true},
-	{"flash_serve", "flash_serve", false},
-	{"file_server", "file_server", false},
+	{name: "flash_serve+prewarm", handler: "flash_serve", prewarm: true},
+	{name: "flash_serve", handler: "flash_serve"},
+	{name: "file_server", handler: "file_server"},
+	{name: "nginx", handler: "nginx"},
+	{name: "nginx_aio", handler: "nginx", aio: true},
 }
 
 func restartCaddyfile(cfg *config, v restartVariant) string {
@@ -51,10 +55,15 @@ func restartOnce(cfg *config, v restartVariant) (measurement, int, int, error) {
 		return measurement{}, 0, 0, err
 	}
 	conf := filepath.Join(cfg.work, "restart-"+strings.ReplaceAll(v.name, "+", "-")+".Caddyfile")
-	if err := os.WriteFile(conf, []byte(restartCaddyfile(cfg, v)), 0o644); err != nil {
+	text, args := restartCaddyfile(cfg, v), []string{cfg.caddy, "run", "--config", conf, "--adapter", "caddyfile"}
+	if v.handler == "nginx" {
+		conf = filepath.Join(cfg.work, "restart-"+v.name+".conf")
+		text, args = nginxConf(cfg.work, cfg.data, "restart-"+v.name, portRestart, v.aio), []string{cfg.nginx, "-p", cfg.work, "-c", conf}
+	}
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		return measurement{}, 0, 0, err
 	}
-	cmd := exec.Command("taskset", "-c", "0", cfg.caddy, "run", "--config", conf, "--adapter", "caddyfile")
+	cmd := exec.Command("taskset", append([]string{"-c", "0"}, args...)...)
 	// Its own data directory: the hot set of one variant is not another's.
 	cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+filepath.Join(cfg.work, "xdg-"+v.name))
 	logf, _ := os.Create(conf + ".log")
@@ -82,6 +91,9 @@ func measureRestart(cfg *config, res map[string]*result) {
 	runs := restartRuns(cfg)
 	for round := 1; round <= runs; round++ {
 		for _, v := range restartVariants {
+			if v.handler == "nginx" && cfg.nginx == "" {
+				continue
+			}
 			r := res[v.name]
 			if r == nil {
 				r = &result{}

@@ -43,13 +43,15 @@ func (s *server) tlsURL(path string) string {
 }
 
 const (
-	portFlash  = 18081
-	portFile   = 18082
-	portResp   = 18083
-	portNginx  = 18084
-	portLighty = 18085
-	tlsFlash   = 18443
-	tlsFile    = 18444
+	portFlash   = 18081
+	portFile    = 18082
+	portResp    = 18083
+	portNginx   = 18084
+	portLighty  = 18085
+	portNgxAio  = 18086
+	portResp404 = 18087
+	tlsFlash    = 18443
+	tlsFile     = 18444
 )
 
 // caddyfile is the config of one Caddy process: the same binary serves
@@ -77,8 +79,14 @@ func caddyfile(work, data, handler string, port, tlsPort int, body1k string) str
 		if strings.HasPrefix(addr, "https") {
 			b.WriteString("\ttls internal\n")
 		}
-		if handler == "respond" {
+		switch handler {
+		case "respond":
 			fmt.Fprintf(&b, "\theader Content-Type application/octet-stream\n\trespond %q 200\n}\n", body1k)
+			return
+		case "respond_404":
+			// The ceiling of a 404 inside Caddy: the same empty 404 that
+			// file_server and flash_serve answer, with no lookup at all.
+			b.WriteString("\trespond 404\n}\n")
 			return
 		}
 		fmt.Fprintf(&b, "\troot * %s\n\t%s\n}\n", data, handler)
@@ -100,34 +108,43 @@ var flashGlobalOptions = `	servers {
 	}
 `
 
-func nginxConf(work, data string, port int) string {
+// nginxConf is nginx's config for the bench: its defaults, with sendfile
+// and open_file_cache. With aio, blocking reads go to a pool of 32 threads
+// (`aio threads`), nginx's own answer to a tree that is not in the page
+// cache; name keeps the two instances' files apart.
+func nginxConf(work, data, name string, port int, aio bool) string {
+	pool, aioConf := "", ""
+	if aio {
+		pool = "thread_pool bench threads=32;\n"
+		aioConf = "\taio threads=bench;\n\tdirectio off;\n"
+	}
 	return fmt.Sprintf(`worker_processes 1;
 master_process off;
 daemon off;
 worker_rlimit_nofile 65536;
-error_log %[1]s/nginx-error.log error;
-pid %[1]s/nginx.pid;
-events { worker_connections 8192; }
+error_log %[1]s/%[5]s-error.log error;
+pid %[1]s/%[5]s.pid;
+%[6]sevents { worker_connections 8192; }
 http {
 	access_log off;
 	sendfile on;
-	tcp_nopush on;
+%[7]s	tcp_nopush on;
 	keepalive_requests 1000000;
 	open_file_cache max=%[4]d inactive=60s;
 	open_file_cache_valid 60s;
 	open_file_cache_errors on;
-	client_body_temp_path %[1]s/nginx-body;
-	proxy_temp_path %[1]s/nginx-proxy;
-	fastcgi_temp_path %[1]s/nginx-fastcgi;
-	uwsgi_temp_path %[1]s/nginx-uwsgi;
-	scgi_temp_path %[1]s/nginx-scgi;
+	client_body_temp_path %[1]s/%[5]s-body;
+	proxy_temp_path %[1]s/%[5]s-proxy;
+	fastcgi_temp_path %[1]s/%[5]s-fastcgi;
+	uwsgi_temp_path %[1]s/%[5]s-uwsgi;
+	scgi_temp_path %[1]s/%[5]s-scgi;
 	types { application/octet-stream bin; text/html html; }
 	server {
 		listen 127.0.0.1:%[2]d;
 		root %[3]s;
 	}
 }
-`, work, port, data, openFileCacheMax())
+`, work, port, data, openFileCacheMax(), name, pool, aioConf)
 }
 
 // openFileCacheMax keeps nginx's descriptor cache well below the limit, or
@@ -148,14 +165,17 @@ mimetype.assign = ( ".bin" => "application/octet-stream", ".html" => "text/html"
 `, data, port, filepath.Join(work, "lighttpd-error.log"))
 }
 
-// startServers starts every server pinned to CPU 0 and waits until each
-// answers.
-func startServers(cfg *config) ([]*server, error) {
+// serverSpec is a server to start: what it is and the command line.
+type serverSpec struct {
+	s    *server
+	args []string
+}
+
+// specs lists the servers of the side-by-side run, with their configs
+// written under cfg.work, serving cfg.data.
+func specs(cfg *config) ([]serverSpec, error) {
 	body1k := strings.Repeat("x", 1024)
-	specs := []struct {
-		s    *server
-		args []string
-	}{}
+	var out []serverSpec
 	for _, h := range []struct {
 		name, handler string
 		port, tls     int
@@ -164,39 +184,60 @@ func startServers(cfg *config) ([]*server, error) {
 		{"flash_serve", "flash_serve", portFlash, tlsFlash, ""},
 		{"file_server", "file_server", portFile, tlsFile, ""},
 		{"respond", "respond", portResp, 0, "a"},
+		{"respond_404", "respond_404", portResp404, 0, "g"},
 	} {
 		conf := filepath.Join(cfg.work, h.name+".Caddyfile")
 		if err := os.WriteFile(conf, []byte(caddyfile(cfg.work, cfg.data, h.handler, h.port, h.tls, body1k)), 0o644); err != nil {
 			return nil, err
 		}
-		specs = append(specs, struct {
-			s    *server
-			args []string
-		}{&server{name: h.name, port: h.port, tlsPort: h.tls, only: h.only},
+		out = append(out, serverSpec{&server{name: h.name, port: h.port, tlsPort: h.tls, only: h.only},
 			[]string{cfg.caddy, "run", "--config", conf, "--adapter", "caddyfile"}})
 	}
 	if cfg.nginx != "" {
-		conf := filepath.Join(cfg.work, "nginx.conf")
-		if err := os.WriteFile(conf, []byte(nginxConf(cfg.work, cfg.data, portNginx)), 0o644); err != nil {
-			return nil, err
+		for _, n := range []struct {
+			name string
+			port int
+			aio  bool
+			only string
+		}{
+			{"nginx", portNginx, false, ""},
+			// nginx with aio threads is the peer of the workloads that
+			// read from the disk or may: its default config blocks its one
+			// worker on every page-cache miss.
+			{"nginx_aio", portNgxAio, true, "f,i"},
+		} {
+			conf := filepath.Join(cfg.work, n.name+".conf")
+			if err := os.WriteFile(conf, []byte(nginxConf(cfg.work, cfg.data, n.name, n.port, n.aio)), 0o644); err != nil {
+				return nil, err
+			}
+			out = append(out, serverSpec{&server{name: n.name, port: n.port, only: n.only}, []string{cfg.nginx, "-p", cfg.work, "-c", conf}})
 		}
-		specs = append(specs, struct {
-			s    *server
-			args []string
-		}{&server{name: "nginx", port: portNginx}, []string{cfg.nginx, "-p", cfg.work, "-c", conf}})
 	}
 	if cfg.lighttpd != "" {
 		conf := filepath.Join(cfg.work, "lighttpd.conf")
 		if err := os.WriteFile(conf, []byte(lighttpdConf(cfg.work, cfg.data, portLighty)), 0o644); err != nil {
 			return nil, err
 		}
-		specs = append(specs, struct {
-			s    *server
-			args []string
-		}{&server{name: "lighttpd", port: portLighty}, []string{cfg.lighttpd, "-D", "-f", conf}})
+		out = append(out, serverSpec{&server{name: "lighttpd", port: portLighty}, []string{cfg.lighttpd, "-D", "-f", conf}})
 	}
+	return out, nil
+}
+
+// startServers starts every server pinned to CPU 0 and waits until each
+// answers.
+func startServers(cfg *config) ([]*server, error) {
+	sps, err := specs(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return launch(cfg, sps)
+}
+
+// launch starts the servers of sps pinned to CPU 0, each in its own
+// process group with its log under cfg.work, and waits until each answers.
+func launch(cfg *config, sps []serverSpec) ([]*server, error) {
 	var servers []*server
-	for _, sp := range specs {
+	for _, sp := range sps {
 		args := append([]string{"-c", "0"}, sp.args...)
 		cmd := exec.Command("taskset", args...)
 		logf, err := os.Create(filepath.Join(cfg.work, sp.s.name+".log"))
@@ -315,6 +356,16 @@ func (s *sampler) finish() (threads, rssKB int) {
 	close(s.stop)
 	<-s.done
 	return s.peakThreads, s.peakKB
+}
+
+// portsFree fails on the first port of ports that something listens on.
+func portsFree(ports ...int) error {
+	for _, port := range ports {
+		if !portFree(port) {
+			return fmt.Errorf("port %d on 127.0.0.1 is taken; stop what listens there", port)
+		}
+	}
+	return nil
 }
 
 func portFree(port int) bool {

@@ -29,6 +29,13 @@ type workload struct {
 	syscalls func(cfg *config, s *server) []string
 	// cold evicts the page cache before every run.
 	cold bool
+	// resident lists the files or folders under the data set that a warm
+	// workload reads: before every run the harness checks that they are in
+	// the page cache (this VM drops pages on its own) and reads them again
+	// if they are not.
+	resident []string
+	// cpuPerGiB reports the server's CPU time per GiB of body sent.
+	cpuPerGiB bool
 }
 
 // measurement is one run of one workload against one server.
@@ -39,6 +46,8 @@ type measurement struct {
 	errors   int     // non-2xx/3xx responses where they are not expected, socket errors
 	note     string
 	filesPS  float64 // files per second, for k
+	bytes    float64 // body bytes received, where the load generator counts them
+	cpuSecs  float64 // the server's user+system CPU time during the run
 }
 
 func workloads(cfg *config) []workload {
@@ -60,19 +69,21 @@ func workloads(cfg *config) []workload {
 	return []workload{
 		{id: "a", title: "1 KiB hot, 64 conns", unit: "req/s",
 			run:      func(cfg *config, s *server) (measurement, error) { return wrk(cfg, 64, s.url("/1k.bin"), "", 1024) },
-			syscalls: h1Syscalls("/1k.bin")},
+			syscalls: h1Syscalls("/1k.bin"), resident: []string{"1k.bin"}},
 		{id: "b", title: "64 KiB hot, 64 conns", unit: "req/s",
 			run:      func(cfg *config, s *server) (measurement, error) { return wrk(cfg, 64, s.url("/64k.bin"), "", 64<<10) },
-			syscalls: h1Syscalls("/64k.bin")},
+			syscalls: h1Syscalls("/64k.bin"), resident: []string{"64k.bin"}},
 		{id: "c", title: fmt.Sprintf("%s hot, 1 stream", sizeName(big)), unit: "GB/s",
-			run: func(cfg *config, s *server) (measurement, error) { return curlStreams(cfg, 1, s.url("/1g.bin"), false) }},
+			run:      func(cfg *config, s *server) (measurement, error) { return curlStreams(cfg, 1, s.url("/1g.bin"), false) },
+			resident: []string{"1g.bin"}, cpuPerGiB: true},
 		{id: "d", title: fmt.Sprintf("%s hot, 8 streams", sizeName(big)), unit: "GB/s",
-			run: func(cfg *config, s *server) (measurement, error) { return curlStreams(cfg, 8, s.url("/1g.bin"), false) }},
+			run:      func(cfg *config, s *server) (measurement, error) { return curlStreams(cfg, 8, s.url("/1g.bin"), false) },
+			resident: []string{"1g.bin"}, cpuPerGiB: true},
 		{id: "e", title: fmt.Sprintf("%d × 8 KiB random, 200 conns, warm", cfg.set.manyCount()), unit: "req/s",
 			run: func(cfg *config, s *server) (measurement, error) {
 				return wrk(cfg, 200, s.url(""), manyURIs, int64(cfg.set.manyFileSize))
 			},
-			syscalls: h1Syscalls(manyURIs)},
+			syscalls: h1Syscalls(manyURIs), resident: []string{"many"}},
 		{id: "f", title: fmt.Sprintf("%d × 8 KiB random, 200 conns, cold", cfg.set.manyCount()), unit: "req/s", cold: true,
 			run: func(cfg *config, s *server) (measurement, error) {
 				return wrk(cfg, 200, s.url(""), manyURIs, int64(cfg.set.manyFileSize))
@@ -87,14 +98,16 @@ func workloads(cfg *config) []workload {
 		{id: "h1", title: fmt.Sprintf("HTTPS %s over HTTP/1.1", sizeName(big)), unit: "GB/s",
 			run: func(cfg *config, s *server) (measurement, error) {
 				return curlStreams(cfg, 1, s.tlsURL("/1g.bin"), true)
-			}},
+			},
+			resident: []string{"1g.bin"}, cpuPerGiB: true},
 		{id: "h2", title: "HTTPS 1 KiB over HTTP/2, h2load -m 10", unit: "req/s",
-			run: func(cfg *config, s *server) (measurement, error) { return h2loadRun(cfg, s.tlsURL("/1k.bin")) }},
+			run:      func(cfg *config, s *server) (measurement, error) { return h2loadRun(cfg, s.tlsURL("/1k.bin")) },
+			resident: []string{"1k.bin"}},
 		{id: "i", title: "random 64 KiB ranges of the big file", unit: "req/s",
 			run: func(cfg *config, s *server) (measurement, error) {
 				return wrkRanges(cfg, s.url("/1g.bin"), big)
 			},
-			syscalls: h1Syscalls("/1g.bin", "-H", "Range: bytes=1048576-1114111")},
+			syscalls: h1Syscalls("/1g.bin", "-H", "Range: bytes=1048576-1114111"), resident: []string{"1g.bin"}},
 	}
 }
 
@@ -268,7 +281,7 @@ func curlStreams(cfg *config, n int, url string, insecure bool) (measurement, er
 	if firstErr != nil {
 		return measurement{}, firstErr
 	}
-	return measurement{value: float64(total) / secs / 1e9, mbps: float64(total) / secs / 1e6}, nil
+	return measurement{value: float64(total) / secs / 1e9, mbps: float64(total) / secs / 1e6, bytes: float64(total)}, nil
 }
 
 var h2loadFinished = regexp.MustCompile(`finished in ([\d.]+)s, ([\d.]+) req/s, ([\d.]+)([KMG]?B)/s`)
