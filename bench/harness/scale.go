@@ -82,7 +82,7 @@ func chooseScaleTree(dir string, files, size int) (scaleTree, string, error) {
 		if b+spare <= free && n <= freeInodes {
 			return t, note, nil
 		}
-		note = fmt.Sprintf("files of %d B would not fit (%.1f GiB and %d inodes needed, %.1f GiB and %d free under %s): ",
+		note = fmt.Sprintf("Files of %d B would not fit with 2 GiB to spare (%.1f GiB and %d inodes needed, %.1f GiB and %d free under %s): ",
 			s, float64(b)/(1<<30), n, float64(free)/(1<<30), freeInodes, dir)
 		if s <= 1024 {
 			break
