@@ -28,8 +28,31 @@ func openConfined(root, path string, mode Symlinks, want openKinds) (fs.FileInfo
 	if mode == SymlinksDeny {
 		how.Resolve |= unix.RESOLVE_NO_SYMLINKS
 	}
-	// O_PATH first: it opens nothing, so a device or a FIFO is only
-	// stat'ed, as in the unconfined lookup.
+	if want == openRegular {
+		// The cache's lookup: open first and fstat what was opened, as the
+		// unconfined lookup does (O_NONBLOCK: a FIFO cannot block the
+		// open). What cannot be opened for reading (a directory without
+		// read permission, a socket) is described from O_PATH below.
+		how.Flags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+		fd, err := unix.Openat2(rootFD, rel, &how)
+		switch {
+		case err == nil:
+			f := os.NewFile(uintptr(fd), path)
+			info, err := f.Stat()
+			if err != nil || !info.Mode().IsRegular() {
+				f.Close()
+				return info, nil, err
+			}
+			return info, f, nil
+		case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) && !openat2Works():
+			return openWalked(root, path, mode, want)
+		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EXDEV) ||
+			errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE):
+			return nil, nil, confinedError(path, err, mode)
+		}
+	}
+	// O_PATH opens nothing: a device or a FIFO is only stat'ed, for the
+	// listings and for what the cache's lookup could not open.
 	how.Flags = unix.O_PATH | unix.O_CLOEXEC
 	fd, err := unix.Openat2(rootFD, rel, &how)
 	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) && !openat2Works() {
