@@ -106,192 +106,88 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 		seen[sub] = true
 
+		var err error
 		switch sub {
 		case "fs":
-			if !d.Args(&fsrv.FileSystem) || d.NextArg() {
-				return d.Err("fs takes exactly one argument: the name of a file system")
-			}
-
+			fsrv.FileSystem, err = word(d, "fs takes exactly one argument: the name of a file system")
 		case "root":
-			if !d.Args(&fsrv.Root) || d.NextArg() {
-				return d.Err("root takes exactly one argument: a path")
-			}
-
+			fsrv.Root, err = word(d, "root takes exactly one argument: a path")
 		case "hide":
-			hide := d.RemainingArgs()
-			if len(hide) == 0 {
-				return d.Err("hide needs at least one file or pattern")
-			}
+			var hide []string
+			hide, err = words(d, "hide needs at least one file or pattern")
 			fsrv.Hide = append(fsrv.Hide, hide...)
-
 		case "index":
-			fsrv.IndexNames = d.RemainingArgs()
-			if len(fsrv.IndexNames) == 0 {
-				return d.Err("index needs at least one file name")
-			}
-
+			fsrv.IndexNames, err = words(d, "index needs at least one file name")
 		case "browse":
 			if fsrv.Browse != nil {
 				return d.Err("browsing is already configured")
 			}
-			if err := unmarshalBrowse(d, fsrv); err != nil {
-				return err
-			}
-
+			err = unmarshalBrowse(d, fsrv)
 		case "precompressed":
-			if err := unmarshalPrecompressed(d, fsrv); err != nil {
-				return err
-			}
-
+			err = unmarshalPrecompressed(d, fsrv)
 		case "status":
-			if !d.NextArg() {
-				return d.Err("status needs a status code or a placeholder")
-			}
-			code := d.Val()
-			if d.NextArg() {
-				return d.Err("status takes exactly one argument")
-			}
+			var code string
+			code, err = word(d, "status takes exactly one argument: a status code or a placeholder")
 			fsrv.StatusCode = caddyhttp.WeakString(code)
-
 		case "disable_canonical_uris":
-			if d.NextArg() {
-				return d.ArgErr()
-			}
 			f := false
-			fsrv.CanonicalURIs = &f
-
+			fsrv.CanonicalURIs, err = &f, noArgs(d)
 		case "pass_thru":
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			fsrv.PassThru = true
-
+			fsrv.PassThru, err = true, noArgs(d)
 		case "etag_file_extensions":
-			fsrv.EtagFileExtensions = d.RemainingArgs()
-			if len(fsrv.EtagFileExtensions) == 0 {
-				return d.Err("etag_file_extensions needs at least one extension")
-			}
-
+			fsrv.EtagFileExtensions, err = words(d, "etag_file_extensions needs at least one extension")
 		case "max_ranges":
-			n, err := intArg(d, sub)
-			if err != nil {
-				return err
-			}
-			fsrv.MaxRanges = &n
-
+			fsrv.MaxRanges, err = pointer(arg(d, sub, intValue))
 		case "negative_cache":
-			n, err := intArg(d, sub)
-			if err != nil {
-				return err
-			}
-			fsrv.NegativeCache = &n
-
-		case "stat_workers", "max_open_files", "max_watches", "max_dir_entries", "prewarm_workers":
-			n, err := intArg(d, sub)
-			if err == nil {
-				err = notZero(d, sub, n == 0)
-			}
-			if err != nil {
-				return err
-			}
-			switch sub {
-			case "stat_workers":
-				fsrv.StatWorkers = n
-			case "max_open_files":
-				fsrv.MaxOpenFiles = n
-			case "max_watches":
-				fsrv.MaxWatches = n
-			case "max_dir_entries":
-				fsrv.MaxDirEntries = n
-			default:
-				fsrv.PrewarmWorkers = n
-			}
-
-		case "revalidate", "keep_hot":
-			dur, err := durationArg(d, sub, oneArg(d))
-			if err == nil {
-				err = notZero(d, sub, dur == 0)
-			}
-			if err != nil {
-				return err
-			}
-			if sub == "revalidate" {
-				fsrv.Revalidate = dur
-			} else {
-				fsrv.KeepHot = dur
-			}
-
-		case "sendfile_max_chunk", "prewarm_budget":
-			n, err := sizeArg(d, sub, oneArg(d))
-			if err == nil {
-				err = notZero(d, sub, n == 0)
-			}
-			if err != nil {
-				return err
-			}
-			if sub == "sendfile_max_chunk" {
-				fsrv.SendfileMaxChunk = int(n)
-			} else {
-				fsrv.PrewarmBudget = n
-			}
-
+			fsrv.NegativeCache, err = pointer(arg(d, sub, intValue))
+		case "stat_workers":
+			fsrv.StatWorkers, err = notDefault(d, sub, intValue)
+		case "max_open_files":
+			fsrv.MaxOpenFiles, err = notDefault(d, sub, intValue)
+		case "max_watches":
+			fsrv.MaxWatches, err = notDefault(d, sub, intValue)
+		case "max_dir_entries":
+			fsrv.MaxDirEntries, err = notDefault(d, sub, intValue)
+		case "prewarm_workers":
+			fsrv.PrewarmWorkers, err = notDefault(d, sub, intValue)
+		case "revalidate":
+			fsrv.Revalidate, err = notDefault(d, sub, durationValue)
+		case "keep_hot":
+			fsrv.KeepHot, err = notDefault(d, sub, durationValue)
+		case "sendfile_max_chunk":
+			fsrv.SendfileMaxChunk, err = notDefault(d, sub, sizeValue[int])
+		case "prewarm_budget":
+			fsrv.PrewarmBudget, err = notDefault(d, sub, sizeValue[int64])
 		case "inotify":
 			var s string
-			if !d.Args(&s) || d.NextArg() || (s != "on" && s != "off") {
-				return d.Err("inotify takes one argument: on or off")
+			s, err = word(d, "inotify takes one argument: on or off")
+			if err == nil && s != "on" && s != "off" {
+				err = d.Err("inotify takes one argument: on or off")
 			}
 			fsrv.DisableInotify = s == "off"
-
 		case "memory_cache":
-			budget, maxFile, err := valueAndOption(d, "memory_cache <budget> [max_file <size>]", sizeArg)
-			if err != nil {
-				return err
-			}
-			fsrv.MemoryCache = &MemoryCache{Budget: budget, MaxFile: maxFile}
-
-		case "transmit", "symlinks":
-			s := oneArg(d)
-			if sub == "transmit" {
-				if s == "" {
-					return d.Err("transmit takes one argument: auto, sendfile, io_uring or copy")
-				}
-				fsrv.Transmit = s
-			} else {
-				if s == "" {
-					return d.Err("symlinks takes one argument: follow, deny or beneath")
-				}
-				fsrv.Symlinks = s
-			}
-
+			m := new(MemoryCache)
+			m.Budget, m.MaxFile, err = valueAndOption(d, "memory_cache <budget> [max_file <size>]", sizeValue[int64], sizeValue[int64])
+			fsrv.MemoryCache = m
+		case "transmit":
+			fsrv.Transmit, err = word(d, "transmit takes one argument: auto, sendfile, io_uring or copy")
+		case "symlinks":
+			fsrv.Symlinks, err = word(d, "symlinks takes one argument: follow, deny or beneath")
 		case "prewarm":
-			fsrv.Prewarm = d.RemainingArgs()
-			if len(fsrv.Prewarm) == 0 {
-				return d.Err("prewarm needs at least one path or glob under the root (* for all)")
-			}
-
+			fsrv.Prewarm, err = words(d, "prewarm needs at least one path or glob under the root (* for all)")
 		case "max_transfers":
-			n, queue, err := valueAndOption(d, "max_transfers <n> [queue <duration>]", func(d *caddyfile.Dispenser, what, s string) (int64, error) {
-				if what == sub {
-					n, err := intValue(d, what, s)
-					return int64(n), err
-				}
-				dur, err := durationArg(d, what, s)
-				return int64(dur), err
-			})
-			if err != nil {
-				return err
-			}
-			fsrv.MaxTransfers = &TransferLimit{Limit: int(n), Queue: caddy.Duration(queue)}
-
+			l := new(TransferLimit)
+			l.Limit, l.Queue, err = valueAndOption(d, "max_transfers <n> [queue <duration>]", intValue, durationValue)
+			fsrv.MaxTransfers = l
 		case "limit_rate":
-			rate, after, err := valueAndOption(d, "limit_rate <bytes/s> [after <size>]", sizeArg)
-			if err != nil {
-				return err
-			}
-			fsrv.LimitRate = &RateLimit{Rate: rate, After: after}
-
+			l := new(RateLimit)
+			l.Rate, l.After, err = valueAndOption(d, "limit_rate <bytes/s> [after <size>]", sizeValue[int64], sizeValue[int64])
+			fsrv.LimitRate = l
 		default:
 			return d.Errf("unknown subdirective '%s'", sub)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -299,12 +195,33 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 // The helpers below only parse: every range check is in checkSettings, so
 // JSON and the Caddyfile refuse the same values with the same message.
+// A value parser takes the name to report (the subdirective, or it and
+// the keyword of its option) and the argument, "" when there is none.
 
-// notZero refuses an explicit 0 for a setting whose JSON 0 means the
-// default: `revalidate 0` reads as "always" but would silently be 60s.
-func notZero(d *caddyfile.Dispenser, sub string, zero bool) error {
-	if zero {
-		return d.Errf("`%s 0` would mean the default; leave it out", sub)
+// word reads the one argument of a subdirective; usage is the error when
+// there is none or more than one.
+func word(d *caddyfile.Dispenser, usage string) (string, error) {
+	s := oneArg(d)
+	if s == "" {
+		return "", d.Err(usage)
+	}
+	return s, nil
+}
+
+// words reads the arguments of a subdirective that takes one or more;
+// usage is the error when there is none.
+func words(d *caddyfile.Dispenser, usage string) ([]string, error) {
+	args := d.RemainingArgs()
+	if len(args) == 0 {
+		return nil, d.Err(usage)
+	}
+	return args, nil
+}
+
+// noArgs refuses arguments to a subdirective that takes none.
+func noArgs(d *caddyfile.Dispenser) error {
+	if d.NextArg() {
+		return d.ArgErr()
 	}
 	return nil
 }
@@ -319,29 +236,50 @@ func oneArg(d *caddyfile.Dispenser) string {
 	return args[0]
 }
 
-// valueAndOption parses the `<v> [keyword <v>]` form.
-// usage is the form, e.g. "limit_rate <bytes/s> [after <size>]".
-func valueAndOption[T any](d *caddyfile.Dispenser, usage string, parse func(*caddyfile.Dispenser, string, string) (T, error)) (T, T, error) {
-	var v, opt T
+// arg parses the `<n>`, `<size>` or `<duration>` form: one argument.
+func arg[T any](d *caddyfile.Dispenser, sub string, parse func(*caddyfile.Dispenser, string, string) (T, error)) (T, error) {
+	return parse(d, sub, oneArg(d))
+}
+
+// notDefault parses the one argument of a setting whose JSON zero means
+// the default, and refuses an explicit zero: `revalidate 0` reads as
+// "always" but would silently be 60s.
+func notDefault[T comparable](d *caddyfile.Dispenser, sub string, parse func(*caddyfile.Dispenser, string, string) (T, error)) (T, error) {
+	v, err := arg(d, sub, parse)
+	var zero T
+	if err == nil && v == zero {
+		err = d.Errf("`%s 0` would mean the default; leave it out", sub)
+	}
+	return v, err
+}
+
+// pointer returns a pointer to v, for the settings whose zero is a value
+// and whose absence (nil) is the default.
+func pointer[T any](v T, err error) (*T, error) {
+	return &v, err
+}
+
+// valueAndOption parses the `<v> [keyword <o>]` form, each part with its
+// parser. usage is the form, e.g. "limit_rate <bytes/s> [after <size>]".
+func valueAndOption[V, O any](d *caddyfile.Dispenser, usage string,
+	value func(*caddyfile.Dispenser, string, string) (V, error),
+	option func(*caddyfile.Dispenser, string, string) (O, error)) (V, O, error) {
+	var v V
+	var o O
 	f := strings.Fields(usage)
 	sub, keyword := f[0], f[2][1:]
 	args := d.RemainingArgs()
 	if len(args) != 1 && len(args) != 3 || len(args) == 3 && args[1] != keyword {
-		return v, opt, d.Errf("%s syntax: %s", sub, usage)
+		return v, o, d.Errf("%s syntax: %s", sub, usage)
 	}
-	v, err := parse(d, sub, args[0])
+	v, err := value(d, sub, args[0])
 	if err == nil && len(args) == 3 {
-		opt, err = parse(d, sub+" "+keyword, args[2])
+		o, err = option(d, sub+" "+keyword, args[2])
 	}
-	return v, opt, err
+	return v, o, err
 }
 
-// intArg reads the one integer argument of a subdirective.
-func intArg(d *caddyfile.Dispenser, sub string) (int, error) {
-	return intValue(d, sub, oneArg(d))
-}
-
-// intValue parses an integer.
+// intValue parses an integer; a sign is read, not refused.
 func intValue(d *caddyfile.Dispenser, what, s string) (int, error) {
 	if s == "" {
 		return 0, d.Errf("%s takes exactly one argument: a number", what)
@@ -353,8 +291,9 @@ func intValue(d *caddyfile.Dispenser, what, s string) (int, error) {
 	return n, nil
 }
 
-// durationArg parses a duration such as 500ms, 1h or 2d.
-func durationArg(d *caddyfile.Dispenser, what, s string) (caddy.Duration, error) {
+// durationValue parses a duration such as 500ms, 1h or 2d; a sign is
+// read, not refused.
+func durationValue(d *caddyfile.Dispenser, what, s string) (caddy.Duration, error) {
 	if s == "" {
 		return 0, d.Errf("%s takes exactly one argument: a duration", what)
 	}
@@ -365,16 +304,26 @@ func durationArg(d *caddyfile.Dispenser, what, s string) (caddy.Duration, error)
 	return caddy.Duration(dur), nil
 }
 
-// sizeArg parses a size such as 64MiB, 512k or 1048576.
-func sizeArg(d *caddyfile.Dispenser, what, s string) (int64, error) {
+// sizeValue parses a size such as 64MiB, 512k or 1048576. A leading minus
+// is read, not refused, as for numbers and durations, so that Validate
+// gives a negative size the message JSON's gets.
+func sizeValue[T int | int64](d *caddyfile.Dispenser, what, s string) (T, error) {
 	if s == "" {
 		return 0, d.Errf("%s takes exactly one argument: a size", what)
 	}
-	n, err := humanize.ParseBytes(s)
-	if err != nil || n > 1<<40 {
+	digits, negative := strings.CutPrefix(s, "-")
+	n, err := humanize.ParseBytes(digits)
+	if err != nil {
 		return 0, d.Errf("%s: %q is not a size (e.g. 64MiB, 512KB)", what, s)
 	}
-	return int64(n), nil
+	v := T(n)
+	if v < 0 || uint64(v) != n {
+		return 0, d.Errf("%s: %q is too large a size for this setting", what, s)
+	}
+	if negative {
+		v = -v
+	}
+	return v, nil
 }
 
 // unmarshalBrowse parses the browse subdirective and its block, with

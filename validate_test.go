@@ -3,6 +3,7 @@ package flashserve
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -11,8 +12,7 @@ import (
 
 // outOfRange lists values out of their setting's range, each as a
 // Caddyfile subdirective, the same value in JSON, and the one message both
-// must be refused with. (A negative memory_cache or prewarm_budget size
-// cannot be written in a Caddyfile, so only JSON can give one.)
+// must be refused with. TestOutOfRangeCoversEverySetting keeps it complete.
 var outOfRange = []struct{ caddyfile, json, want string }{
 	{"stat_workers -1", `"stat_workers": -1`, "stat_workers: need at least 1, got -1"},
 	{"max_open_files -3", `"max_open_files": -3`, "max_open_files: need at least 1, got -3"},
@@ -20,6 +20,9 @@ var outOfRange = []struct{ caddyfile, json, want string }{
 	{"max_dir_entries -2", `"max_dir_entries": -2`, "max_dir_entries: need at least 1, got -2"},
 	{"negative_cache -1", `"negative_cache": -1`, "negative_cache: -1 is negative; 0 disables it"},
 	{"max_ranges -1", `"max_ranges": -1`, "max_ranges: need 0 or more, got -1"},
+	{"memory_cache -1", `"memory_cache": {"budget": -1}`, "memory_cache: budget and max_file must not be negative"},
+	{"memory_cache 1MiB max_file -1KiB", `"memory_cache": {"budget": 1048576, "max_file": -1024}`, "memory_cache: budget and max_file must not be negative"},
+	{"prewarm *\n\t\tprewarm_budget -1GiB", `"prewarm": ["*"], "prewarm_budget": -1073741824`, "prewarm_budget: must be more than 0, got -1073741824"},
 	{"revalidate -5s", `"revalidate": -5000000000`, "revalidate: -5s is not a positive duration"},
 	{"transmit splice", `"transmit": "splice"`, `transmit: unknown engine "splice"; want auto, sendfile, io_uring or copy`},
 	{"sendfile_max_chunk 1", `"sendfile_max_chunk": 1`, "sendfile_max_chunk: 1 bytes is outside 64KiB..1GiB"},
@@ -35,8 +38,65 @@ var outOfRange = []struct{ caddyfile, json, want string }{
 	{"max_transfers 0", `"max_transfers": {"limit": 0}`, "max_transfers: need a limit of at least 1, got 0"},
 	{"max_transfers 4 queue -1s", `"max_transfers": {"limit": 4, "queue": -1000000000}`, "max_transfers: queue -1s is negative"},
 	{"limit_rate 0", `"limit_rate": {"rate": 0}`, "limit_rate: the rate must be at least 1 byte/s, got 0"},
+	{"limit_rate -1KiB", `"limit_rate": {"rate": -1024}`, "limit_rate: the rate must be at least 1 byte/s, got -1024"},
+	{"limit_rate 1MiB after -1", `"limit_rate": {"rate": 1048576, "after": -1}`, "limit_rate: after -1 is negative"},
+	{"max_transfers -2 queue 1s", `"max_transfers": {"limit": -2, "queue": 1000000000}`, "max_transfers: need a limit of at least 1, got -2"},
 	{"status ok", `"status_code": "ok"`, `status: "ok" is not a status code from 100 to 999 or a placeholder`},
 	{"status 99", `"status_code": 99`, `status: "99" is not a status code from 100 to 999 or a placeholder`},
+}
+
+// unranged are the settings that have no range to check: any value JSON
+// can hold is valid, or the Caddyfile parser and JSON unmarshalling both
+// refuse it by its type (inotify on|off, browse's block), or it is checked
+// against other settings (precompressed_order).
+var unranged = []string{"fs", "root", "hide", "index_names", "browse", "canonical_uris", "pass_thru",
+	"precompressed", "precompressed_order", "etag_file_extensions", "disable_inotify", "prewarm"}
+
+// TestOutOfRangeCoversEverySetting: every JSON setting of the handler,
+// and every field of its nested settings, is either refused out of range
+// in outOfRange, from JSON and the Caddyfile alike, or listed in
+// unranged; a new setting must be put in one of the two.
+func TestOutOfRangeCoversEverySetting(t *testing.T) {
+	covered := make(map[string]bool)
+	for _, c := range outOfRange {
+		var v map[string]any
+		if err := json.Unmarshal([]byte("{"+c.json+"}"), &v); err != nil {
+			t.Fatalf("%s: %v", c.json, err)
+		}
+		for k, val := range v {
+			if len(v) > 1 && k == "prewarm" {
+				continue // needed beside prewarm_budget, prewarm_workers and keep_hot
+			}
+			covered[k] = true
+			if nested, ok := val.(map[string]any); ok {
+				for nk := range nested {
+					covered[k+"."+nk] = true
+				}
+			}
+		}
+	}
+	for _, k := range unranged {
+		if covered[k] {
+			t.Errorf("%s is listed as unranged but outOfRange has it", k)
+		}
+		covered[k] = true
+	}
+	var walk func(prefix string, typ reflect.Type)
+	walk = func(prefix string, typ reflect.Type) {
+		for f := range typ.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			if !covered[prefix+name] {
+				t.Errorf("setting %s%s: no out-of-range case in outOfRange, and not listed in unranged", prefix, name)
+			}
+			if st := f.Type; st.Kind() == reflect.Pointer && st.Elem().Kind() == reflect.Struct && st.Elem().PkgPath() == typ.PkgPath() {
+				walk(prefix+name+".", st.Elem())
+			}
+		}
+	}
+	walk("", reflect.TypeFor[FlashServe]())
 }
 
 // siteWith is a Caddyfile site whose flash_serve block holds lines.
@@ -85,6 +145,7 @@ func TestValidateAcceptsTheBounds(t *testing.T) {
 		{"stat_workers 1\n\t\tmax_watches 1\n\t\tmax_dir_entries 1\n\t\tmax_open_files 1", `"stat_workers": 1, "max_watches": 1, "max_dir_entries": 1, "max_open_files": 1`},
 		{"negative_cache 0\n\t\tmax_ranges 0\n\t\tlimit_rate 1\n\t\tmax_transfers 1 queue 0s", `"negative_cache": 0, "max_ranges": 0, "limit_rate": {"rate": 1}, "max_transfers": {"limit": 1}`},
 		{"status 100", `"status_code": 999`},
+		{"prewarm *\n\t\tprewarm_budget 2TiB\n\t\tmemory_cache 0 max_file 0", `"prewarm": ["*"], "prewarm_budget": 2199023255552, "memory_cache": {"budget": 0}`},
 	} {
 		var fsrv FlashServe
 		if err := json.Unmarshal([]byte("{"+c.json+"}"), &fsrv); err != nil {
