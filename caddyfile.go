@@ -98,6 +98,8 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.Errf("unexpected argument(s) %q; the only argument allowed is 'browse'", args)
 	}
 
+	counts := map[string]*int{"stat_workers": &fsrv.StatWorkers, "max_open_files": &fsrv.MaxOpenFiles,
+		"max_watches": &fsrv.MaxWatches, "max_dir_entries": &fsrv.MaxDirEntries, "prewarm_workers": &fsrv.PrewarmWorkers}
 	seen := make(map[string]bool)
 	for d.NextBlock(0) {
 		sub := d.Val()
@@ -140,16 +142,8 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			fsrv.MaxRanges, err = pointer(arg(d, sub, intValue))
 		case "negative_cache":
 			fsrv.NegativeCache, err = pointer(arg(d, sub, intValue))
-		case "stat_workers":
-			fsrv.StatWorkers, err = notDefault(d, sub, intValue)
-		case "max_open_files":
-			fsrv.MaxOpenFiles, err = notDefault(d, sub, intValue)
-		case "max_watches":
-			fsrv.MaxWatches, err = notDefault(d, sub, intValue)
-		case "max_dir_entries":
-			fsrv.MaxDirEntries, err = notDefault(d, sub, intValue)
-		case "prewarm_workers":
-			fsrv.PrewarmWorkers, err = notDefault(d, sub, intValue)
+		case "stat_workers", "max_open_files", "max_watches", "max_dir_entries", "prewarm_workers":
+			*counts[sub], err = notDefault(d, sub, intValue)
 		case "revalidate":
 			fsrv.Revalidate, err = notDefault(d, sub, durationValue)
 		case "keep_hot":
