@@ -59,7 +59,7 @@ func (a *AdminAPI) stats(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodGet {
 		return methodNotAllowed(r.Method, http.MethodGet)
 	}
-	return writeJSON(w, snapshot())
+	return writeJSON(w, http.StatusOK, snapshot())
 }
 
 // purgeRequest names what to drop from the caches.
@@ -96,7 +96,7 @@ func (a *AdminAPI) purge(w http.ResponseWriter, r *http.Request) error {
 		}
 		return true
 	})
-	return writeJSON(w, map[string]int{"purged": purged})
+	return writeJSON(w, http.StatusOK, map[string]int{"purged": purged})
 }
 
 // prewarmRequest asks for files to be read into the page cache.
@@ -155,8 +155,7 @@ func (a *AdminAPI) prewarm(w http.ResponseWriter, r *http.Request) error {
 		// The warm-up outlives the request but not the config: a reload or
 		// a stop cancels it.
 		go warmer.Run(a.ctx, targets)
-		w.WriteHeader(http.StatusAccepted)
-		return writeJSON(w, map[string]any{"files": len(targets), "bytes": planned, "budget": budget})
+		return writeJSON(w, http.StatusAccepted, map[string]any{"files": len(targets), "bytes": planned, "budget": budget})
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -174,7 +173,7 @@ func (a *AdminAPI) prewarm(w http.ResponseWriter, r *http.Request) error {
 		res["error"] = err.Error()
 	}
 	addResidency(res, targets)
-	return writeJSON(w, res)
+	return writeJSON(w, http.StatusOK, res)
 }
 
 // addResidency adds to a waited prewarm's answer how much of the targets
@@ -228,15 +227,16 @@ func decodeJSON(r *http.Request, v any) error {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return badRequest(fmt.Errorf("decoding the request body: %v", err))
+		return badRequest(fmt.Errorf("decoding the request body: %w", err))
 	}
 	return nil
 }
 
-func writeJSON(w http.ResponseWriter, v any) error {
-	if w.Header().Get("Content-Type") == "" {
-		w.Header().Set("Content-Type", "application/json")
-	}
+// writeJSON answers status with v as its JSON body. The Content-Type is
+// set before WriteHeader, after which header changes are not sent.
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
 	return json.NewEncoder(w).Encode(v)
 }
 

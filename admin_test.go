@@ -32,6 +32,13 @@ func metricValue(t *testing.T, text, name string) float64 {
 
 func adminCall(t *testing.T, method, url, body string) (int, []byte) {
 	t.Helper()
+	status, _, b := adminRequest(t, method, url, body)
+	return status, b
+}
+
+// adminRequest is adminCall with the answer's header.
+func adminRequest(t *testing.T, method, url, body string) (int, http.Header, []byte) {
+	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +52,41 @@ func adminCall(t *testing.T, method, url, body string) (int, []byte) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return resp.StatusCode, resp.Header, b
+}
+
+// TestAdminAnswersAreJSON: every answer of the admin endpoints, the 202
+// of a prewarm that does not wait as much as the 200s and the 4xx errors,
+// says it is JSON and is.
+func TestAdminAnswersAreJSON(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "a.txt"), []byte("a file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	adminPort, sitePort := freePort(t), freePort(t)
+	admin := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
+	loadSites(t, fmt.Sprintf("admin 127.0.0.1:%d", adminPort), fmt.Sprintf("http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve\n}\n", sitePort, root))
+	for _, c := range []struct {
+		method, path, body string
+		status             int
+		field              string // a key the JSON object must have
+	}{
+		{"GET", "/flash_serve/stats", "", 200, "engines"},
+		{"POST", "/flash_serve/purge", fmt.Sprintf(`{"prefix": %q}`, root), 200, "purged"},
+		{"POST", "/flash_serve/prewarm", fmt.Sprintf(`{"root": %q, "budget": "1MiB"}`, root), 202, "files"},
+		{"POST", "/flash_serve/prewarm", fmt.Sprintf(`{"root": %q, "budget": "1MiB", "wait": true}`, root), 200, "files"},
+		{"POST", "/flash_serve/purge", `{"path": "relative"}`, 400, "error"},
+		{"POST", "/flash_serve/prewarm", `not json`, 400, "error"},
+		{"GET", "/flash_serve/purge", "", 405, "error"},
+	} {
+		status, h, b := adminRequest(t, c.method, admin+c.path, c.body)
+		var obj map[string]any
+		err := json.Unmarshal(b, &obj)
+		if status != c.status || h.Get("Content-Type") != "application/json" || err != nil || obj[c.field] == nil {
+			t.Errorf("%s %s %s: %d, Content-Type %q, body %s (%v); want %d, application/json, an object with %q",
+				c.method, c.path, c.body, status, h.Get("Content-Type"), b, err, c.status, c.field)
+		}
+	}
 }
 
 func TestMetricsAndAdminAPI(t *testing.T) {
