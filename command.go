@@ -100,7 +100,7 @@ func commandConfig(o commandOptions) (commandRun, error) {
 		}
 	}
 	if _, err := caddy.ParseNetworkAddress(listen); err != nil {
-		return commandRun{}, fmt.Errorf("--listen %q: %v", listen, err)
+		return commandRun{}, fmt.Errorf("--listen %q: %w", listen, err)
 	}
 	server := &caddyhttp.Server{
 		Listen:            []string{listen},

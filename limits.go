@@ -106,7 +106,8 @@ type pacer struct {
 	ctx         context.Context
 }
 
-// pacedChunk is the longest run sent between two waits: an eighth of a
+// next returns how many of the remaining bytes to send before the next
+// wait: the rest of the first `after` bytes at once, then an eighth of a
 // second's worth, so the rate holds over short bodies too, and at least
 // 4 KiB, so that slow rates do not cost a syscall per few bytes.
 func (p *pacer) next(remaining int64) int64 {

@@ -328,11 +328,16 @@ func notFoundError() error {
 	return caddyhttp.HandlerError{StatusCode: http.StatusNotFound, ID: errorID(), Trace: notFoundTrace}
 }
 
-// notFoundTrace names where the 404s come from, as Caddy's trace does.
-var notFoundTrace = traceOfNotFound()
+// notFoundTrace is the trace of every 404 this handler answers, the one
+// Caddy's error log shows: "caddy-flash-serve.fileNotFound (lookup.go:<line>)".
+var notFoundTrace = fileNotFound().Trace
 
-// traceOfNotFound is the trace caddyhttp.Error gives a 404 made here.
-func traceOfNotFound() string { return caddyhttp.Error(http.StatusNotFound, nil).Trace }
+// fileNotFound is the 404 for a request path with no file behind it,
+// built by caddyhttp.Error once, for its trace: a trace names the function
+// that called caddyhttp.Error, so this function's name is what the error
+// log says every flash_serve 404 came from (file_server's says
+// "fileserver.(*FileServer).notFound").
+func fileNotFound() caddyhttp.HandlerError { return caddyhttp.Error(http.StatusNotFound, nil) }
 
 // errorID returns a random error id of the shape caddyhttp.Error gives
 // (9 characters of its same-case alphabet), in one allocation.
@@ -445,7 +450,7 @@ func (fsrv *FlashServe) etagFromFile(ctx context.Context, root, name string) (st
 		}
 		if err != nil {
 			return "", caddyhttp.Error(http.StatusInternalServerError,
-				fmt.Errorf("cannot read etag from file %s: %v", name+suffix, err))
+				fmt.Errorf("cannot read etag from file %s: %w", name+suffix, err))
 		}
 		// ReadAll gave a copy of the caller's own: edit it in place.
 		return string(slices.DeleteFunc(b, func(c byte) bool { return c == '\n' })), nil

@@ -274,7 +274,7 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 	}
 	fsrv.logger = ctx.Logger()
 	if err := registerMetrics(ctx); err != nil {
-		return fmt.Errorf("registering metrics: %v", err)
+		return fmt.Errorf("registering metrics: %w", err)
 	}
 	if fsrv.FileSystem == "" {
 		fsrv.FileSystem = "{http.vars.fs}"
@@ -310,7 +310,7 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 	fsrv.fallback.PrecompressedOrder = fsrv.PrecompressedOrder
 	fsrv.fallback.EtagFileExtensions = fsrv.EtagFileExtensions
 	if err := fsrv.fallback.Provision(ctx); err != nil {
-		return fmt.Errorf("provisioning the embedded file_server: %v", err)
+		return fmt.Errorf("provisioning the embedded file_server: %w", err)
 	}
 	// Validate refuses a bad mode; before it runs, follow is as good as any.
 	fsrv.symlinks, _ = statacc.ParseSymlinks(fsrv.Symlinks)
@@ -356,7 +356,7 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 
 	mods, err := ctx.LoadModule(fsrv, "PrecompressedRaw")
 	if err != nil {
-		return fmt.Errorf("loading precompressed encoders: %v", err)
+		return fmt.Errorf("loading precompressed encoders: %w", err)
 	}
 	for name, mod := range mods.(map[string]any) {
 		p, ok := mod.(encode.Precompressed)

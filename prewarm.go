@@ -180,7 +180,7 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 			logger.Warn("ignoring the hot set", zap.Error(err))
 		}
 		hot := dedupeTargets(hotTargets)
-		used := warm(runCtx, logger, hot, budget, workers, "prewarm of the hot set", fsrv.ringReader())
+		used := warm(runCtx, logger, hot, budget, workers, "hot set", fsrv.ringReader())
 		if budget -= used; budget <= 0 {
 			return
 		}
@@ -192,7 +192,7 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 		if err != nil {
 			logger.Warn("expanding prewarm paths", zap.String("root", root), zap.Error(err))
 		}
-		warm(runCtx, logger, withoutTargets(dedupeTargets(more), hot), budget, workers, "prewarm", fsrv.ringReader())
+		warm(runCtx, logger, withoutTargets(dedupeTargets(more), hot), budget, workers, "paths", fsrv.ringReader())
 		if fsrv.KeepHot <= 0 {
 			return
 		}
@@ -259,28 +259,29 @@ func withoutTargets(ts, seen []prewarm.Target) []prewarm.Target {
 	return out
 }
 
-// warm runs one warm-up and logs its progress and summary.
-// It returns the bytes it read.
-func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, budget int64, workers int, what string, readAt prewarm.ReaderAt) int64 {
+// warm runs one warm-up and logs its progress and summary; pass names it
+// in the logs ("hot set", "paths" or "keep_hot"). It returns the bytes it
+// read.
+func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, budget int64, workers int, pass string, readAt prewarm.ReaderAt) int64 {
 	if len(targets) == 0 {
 		return 0
 	}
 	w := &prewarm.Warmer{Budget: budget, Workers: workers, Every: prewarmLogEvery, ReadAt: readAt, Busy: sent.serving,
 		OnProgress: func(p prewarm.Progress) {
 			fields := []zap.Field{
-				zap.Int64("files", p.Files), zap.Int64("bytes", p.Bytes),
+				zap.String("pass", pass), zap.Int64("files", p.Files), zap.Int64("bytes", p.Bytes),
 				zap.Float64("percent_of_budget", 100*float64(p.Bytes)/float64(max(1, p.Budget))),
 				zap.Float64("mb_per_sec", p.Rate()/1e6),
 			}
 			if p.Done {
-				logger.Info(what+" done", append(fields, zap.Duration("took", time.Since(p.Started)))...)
+				logger.Info("prewarm done", append(fields, zap.Duration("took", time.Since(p.Started)))...)
 				return
 			}
-			logger.Info(what+" progress", fields...)
+			logger.Info("prewarm progress", fields...)
 		}}
 	p, err := w.Run(ctx, targets)
 	if err != nil && ctx.Err() == nil {
-		logger.Warn(what+" stopped early", zap.Error(err))
+		logger.Warn("prewarm stopped early", zap.String("pass", pass), zap.Error(err))
 	}
 	return p.Bytes
 }

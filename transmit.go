@@ -334,14 +334,16 @@ func (fsrv *FlashServe) noZeroCopy(r *http.Request) {
 	fsrv.warnOnce.Do(func() {
 		if !serverHasWrapper(r) {
 			fsrv.logger.Warn("cleartext HTTP/1 responses are copied, not sent with sendfile, "+
-				"because this server has no flash_serve listener wrapper; add to the global options:\n"+
-				"\tservers {\n\t\tlistener_wrappers {\n\t\t\tflash_serve\n\t\t}\n\t}",
+				"because this server has no flash_serve listener wrapper",
+				zap.String("fix", "list flash_serve in listener_wrappers of the global servers option "+
+					"(README: The listener wrapper)"),
 				zap.String("server_json_field", `"listener_wrappers": [{"wrapper": "flash_serve"}]`))
 			return
 		}
-		fsrv.logger.Warn("cleartext HTTP/1 responses are copied although the flash_serve listener wrapper is " +
-			"configured: a handler in front (encode) or a listener wrapper after it (proxy_protocol), or " +
-			"protocols without h2 (Caddy then wraps every connection), hide the connection; list flash_serve last")
+		fsrv.logger.Warn("cleartext HTTP/1 responses are copied although the flash_serve listener wrapper is configured",
+			zap.String("cause", "a handler in front (encode), a listener wrapper after it (proxy_protocol), or "+
+				"protocols without h2 (Caddy then wraps every connection) hide the connection"),
+			zap.String("fix", "list flash_serve last in listener_wrappers"))
 	})
 }
 
