@@ -336,7 +336,7 @@ func (fsrv *FlashServe) noZeroCopy(r *http.Request) {
 			fsrv.logger.Warn("cleartext HTTP/1 responses are copied, not sent with sendfile, "+
 				"because this server has no flash_serve listener wrapper",
 				zap.String("fix", "list flash_serve in listener_wrappers of the global servers option "+
-					"(README: The listener wrapper)"),
+					"(README: A first Caddyfile)"),
 				zap.String("server_json_field", `"listener_wrappers": [{"wrapper": "flash_serve"}]`))
 			return
 		}
