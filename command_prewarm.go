@@ -122,7 +122,7 @@ func prewarmCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			limit, err := humanize.ParseBytes(budget)
 			if err != nil {
-				return fmt.Errorf("--budget %q: %v", budget, err)
+				return fmt.Errorf("--budget %q: %w", budget, err)
 			}
 			var targets []prewarm.Target
 			for _, a := range args {
