@@ -101,12 +101,7 @@ func TestMetricsAndAdminAPI(t *testing.T) {
 	adminPort, sitePort := freePort(t), freePort(t)
 	admin := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
 	site := fmt.Sprintf("http://127.0.0.1:%d", sitePort)
-	loadSites(t, fmt.Sprintf("admin 127.0.0.1:%d\n\tmetrics", adminPort), fmt.Sprintf(`http://127.0.0.1:%d {
-	bind 127.0.0.1
-	root * %s
-	flash_serve
-}
-`, sitePort, root))
+	loadSites(t, fmt.Sprintf("admin 127.0.0.1:%d\n\tmetrics", adminPort), siteBlock(sitePort, root, "flash_serve"))
 
 	scrape := func() string {
 		status, b := adminCall(t, "GET", admin+"/metrics", "")

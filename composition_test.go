@@ -16,9 +16,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 )
 
 // The composition suite runs flash_serve and file_server inside the
@@ -396,17 +393,6 @@ type compRun struct {
 	clients clients
 }
 
-// siteBlock writes one Caddyfile site block.
-func siteBlock(addr string, lines []string, r *strings.Replacer) string {
-	var b strings.Builder
-	b.WriteString(addr + " {\n\tbind 127.0.0.1\n")
-	for _, l := range lines {
-		b.WriteString("\t" + strings.ReplaceAll(r.Replace(l), "\n", "\n\t") + "\n")
-	}
-	b.WriteString("}\n")
-	return b.String()
-}
-
 // handlerDirective is the handler with its options, as a Caddyfile line
 // and as JSON.
 func handlerDirective(kind int, s compSite) (caddyfileText, jsonText string) {
@@ -448,7 +434,11 @@ func loadComposition(t *testing.T, base string, cases []compCase, cl clients) []
 						a.base, a.host = fmt.Sprintf("https://127.0.0.1:%d", port), fmt.Sprintf("localhost:%d", port)
 					}
 					cr.sites[v][kind][proto] = a
-					sites.WriteString(siteBlock(addr, s.lines, r))
+					lines := make([]string, len(s.lines))
+					for i, l := range s.lines {
+						lines[i] = r.Replace(l)
+					}
+					sites.WriteString(siteAt(addr, "", lines...))
 					if c.routes != nil {
 						match := ""
 						if proto == protoH2 {
@@ -461,39 +451,13 @@ func loadComposition(t *testing.T, base string, cases []compCase, cl clients) []
 		}
 		runs = append(runs, cr)
 	}
-	cfgText := fmt.Sprintf(`{
-	admin off
-	persist_config off
-	skip_install_trust
-	local_certs
-	auto_https disable_redirects
-	storage file_system %s
-	log {
-		level ERROR
-	}
-	servers {
-		protocols h1 h2
-		listener_wrappers {
-			flash_serve
-		}
-	}
-}
-`, t.TempDir()) + sites.String()
-	cfgJSON, warn, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfgText), nil)
-	if err != nil {
-		t.Fatalf("adapting: %v\n%s", err, cfgText)
-	}
-	for _, w := range warn {
-		t.Logf("adapt warning: %s", w.String())
-	}
+	g := caddyGlobals{options: []string{"skip_install_trust", "local_certs", "auto_https disable_redirects"}, protocols: "h1 h2"}
+	cfgJSON := adaptCaddyfile(t, g.text(t)+sites.String())
 	if len(jsonRoutes) > 0 {
 		cfgJSON = replaceRoutes(t, cfgJSON, jsonRoutes)
 	}
 	start := time.Now()
-	if err := caddy.Load(cfgJSON, true); err != nil {
-		t.Fatalf("loading: %v", err)
-	}
-	t.Cleanup(func() { caddy.Stop() })
+	loadConfig(t, cfgJSON)
 	t.Logf("%d sites loaded in %v", len(runs)*8, time.Since(start).Round(time.Millisecond))
 	return runs
 }

@@ -25,7 +25,7 @@ func TestSymlinkSwapRace(t *testing.T) {
 		ports[mode] = freePort(t)
 		// revalidate 1ms: every request looks again, so every request
 		// races with the swapper, inotify or not.
-		fmt.Fprintf(&sites, "http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve {\n\t\tsymlinks %s\n\t\trevalidate 1ms\n\t\tinotify off\n\t}\n}\n", ports[mode], root, mode)
+		sites.WriteString(siteBlock(ports[mode], root, flashServe("symlinks "+mode, "revalidate 1ms", "inotify off")))
 	}
 	loadSites(t, "", sites.String())
 

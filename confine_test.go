@@ -61,7 +61,7 @@ func TestSymlinkConfinement(t *testing.T) {
 	var sites bytes.Buffer
 	for _, mode := range []string{"follow", "deny", "beneath"} {
 		ports[mode] = freePort(t)
-		fmt.Fprintf(&sites, "http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve {\n\t\tsymlinks %s\n\t}\n}\n", ports[mode], root, mode)
+		sites.WriteString(siteBlock(ports[mode], root, flashServe("symlinks "+mode)))
 	}
 	loadSites(t, "", sites.String())
 	c := &http.Client{Timeout: 10 * time.Second}

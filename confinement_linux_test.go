@@ -56,7 +56,7 @@ func TestRootFormsSeeRewrites(t *testing.T) {
 			s := site{name: f.name + "/" + mode, port: freePort(t)}
 			s.path = filepath.Join(f.dir, fmt.Sprintf("f-%s-%s.bin", f.name, mode))
 			fill(s.path, 'a')
-			fmt.Fprintf(&cfg, "http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\t%s\n\tflash_serve {\n\t\tsymlinks %s\n\t}\n}\n", s.port, f.directive, mode)
+			cfg.WriteString(siteBlock(s.port, "", f.directive, flashServe("symlinks "+mode)))
 			sites = append(sites, s)
 		}
 	}

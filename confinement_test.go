@@ -88,18 +88,17 @@ func confinementTree(t *testing.T) string {
 // refuses. A follow site shows that the links do lead outside.
 func TestConfinementEveryPath(t *testing.T) {
 	root := confinementTree(t)
-	const opts = "\t\tprecompressed gzip\n\t\tetag_file_extensions .etag\n"
+	const opts = "precompressed gzip\netag_file_extensions .etag"
 	variants := map[string]string{
-		"browse": "\t\tbrowse {\n\t\t\treveal_symlinks\n\t\t}\n" + opts,
+		"browse": block("browse", "reveal_symlinks") + "\n" + opts,
 		"plain":  opts,
-		"pass":   "\t\tpass_thru\n" + opts,
+		"pass":   "pass_thru\n" + opts,
 	}
 	ports := map[string]int{}
 	var sites bytes.Buffer
 	site := func(name, mode, variant string) {
 		ports[name] = freePort(t)
-		fmt.Fprintf(&sites, "http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\troute {\n\t\tflash_serve {\n\t\tsymlinks %s\n%s\t\t}\n\t\trespond \"NEXT\" 200\n\t}\n}\n",
-			ports[name], root, mode, variants[variant])
+		sites.WriteString(siteBlock(ports[name], root, block("route", flashServe("symlinks "+mode, variants[variant]), `respond "NEXT" 200`)))
 	}
 	for _, mode := range []string{"deny", "beneath"} {
 		for variant := range variants {
@@ -296,7 +295,7 @@ func TestSitesSharingACacheKeepTheirConfinement(t *testing.T) {
 	var cfg bytes.Buffer
 	for i, s := range sites {
 		ports[i] = freePort(t)
-		fmt.Fprintf(&cfg, "http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve {\n\t\tsymlinks %s\n\t}\n}\n", ports[i], s.root, s.mode)
+		cfg.WriteString(siteBlock(ports[i], s.root, flashServe("symlinks "+s.mode)))
 	}
 	loadSites(t, "", cfg.String())
 	shared := 0

@@ -47,13 +47,7 @@ func TestDeployChangesSeenWithin100ms(t *testing.T) {
 	swap(site, 0)
 
 	port := freePort(t)
-	loadSites(t, "", fmt.Sprintf(`http://127.0.0.1:%d {
-	root * %s
-	flash_serve {
-		revalidate 1h
-	}
-}
-`, port, filepath.Join(site, "current")))
+	loadSites(t, "", siteBlock(port, filepath.Join(site, "current"), flashServe("revalidate 1h")))
 	client := &http.Client{Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
 	url := func(name string) string { return fmt.Sprintf("http://127.0.0.1:%d/%s", port, name) }

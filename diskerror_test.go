@@ -88,7 +88,7 @@ func TestDiskReadError(t *testing.T) {
 	ports := map[string]int{engineSendfile: freePort(t), engineCopy: freePort(t)}
 	var sites strings.Builder
 	for engine, port := range ports {
-		fmt.Fprintf(&sites, "http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve {\n\t\ttransmit %s\n\t\tinotify off\n\t}\n}\n", port, mnt, engine)
+		sites.WriteString(siteBlock(port, mnt, flashServe("transmit "+engine, "inotify off")))
 	}
 	loadSites(t, "", sites.String())
 	c := &http.Client{Timeout: 10 * time.Second}

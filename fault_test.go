@@ -200,23 +200,9 @@ func TestFDExhaustion(t *testing.T) {
 	}
 	port, adminPort := freePort(t), freePort(t)
 	cfg := filepath.Join(t.TempDir(), "Caddyfile")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`{
-	admin 127.0.0.1:%d
-	persist_config off
-	servers {
-		listener_wrappers {
-			flash_serve
-		}
-	}
-}
-http://127.0.0.1:%d {
-	bind 127.0.0.1
-	root * %s
-	flash_serve {
-		memory_cache 0
-	}
-}
-`, adminPort, port, root)), 0o644)
+	// Logs at INFO, Caddy's default: the child's log is shown on a failure.
+	g := caddyGlobals{admin: fmt.Sprintf("127.0.0.1:%d", adminPort), options: []string{block("log", "level INFO")}}
+	os.WriteFile(cfg, []byte(g.text(t)+siteBlock(port, root, flashServe("memory_cache 0"))), 0o644)
 	child := startCaddyProcess(t, "server", cfg)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	const clients = 16

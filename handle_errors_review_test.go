@@ -24,17 +24,8 @@ func TestHandleErrorsPagesAsFileServer(t *testing.T) {
 		}
 	}
 	site := func(port int, handler string) string {
-		return fmt.Sprintf(`http://127.0.0.1:%d {
-	bind 127.0.0.1
-	root * %s
-	header >Vary "Accept-Encoding" "Accept-Encoding, Origin"
-	%s
-	handle_errors {
-		rewrite * /{err.status_code}.html
-		%s
-	}
-}
-`, port, root, handler, handler)
+		return siteBlock(port, root, `header >Vary "Accept-Encoding" "Accept-Encoding, Origin"`, handler,
+			block("handle_errors", "rewrite * /{err.status_code}.html", handler))
 	}
 	fp, ap := freePort(t), freePort(t)
 	loadSites(t, "", site(fp, "flash_serve")+site(ap, "file_server"))

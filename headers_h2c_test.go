@@ -6,9 +6,6 @@ import (
 	"net/http"
 	"testing"
 	"time"
-
-	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 )
 
 // TestHeaderRulesOverH2C: the header-rule leak of #13 item 1, over
@@ -19,41 +16,9 @@ import (
 func TestHeaderRulesOverH2C(t *testing.T) {
 	root, _ := headerFixture(t)
 	p1, p2 := freePort(t), freePort(t)
-	cfgText := fmt.Sprintf(`{
-	admin off
-	persist_config off
-	storage file_system %s
-	log {
-		level ERROR
-	}
-	servers {
-		protocols h1 h2c
-		listener_wrappers {
-			flash_serve
-		}
-	}
-}
-http://127.0.0.1:%d {
-	bind 127.0.0.1
-	root * %s
-	header >Vary "Accept-Encoding" "Accept-Encoding, Origin"
-	header >Accept-Ranges "bytes" "bytes, none"
-	flash_serve
-}
-http://127.0.0.1:%d {
-	bind 127.0.0.1
-	root * %s
-	flash_serve
-}
-`, t.TempDir(), p1, root, p2, root)
-	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfgText), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := caddy.Load(cfg, true); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { caddy.Stop() })
+	loadCaddyfile(t, caddyGlobals{protocols: "h1 h2c"}.text(t)+
+		siteBlock(p1, root, `header >Vary "Accept-Encoding" "Accept-Encoding, Origin"`, `header >Accept-Ranges "bytes" "bytes, none"`, "flash_serve")+
+		siteBlock(p2, root, "flash_serve"))
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
 	c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Protocols: &protos}}

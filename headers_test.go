@@ -253,8 +253,7 @@ func chunkedWhereFlashServeCounted(fs, fl parityResponse) bool {
 func headerSites(port int, root, name, lines string) string {
 	var b strings.Builder
 	for _, handler := range []string{"file_server", "flash_serve"} {
-		fmt.Fprintf(&b, "http://%s-%s.test:%d {\n\tbind 127.0.0.1\n\troot * %s\n\t%s\n\t%s {\n\t\tprecompressed gzip\n\t}\n}\n",
-			handler, name, port, root, lines, handler)
+		b.WriteString(siteAt(fmt.Sprintf("http://%s-%s.test:%d", handler, name, port), root, lines, block(handler, "precompressed gzip")))
 	}
 	return b.String()
 }

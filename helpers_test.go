@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,36 +15,139 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 )
 
-// loadSites loads a Caddyfile made of the test's site blocks behind the
-// usual global options (no admin unless asked, logs at ERROR, the
-// flash_serve listener wrapper), and stops Caddy when the test ends.
-func loadSites(t testing.TB, globals, sites string) {
-	t.Helper()
-	if !strings.Contains(globals, "admin") {
-		globals += "\n\tadmin off"
+// caddyGlobals is the global options block of a test's Caddyfile. The
+// defaults are what every test wants: no admin endpoint, logs at ERROR
+// (unless options holds a log block), no persisted config, storage in a
+// fresh directory, and flash_serve's listener wrapper on every server.
+type caddyGlobals struct {
+	admin     string   // the admin endpoint's address; "" turns it off
+	options   []string // more global options, in order (metrics, a log block, TLS settings)
+	protocols string   // the servers' protocols; "" for Caddy's default
+	wrappers  []string // listener wrappers before flash_serve's (accept_log)
+	storage   string   // the storage directory; "" for a fresh one
+}
+
+func (g caddyGlobals) text(t testing.TB) string {
+	lines := make([]string, 0, len(g.options)+5)
+	if g.admin != "" {
+		lines = append(lines, "admin "+g.admin)
+	} else if !slices.ContainsFunc(g.options, isDirective("admin")) {
+		lines = append(lines, "admin off")
 	}
-	if !strings.Contains(globals, "log {") {
-		globals += "\n\tlog {\n\t\tlevel ERROR\n\t}"
+	lines = append(lines, g.options...)
+	if !slices.ContainsFunc(g.options, isDirective("log")) {
+		lines = append(lines, block("log", "level ERROR"))
 	}
-	cfgText := fmt.Sprintf(`{
-	%s
-	persist_config off
-	storage file_system %s
-	servers {
-		listener_wrappers {
-			flash_serve
+	if g.storage == "" {
+		g.storage = t.TempDir()
+	}
+	lines = append(lines, "persist_config off", "storage file_system "+g.storage)
+	var servers []string
+	if g.protocols != "" {
+		servers = append(servers, "protocols "+g.protocols)
+	}
+	servers = append(servers, block("listener_wrappers", append(slices.Clip(g.wrappers), "flash_serve")...))
+	return block("", append(lines, block("servers", servers...))...) + "\n"
+}
+
+// isDirective matches a Caddyfile line that starts with the directive name.
+func isDirective(name string) func(string) bool {
+	return func(line string) bool { return line == name || strings.HasPrefix(line, name+" ") }
+}
+
+// siteBlock is one site block of a test's Caddyfile: the site
+// http://127.0.0.1:<port>, bound to 127.0.0.1 only (tests listen nowhere
+// else), with "root * <root>" first unless root is empty, then the
+// directives in the order given. Build nested blocks with block and
+// flashServe.
+func siteBlock(port int, root string, directives ...string) string {
+	return siteAt(fmt.Sprintf("http://127.0.0.1:%d", port), root, directives...)
+}
+
+// siteAt is siteBlock for any site address (a host name, https).
+func siteAt(addr, root string, directives ...string) string {
+	lines := []string{"bind 127.0.0.1"}
+	if root != "" {
+		lines = append(lines, "root * "+root)
+	}
+	return block(addr, append(lines, directives...)...) + "\n"
+}
+
+// block is a Caddyfile directive (or site address) with a block of lines,
+// each indented one level (a line of several lines, a nested block, is
+// indented as a whole; empty lines are left out), or head alone when there
+// are no lines. An empty head is the global options block.
+func block(head string, lines ...string) string {
+	var b strings.Builder
+	for _, l := range lines {
+		for _, sub := range strings.Split(l, "\n") {
+			if strings.TrimSpace(sub) != "" {
+				b.WriteString("\t" + sub + "\n")
+			}
 		}
 	}
-}
-`, globals, t.TempDir()) + sites
-	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfgText), nil)
-	if err != nil {
-		t.Fatal(err)
+	if b.Len() == 0 {
+		return head
 	}
+	return strings.TrimPrefix(head+" {\n", " ") + b.String() + "}"
+}
+
+// flashServe is the flash_serve directive with its options, one a line.
+func flashServe(options ...string) string { return block("flash_serve", options...) }
+
+// loadSites loads a Caddyfile made of the test's site blocks behind the
+// usual global options (caddyGlobals' defaults, with the lines of globals
+// added: an admin endpoint, metrics, a log), and stops Caddy when the test
+// ends.
+func loadSites(t testing.TB, globals, sites string) {
+	t.Helper()
+	var g caddyGlobals
+	if globals != "" {
+		g.options = []string{globals}
+	}
+	loadCaddyfile(t, g.text(t)+sites)
+}
+
+// loadCaddyfile adapts and loads a whole Caddyfile, and stops Caddy when
+// the test ends.
+func loadCaddyfile(t testing.TB, text string) {
+	t.Helper()
+	loadConfig(t, adaptCaddyfile(t, text))
+}
+
+// adaptCaddyfile adapts a Caddyfile to JSON, logging the adapter's
+// warnings.
+func adaptCaddyfile(t testing.TB, text string) []byte {
+	t.Helper()
+	cfg, warn, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(text), nil)
+	if err != nil {
+		t.Fatalf("adapting: %v\n%s", err, text)
+	}
+	for _, w := range warn {
+		t.Logf("adapt warning: %s", w.String())
+	}
+	return cfg
+}
+
+// loadConfig loads a JSON config, and stops Caddy when the test ends.
+func loadConfig(t testing.TB, cfg []byte) {
+	t.Helper()
 	if err := caddy.Load(cfg, true); err != nil {
-		t.Fatal(err)
+		t.Fatalf("loading: %v", err)
 	}
 	t.Cleanup(func() { caddy.Stop() })
+}
+
+// waitFor polls until ok or the deadline.
+func waitFor(t testing.TB, what string, d time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // get fetches a URL and returns the status, the headers and the body.

@@ -19,23 +19,8 @@ func TestMaxTransfers(t *testing.T) {
 	}
 	noQueue, queued := freePort(t), freePort(t)
 	// 128 KiB at 128 KiB/s: each body holds its place for about 1 s.
-	loadSites(t, "", fmt.Sprintf(`http://127.0.0.1:%d {
-	bind 127.0.0.1
-	root * %s
-	flash_serve {
-		max_transfers 1
-		limit_rate 128KiB
-	}
-}
-http://127.0.0.1:%d {
-	bind 127.0.0.1
-	root * %s
-	flash_serve {
-		max_transfers 1 queue 20s
-		limit_rate 128KiB
-	}
-}
-`, noQueue, root, queued, root))
+	loadSites(t, "", siteBlock(noQueue, root, flashServe("max_transfers 1", "limit_rate 128KiB"))+
+		siteBlock(queued, root, flashServe("max_transfers 1 queue 20s", "limit_rate 128KiB")))
 	c := &http.Client{Timeout: 30 * time.Second}
 
 	for _, port := range []int{noQueue, queued} {
@@ -113,21 +98,8 @@ func TestLimitRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	paced, afterAll := freePort(t), freePort(t)
-	loadSites(t, "", fmt.Sprintf(`http://127.0.0.1:%d {
-	bind 127.0.0.1
-	root * %s
-	flash_serve {
-		limit_rate 128KiB after 64KiB
-	}
-}
-http://127.0.0.1:%d {
-	bind 127.0.0.1
-	root * %s
-	flash_serve {
-		limit_rate 64KiB after 1MiB
-	}
-}
-`, paced, root, afterAll, root))
+	loadSites(t, "", siteBlock(paced, root, flashServe("limit_rate 128KiB after 64KiB"))+
+		siteBlock(afterAll, root, flashServe("limit_rate 64KiB after 1MiB")))
 	c := &http.Client{Timeout: 60 * time.Second}
 	for _, proto := range []string{"whole", "range"} {
 		url := fmt.Sprintf("http://127.0.0.1:%d/f.bin", paced)

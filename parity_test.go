@@ -19,8 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 	"github.com/quic-go/quic-go/http3"
 )
@@ -148,45 +146,16 @@ func freePort(t testing.TB) int {
 func startParityCaddy(t testing.TB, root, handlerBlock, after string) parityServers {
 	t.Helper()
 	p := [4]int{freePort(t), freePort(t), freePort(t), freePort(t)}
-	data := t.TempDir()
+	// One route, so that the handler and what comes after it run in order.
 	site := func(addr, handler string) string {
-		return fmt.Sprintf("%s {\n\tbind 127.0.0.1\n\troot * %s\n\troute {\n\t\t%s %s\n\t\t%s\n\t}\n}\n",
-			addr, root, handler, handlerBlock, after)
+		return siteAt(addr, root, block("route", handler+" "+handlerBlock, after))
 	}
-	caddyfile := fmt.Sprintf(`{
-	admin off
-	persist_config off
-	skip_install_trust
-	local_certs
-	auto_https disable_redirects
-	storage file_system %s
-	log {
-		level ERROR
-	}
-	servers {
-		protocols h1 h2 h3
-		listener_wrappers {
-			flash_serve
-		}
-	}
-}
-`, data) +
-		site(fmt.Sprintf("http://127.0.0.1:%d", p[0]), "file_server") +
-		site(fmt.Sprintf("http://127.0.0.1:%d", p[1]), "flash_serve") +
-		site(fmt.Sprintf("https://localhost:%d", p[2]), "file_server") +
-		site(fmt.Sprintf("https://localhost:%d", p[3]), "flash_serve")
-	adapter := caddyconfig.GetAdapter("caddyfile")
-	cfg, warn, err := adapter.Adapt([]byte(caddyfile), nil)
-	if err != nil {
-		t.Fatalf("adapting: %v\n%s", err, caddyfile)
-	}
-	for _, w := range warn {
-		t.Logf("adapt warning: %s", w.String())
-	}
-	if err := caddy.Load(cfg, true); err != nil {
-		t.Fatalf("loading: %v", err)
-	}
-	t.Cleanup(func() { caddy.Stop() })
+	g := caddyGlobals{options: []string{"skip_install_trust", "local_certs", "auto_https disable_redirects"}, protocols: "h1 h2 h3"}
+	loadCaddyfile(t, g.text(t)+
+		site(fmt.Sprintf("http://127.0.0.1:%d", p[0]), "file_server")+
+		site(fmt.Sprintf("http://127.0.0.1:%d", p[1]), "flash_serve")+
+		site(fmt.Sprintf("https://localhost:%d", p[2]), "file_server")+
+		site(fmt.Sprintf("https://localhost:%d", p[3]), "flash_serve"))
 	s := parityServers{
 		h1FileServer:  fmt.Sprintf("http://127.0.0.1:%d", p[0]),
 		h1Flash:       fmt.Sprintf("http://127.0.0.1:%d", p[1]),

@@ -131,23 +131,8 @@ func TestPrewarmAtLoadWithRootDirective(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loadSites(t, "", fmt.Sprintf(`http://127.0.0.1:%d {
-	bind 127.0.0.1
-	root * %s
-	flash_serve {
-		prewarm *
-	}
-}
-http://127.0.0.1:%d {
-	bind 127.0.0.1
-	handle /static/* {
-		root * %s
-		flash_serve {
-			prewarm *.bin
-		}
-	}
-}
-`, freePort(t), dirs["site"], freePort(t), relStatic))
+	loadSites(t, "", siteBlock(freePort(t), dirs["site"], flashServe("prewarm *"))+
+		siteBlock(freePort(t), "", block("handle /static/*", "root * "+relStatic, flashServe("prewarm *.bin"))))
 
 	start := time.Now()
 	for _, name := range []string{"site", "static"} {
@@ -187,14 +172,7 @@ func TestPrewarmSaysWhatItWaitsFor(t *testing.T) {
 	evictAll(t, files)
 	logFile := filepath.Join(t.TempDir(), "caddy.log")
 	port := freePort(t)
-	loadSites(t, fmt.Sprintf("log {\n\t\toutput file %s\n\t\tlevel INFO\n\t}", logFile), fmt.Sprintf(`http://127.0.0.1:%d {
-	bind 127.0.0.1
-	root * %s/{http.request.host}
-	flash_serve {
-		prewarm *
-	}
-}
-`, port, base))
+	loadSites(t, fmt.Sprintf("log {\n\t\toutput file %s\n\t\tlevel INFO\n\t}", logFile), siteBlock(port, base+"/{http.request.host}", flashServe("prewarm *")))
 	var line string
 	for deadline := time.Now().Add(10 * time.Second); line == ""; time.Sleep(10 * time.Millisecond) {
 		b, _ := os.ReadFile(logFile)

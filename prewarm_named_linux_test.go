@@ -38,15 +38,7 @@ func TestPrewarmRootSetByInvokedRoute(t *testing.T) {
 	loadSites(t, "", fmt.Sprintf(`&(setroot) {
 	root * %s
 }
-http://127.0.0.1:%d {
-	bind 127.0.0.1
-	root * %s
-	invoke setroot
-	flash_serve {
-		prewarm *
-	}
-}
-`, filepath.Join(base, "named"), freePort(t), filepath.Join(base, "outer")))
+`, filepath.Join(base, "named"))+siteBlock(freePort(t), filepath.Join(base, "outer"), "invoke setroot", flashServe("prewarm *")))
 	start := time.Now()
 	for _, p := range files["named"] {
 		for {
@@ -79,20 +71,9 @@ func TestPrewarmSaysWhatItWaitsForInHandleResponse(t *testing.T) {
 	t.Setenv("XDG_DATA_HOME", t.TempDir())
 	dir := t.TempDir()
 	logFile := filepath.Join(t.TempDir(), "caddy.log")
-	loadSites(t, fmt.Sprintf("log {\n\t\toutput file %s\n\t\tlevel INFO\n\t}", logFile), fmt.Sprintf(`http://127.0.0.1:%d {
-	bind 127.0.0.1
-	root * %s
-	intercept {
-		@ok status 2xx
-		handle_response @ok {
-			flash_serve {
-				prewarm *
-			}
-		}
-	}
-	respond "x" 200
-}
-`, freePort(t), dir))
+	loadSites(t, fmt.Sprintf("log {\n\t\toutput file %s\n\t\tlevel INFO\n\t}", logFile), siteBlock(freePort(t), dir,
+		block("intercept", "@ok status 2xx", block("handle_response @ok", flashServe("prewarm *"))),
+		`respond "x" 200`))
 	start := time.Now()
 	for {
 		b, _ := os.ReadFile(logFile)

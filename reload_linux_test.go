@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 
 	"github.com/flashserve/caddy-flash-serve/internal/handover"
 )
@@ -229,29 +228,12 @@ func TestReloadsUnderLoad(t *testing.T) {
 	}
 	storage := t.TempDir()
 	config := func(gen int) []byte {
-		text := fmt.Sprintf(`{
-	admin 127.0.0.1:%d
-	persist_config off
-	storage file_system %s
-	log {
-		level ERROR
-	}
-	servers {
-		listener_wrappers {
-			accept_log %d
-			flash_serve
-		}
-	}
-}
-`, adminPort, storage, gen)
+		g := caddyGlobals{admin: fmt.Sprintf("127.0.0.1:%d", adminPort), storage: storage, wrappers: []string{fmt.Sprint("accept_log ", gen)}}
+		text := g.text(t)
 		for _, s := range sites {
-			text += fmt.Sprintf("http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\theader X-Generation %d\n\troot * %s\n\t%s\n}\n", s.port, gen, root, s.handler)
+			text += siteBlock(s.port, root, fmt.Sprint("header X-Generation ", gen), s.handler)
 		}
-		cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(text), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg
+		return adaptCaddyfile(t, text)
 	}
 	// One connection per /load, so that none is reused across the admin
 	// endpoint's own handover, and no retry: the load must succeed.

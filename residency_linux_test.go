@@ -259,7 +259,7 @@ func TestResidencyReportsOnlyWhatItCanKnow(t *testing.T) {
 
 	// The admin API's prewarm answer, waited for.
 	adminPort, sitePort := freePort(t), freePort(t)
-	loadSites(t, fmt.Sprintf("admin 127.0.0.1:%d", adminPort), fmt.Sprintf("http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve\n}\n", sitePort, root))
+	loadSites(t, fmt.Sprintf("admin 127.0.0.1:%d", adminPort), siteBlock(sitePort, root, "flash_serve"))
 	status, b := adminCall(t, "POST", fmt.Sprintf("http://127.0.0.1:%d/flash_serve/prewarm", adminPort),
 		fmt.Sprintf(`{"root": %q, "paths": ["c0002.bin"], "budget": "64MiB", "wait": true}`, root))
 	var answer struct {

@@ -75,18 +75,6 @@ func (p *caddyProcess) stop() {
 	}
 }
 
-// waitFor polls until ok or the deadline.
-func waitFor(t *testing.T, what string, d time.Duration, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func TestScaleOutShardsByPath(t *testing.T) {
 	root := t.TempDir()
 	var paths []string

@@ -28,16 +28,7 @@ func TestSendfileRefusedUnderLimits(t *testing.T) {
 	const rate = 64 << 10 // chunks of 8 KiB
 	sitePort := freePort(t)
 	site := fmt.Sprintf("http://127.0.0.1:%d", sitePort)
-	loadSites(t, "", fmt.Sprintf(`http://127.0.0.1:%d {
-	bind 127.0.0.1
-	root * /proc
-	flash_serve {
-		transmit sendfile
-		limit_rate %d
-		max_transfers 1
-	}
-}
-`, sitePort, rate))
+	loadSites(t, "", siteBlock(sitePort, "/proc", flashServe("transmit sendfile", fmt.Sprint("limit_rate ", rate), "max_transfers 1")))
 	size := len(data)
 	c := &http.Client{Timeout: 30 * time.Second}
 	defer c.CloseIdleConnections()

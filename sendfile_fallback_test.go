@@ -33,14 +33,7 @@ func TestSendfileRefusedByTheKernelIsCopied(t *testing.T) {
 	adminPort, sitePort := freePort(t), freePort(t)
 	admin := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
 	site := fmt.Sprintf("http://127.0.0.1:%d", sitePort)
-	loadSites(t, fmt.Sprintf("admin 127.0.0.1:%d\n\tmetrics", adminPort), fmt.Sprintf(`http://127.0.0.1:%d {
-	bind 127.0.0.1
-	root * /proc
-	flash_serve {
-		transmit sendfile
-	}
-}
-`, sitePort))
+	loadSites(t, fmt.Sprintf("admin 127.0.0.1:%d\n\tmetrics", adminPort), siteBlock(sitePort, "/proc", flashServe("transmit sendfile")))
 	scrape := func() string {
 		status, b := adminCall(t, "GET", admin+"/metrics", "")
 		if status != 200 {

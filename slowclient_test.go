@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
@@ -93,20 +92,14 @@ func startSlowSites(t *testing.T, root string, writeIdle []string) map[string][]
 			out[idle] = append(out[idle], s)
 			fmt.Fprintf(&globals, "\tservers 127.0.0.1:%d {\n\t\tlistener_wrappers {\n\t\t\t%s\n\t\t}\n\t\ttimeouts {\n\t\t\twrite_idle %s\n\t\t}\n\t}\n",
 				port, k.wrappers, idle)
-			fmt.Fprintf(&sites, "http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\t%s\n\tlog {\n\t\toutput file %s\n\t\tformat json\n\t}\n}\n",
-				port, root, k.handler, s.log)
+			sites.WriteString(siteBlock(port, root, k.handler, block("log", "output file "+s.log, "format json")))
 		}
 	}
 	cfgText := fmt.Sprintf("{\n\tadmin off\n\tpersist_config off\n\tstorage file_system %s\n\tlog {\n\t\tlevel ERROR\n\t}\n%s}\n",
 		t.TempDir(), globals.String()) + sites.String()
-	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfgText), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := caddy.Load(cfg, true); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { caddy.Stop() })
+	// The servers' options are per server here (their own listener
+	// wrappers and write_idle), not caddyGlobals' one servers block.
+	loadCaddyfile(t, cfgText)
 	return out
 }
 

@@ -18,9 +18,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 )
 
 // engineSites starts one Caddy with a flash_serve site per engine, all
@@ -63,31 +60,9 @@ func startEngineSites(t *testing.T) *engineSites {
 		port := freePort(t)
 		s.base[e] = fmt.Sprintf("http://127.0.0.1:%d", port)
 		s.logs[e] = filepath.Join(logDir, e+".log")
-		fmt.Fprintf(&sites, "http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve {\n\t\ttransmit %s\n\t}\n\tlog {\n\t\toutput file %s\n\t\tformat json\n\t}\n}\n",
-			port, s.root, e, s.logs[e])
+		sites.WriteString(siteBlock(port, s.root, flashServe("transmit "+e), block("log", "output file "+s.logs[e], "format json")))
 	}
-	cfgText := fmt.Sprintf(`{
-	admin off
-	persist_config off
-	storage file_system %s
-	log {
-		level ERROR
-	}
-	servers {
-		listener_wrappers {
-			flash_serve
-		}
-	}
-}
-`, t.TempDir()) + sites.String()
-	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfgText), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := caddy.Load(cfg, true); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { caddy.Stop() })
+	loadSites(t, "", sites.String())
 	return s
 }
 

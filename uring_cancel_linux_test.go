@@ -104,8 +104,8 @@ func TestStalledFileLetsGo(t *testing.T) {
 	diskRoot, diskFiles := coldTree(t, 2, 1<<20+17)
 
 	fusePort, diskPort := freePort(t), freePort(t)
-	loadSites(t, "", fmt.Sprintf("http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve {\n\t\ttransmit io_uring\n\t\tinotify off\n\t\tstat_workers 8\n\t}\n}\n", fusePort, mnt)+
-		fmt.Sprintf("http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve {\n\t\tstat_workers 8\n\t}\n}\n", diskPort, diskRoot))
+	loadSites(t, "", siteBlock(fusePort, mnt, flashServe("transmit io_uring", "inotify off", "stat_workers 8"))+
+		siteBlock(diskPort, diskRoot, flashServe("stat_workers 8")))
 	ring := sharedRingHolder(t).ring
 	if ring == nil {
 		t.Fatalf("io_uring should work on this kernel: %v", sharedRingHolder(t).err)

@@ -67,7 +67,7 @@ func sharedRingHolder(t *testing.T) *ringHolder {
 func ringSite(t *testing.T, root string) int {
 	t.Helper()
 	port := freePort(t)
-	loadSites(t, "", fmt.Sprintf("http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve\n}\n", port, root))
+	loadSites(t, "", siteBlock(port, root, "flash_serve"))
 	if sharedRingHolder(t).ring == nil {
 		t.Fatalf("io_uring should work on this kernel: %v", sharedRingHolder(t).err)
 	}
@@ -176,7 +176,7 @@ func TestSmallBodiesReadWithoutWaiting(t *testing.T) {
 func TestRingFailureDegrades(t *testing.T) {
 	root, files := coldTree(t, 3, 1<<20+77)
 	port := freePort(t)
-	loadSites(t, "", fmt.Sprintf("http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve {\n\t\ttransmit io_uring\n\t}\n}\n", port, root))
+	loadSites(t, "", siteBlock(port, root, flashServe("transmit io_uring")))
 	h := sharedRingHolder(t)
 	if h.ring == nil {
 		t.Fatalf("io_uring should work on this kernel: %v", h.err)
@@ -223,7 +223,7 @@ func TestRingUnavailableAtStart(t *testing.T) {
 	port := freePort(t)
 	logFile := filepath.Join(t.TempDir(), "caddy.log")
 	loadSites(t, fmt.Sprintf("log {\n\t\toutput file %s\n\t\tlevel WARN\n\t}", logFile),
-		fmt.Sprintf("http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve {\n\t\ttransmit io_uring\n\t}\n}\n", port, root))
+		siteBlock(port, root, flashServe("transmit io_uring")))
 	restore() // the ring was tried at provision; the switch can go back
 	if h := sharedRingHolder(t); h.ring != nil || h.err == nil {
 		t.Fatal("a ring was made with kernel.io_uring_disabled=2")
@@ -251,7 +251,7 @@ func TestRingUnavailableAtStart(t *testing.T) {
 func TestColdStormHoldsFewThreads(t *testing.T) {
 	root, files := coldTree(t, 400, 128<<10)
 	port := freePort(t)
-	loadSites(t, "", fmt.Sprintf("http://127.0.0.1:%d {\n\tbind 127.0.0.1\n\troot * %s\n\tflash_serve {\n\t\tstat_workers 8\n\t}\n}\n", port, root))
+	loadSites(t, "", siteBlock(port, root, flashServe("stat_workers 8")))
 	tr := &http.Transport{MaxIdleConnsPerHost: 400}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 60 * time.Second}
