@@ -559,6 +559,7 @@ func (rq compReq) build(c compCase, prefix string, vals [2]string) parityRequest
 }
 
 func TestComposition(t *testing.T) {
+	skipIfShort(t, "the composition suite over HTTP/1.1 and HTTP/2")
 	start := time.Now()
 	base := buildCompFixture(t)
 	// The sites without a root serve the working directory, and the

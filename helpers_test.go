@@ -150,6 +150,16 @@ func waitFor(t testing.TB, what string, d time.Duration, ok func() bool) {
 	}
 }
 
+// skipIfShort skips one of the long tests (over 20 s on a quiet 2-core
+// machine) in -short mode, the quick loop. CI and the README's command run
+// without -short, so they always run it.
+func skipIfShort(t *testing.T, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("%s: skipped in -short mode; CI and the README's command (no -short) run it", what)
+	}
+}
+
 // get fetches a URL and returns the status, the headers and the body.
 func get(t testing.TB, c *http.Client, url string) (int, http.Header, []byte) {
 	t.Helper()

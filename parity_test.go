@@ -584,6 +584,7 @@ const parityHandlerBlock = `{
 	}`
 
 func TestParityWithFileServer(t *testing.T) {
+	skipIfShort(t, "the parity corpus over HTTP/1.1, HTTP/2 and HTTP/3")
 	runParity(t, parityHandlerBlock, "", 2000)
 }
 
@@ -591,6 +592,7 @@ func TestParityWithFileServer(t *testing.T) {
 // their defaults: index names, pass_thru, ETag files, status overrides,
 // browse, max_ranges and disabled canonical URIs.
 func TestParityOtherOptions(t *testing.T) {
+	skipIfShort(t, "the parity corpus under two other option sets")
 	for _, tc := range []struct{ name, block, after string }{
 		{"pass_thru and etag files", `{
 		index index.txt index.html

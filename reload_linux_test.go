@@ -209,6 +209,7 @@ func (c *rawClient) explainDrop(err error) bool {
 // /load. Each reload waits for events, not for time: the old sockets gone
 // from the kernel's table, and the new generation answering on each site.
 func TestReloadsUnderLoad(t *testing.T) {
+	skipIfShort(t, "100 reloads under load")
 	root := t.TempDir()
 	files := map[string][]byte{
 		"/small.txt": []byte("small and in memory\n"),

@@ -216,6 +216,7 @@ func countPipes(t *testing.T) (fds, pipes int) {
 }
 
 func TestAbortedTransfersLeaveNothingBehind(t *testing.T) {
+	skipIfShort(t, "10,000 aborted transfers")
 	s := startEngineSites(t)
 	if err := os.WriteFile(filepath.Join(s.root, "abort.bin"), bytes.Repeat([]byte{'a'}, 8<<20), 0o644); err != nil {
 		t.Fatal(err)
