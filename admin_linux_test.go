@@ -3,6 +3,7 @@
 package flashserve
 
 import (
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -25,19 +26,15 @@ func prewarmThroughAPI(t *testing.T, admin, root, bigPath string, size int) {
 	// Pages still referenced (by a socket buffer that a sendfile filled,
 	// say) survive DONTNEED: try again for a while, up to 10 s, since on a
 	// loaded machine they were seen held for more than 2 s.
-	for try := 0; ; try++ {
+	eventually(t, 10*time.Second, func() error {
 		if err := prewarm.Evict(bigPath); err != nil {
 			t.Fatal(err)
 		}
-		r, _ := prewarm.FileResidency(bigPath)
-		if r.Resident < r.Size {
-			break
+		if r, _ := prewarm.FileResidency(bigPath); r.Resident >= r.Size {
+			return fmt.Errorf("the file is still resident after DONTNEED (%d bytes): the test would prove nothing", r.Resident)
 		}
-		if try == 100 {
-			t.Fatalf("the file is still resident after DONTNEED (%d bytes): the test would prove nothing", r.Resident)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	checkPrewarmAnswer(t, admin, root, size)
 	if r, err := prewarm.FileResidency(bigPath); err != nil || r.Resident < r.Size {
 		t.Errorf("after prewarm: %d of %d bytes resident (%v)", r.Resident, r.Size, err)

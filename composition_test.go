@@ -572,16 +572,12 @@ func TestComposition(t *testing.T) {
 	// The internal CA issues the certificate in the background; every TLS
 	// site serves the same name.
 	first := runs[0].sites[0][kindFlash][protoH2]
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		r := do(cl.h2, first.base, first.host, parityRequest{method: "HEAD", target: "/", header: http.Header{}})
-		if r.err == nil {
-			break
+	eventually(t, 30*time.Second, func() error {
+		if r := do(cl.h2, first.base, first.host, parityRequest{method: "HEAD", target: "/", header: http.Header{}}); r.err != nil {
+			return fmt.Errorf("TLS not ready: %w", r.err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("TLS not ready: %v", r.err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	// On Linux, large bodies on cleartext HTTP/1.1 leave with sendfile;
 	// without the Linux engines, they are copied.
 	bigEngine := engine(slices.Index(engineNames[:], bigFileEngine))

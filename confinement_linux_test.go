@@ -89,6 +89,8 @@ func TestRootFormsSeeRewrites(t *testing.T) {
 				if time.Since(changed) > time.Second {
 					t.Fatalf("%s round %d: the rewrite not seen whole after 1 s (got %d bytes, %q…)", s.name, r, len(body), body[:min(len(body), 16)])
 				}
+				// Every millisecond, not waitFor's 20 ms: the delay is what
+				// the test measures.
 				time.Sleep(time.Millisecond)
 			}
 			delays = append(delays, time.Since(changed))

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -229,15 +230,7 @@ func TestFDExhaustion(t *testing.T) {
 	// it has cached, which the purge at the end closes: once the closed
 	// connections are gone on the server's side too (the count stays the
 	// same three times in a row), so that the baseline holds none of them.
-	last, same := fdsOf(), 0
-	for deadline := time.Now().Add(5 * time.Second); same < 3 && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
-		if now := fdsOf(); now == last {
-			same++
-		} else {
-			last, same = now, 0
-		}
-	}
+	last := settled(fdsOf)
 	baseFDs := last - 1
 	var old unix.Rlimit
 	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &old); err != nil {
@@ -340,7 +333,19 @@ func TestSlowReadersHoldNoThreads(t *testing.T) {
 		fmt.Fprint(conn, "GET /slow.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 		conns = append(conns, conn)
 	}
-	time.Sleep(time.Second)
+	// Every reader is being sent its body: its first byte has arrived (the
+	// one byte read leaves the socket as full), and every connection's
+	// goroutine exists, so that the threads are counted with all 300 sends
+	// under way rather than after a guessed delay.
+	for i, conn := range conns {
+		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.ReadFull(conn, make([]byte, 1)); err != nil {
+			t.Fatalf("reader %d: no first byte: %v", i, err)
+		}
+	}
+	waitFor(t, "a goroutine for each stalled reader", 10*time.Second, func() bool {
+		return runtime.NumGoroutine() >= base.goroutines+len(conns)
+	})
 	during := countResources(t)
 	t.Logf("with 300 stalled readers: %+v (baseline %+v)", during, base)
 	if during.threads > base.threads+16 {

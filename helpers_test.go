@@ -138,16 +138,52 @@ func loadConfig(t testing.TB, cfg []byte) {
 	t.Cleanup(func() { caddy.Stop() })
 }
 
-// waitFor polls until ok or the deadline.
+// waitFor polls ok every 20 ms until it holds, and fails the test once d
+// has passed without it.
 func waitFor(t testing.TB, what string, d time.Duration, ok func() bool) {
 	t.Helper()
+	eventually(t, d, func() error {
+		if ok() {
+			return nil
+		}
+		return fmt.Errorf("timed out after %v waiting for %s", d, what)
+	})
+}
+
+// eventually polls check every 20 ms until it returns nil, and fails the
+// test with check's last error once d has passed: the state the test
+// waited for, and what it saw instead.
+func eventually(t testing.TB, d time.Duration, check func() error) {
+	t.Helper()
 	deadline := time.Now().Add(d)
-	for !ok() {
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
+			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// settled samples a count every 100 ms until it is the same three times
+// in a row (at most 5 s), and returns it: a baseline taken once the
+// connections a warm-up closed are gone on the server's side too (their
+// sockets close a moment after the client's), so that it holds no
+// descriptor that would later leave room for a leaked one.
+func settled[T comparable](sample func() T) T {
+	last, same := sample(), 0
+	for deadline := time.Now().Add(5 * time.Second); same < 3 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		if now := sample(); now == last {
+			same++
+		} else {
+			last, same = now, 0
+		}
+	}
+	return last
 }
 
 // skipIfShort skips one of the long tests (over 20 s on a quiet 2-core
@@ -188,22 +224,16 @@ func countResources(t testing.TB) resources {
 }
 
 // settledResources is the baseline of a fault test: the counts once the
-// connections a warm-up closed are gone on the server's side too (their
-// sockets close a moment after the client's), so that the baseline holds
-// no descriptor that would later leave room for a leaked one.
+// fds and goroutines have settled (the threads can only grow, and are
+// held to a bound instead).
 func settledResources(t testing.TB) resources {
 	t.Helper()
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	last, same := countResources(t), 0
-	for deadline := time.Now().Add(5 * time.Second); same < 3 && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
-		now := countResources(t)
-		if now.fds == last.fds && now.goroutines == last.goroutines {
-			same++
-		} else {
-			last, same = now, 0
-		}
-	}
+	var last resources
+	settled(func() [2]int {
+		last = countResources(t)
+		return [2]int{last.fds, last.goroutines}
+	})
 	return last
 }
 
@@ -231,18 +261,26 @@ func threadCount(t testing.TB) int {
 func backToBaseline(t testing.TB, base resources, threadBound int) {
 	t.Helper()
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		now := countResources(t)
+	var now resources
+	eventually(t, 30*time.Second, func() error {
+		now = countResources(t)
 		if now.fds <= base.fds && now.goroutines <= base.goroutines+2 && now.threads <= threadBound {
-			t.Logf("resources: %+v, baseline %+v, thread bound %d", now, base, threadBound)
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("resources did not return: now %+v, baseline %+v, thread bound %d; open fds: %v", now, base, threadBound, openFDs())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return notBack{now, base, threadBound}
+	})
+	t.Logf("resources: %+v, baseline %+v, thread bound %d", now, base, threadBound)
+}
+
+// notBack is backToBaseline's failure; it lists the open fds only when
+// the test fails, not on every poll.
+type notBack struct {
+	now, base   resources
+	threadBound int
+}
+
+func (e notBack) Error() string {
+	return fmt.Sprintf("resources did not return: now %+v, baseline %+v, thread bound %d; open fds: %v", e.now, e.base, e.threadBound, openFDs())
 }
 
 // openFDs lists what the process's descriptors point at, for a failure

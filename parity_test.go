@@ -166,19 +166,16 @@ func startParityCaddy(t testing.TB, root, handlerBlock, after string) parityServ
 	c := newClients(t)
 	deadline := time.Now().Add(30 * time.Second)
 	for _, addr := range []string{s.tlsFileServer, s.tlsFlash} {
-		for {
+		eventually(t, time.Until(deadline), func() error {
 			req, _ := http.NewRequest("HEAD", "https://"+addr+"/", nil)
 			req.Host = "localhost:" + portOf(addr)
 			resp, err := c.h2.Do(req)
-			if err == nil {
-				resp.Body.Close()
-				break
+			if err != nil {
+				return fmt.Errorf("TLS on %s not ready: %w", addr, err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("TLS on %s not ready: %v", addr, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			resp.Body.Close()
+			return nil
+		})
 	}
 	return s
 }

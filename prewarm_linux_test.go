@@ -80,19 +80,16 @@ func TestHotSetSurvivesRestart(t *testing.T) {
 	defer b.Cleanup()
 	deadline := time.Now().Add(10 * time.Second)
 	for _, p := range hot {
-		for {
+		eventually(t, time.Until(deadline), func() error {
 			r, err := prewarm.FileResidency(p)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.Percent() == 100 {
-				break
+			if r.Percent() < 100 {
+				return fmt.Errorf("%s is %.0f%% resident after the restart", p, r.Percent())
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s is %.0f%% resident after the restart", p, r.Percent())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 }
 
@@ -138,12 +135,12 @@ func TestPrewarmAtLoadWithRootDirective(t *testing.T) {
 	for _, name := range []string{"site", "static"} {
 		for i := range 4 {
 			p := filepath.Join(dirs[name], fmt.Sprintf("f%d.bin", i))
-			for resident(p) < 100 {
-				if time.Since(start) > 20*time.Second {
-					t.Fatalf("%s is %.0f%% resident %v after the load, with no request", p, resident(p), time.Since(start))
+			eventually(t, time.Until(start.Add(20*time.Second)), func() error {
+				if pct := resident(p); pct < 100 {
+					return fmt.Errorf("%s is %.0f%% resident %v after the load, with no request", p, pct, time.Since(start))
 				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				return nil
+			})
 		}
 	}
 	t.Logf("both roots resident %v after the load", time.Since(start))
@@ -174,17 +171,16 @@ func TestPrewarmSaysWhatItWaitsFor(t *testing.T) {
 	port := freePort(t)
 	loadSites(t, fmt.Sprintf("log {\n\t\toutput file %s\n\t\tlevel INFO\n\t}", logFile), siteBlock(port, base+"/{http.request.host}", flashServe("prewarm *")))
 	var line string
-	for deadline := time.Now().Add(10 * time.Second); line == ""; time.Sleep(10 * time.Millisecond) {
+	eventually(t, 10*time.Second, func() error {
 		b, _ := os.ReadFile(logFile)
 		for _, l := range strings.Split(string(b), "\n") {
 			if strings.Contains(l, "prewarm waits for the first request") {
 				line = l
+				return nil
 			}
 		}
-		if line == "" && time.Now().After(deadline) {
-			t.Fatalf("no INFO line about what prewarm waits for; the log:\n%s", b)
-		}
-	}
+		return fmt.Errorf("no INFO line about what prewarm waits for; the log:\n%s", b)
+	})
 	if !strings.Contains(line, "placeholder") {
 		t.Errorf("the INFO line does not say why: %s", line)
 	}
@@ -196,20 +192,14 @@ func TestPrewarmSaysWhatItWaitsFor(t *testing.T) {
 	if status, _, _ := get(t, http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/f0.bin", port)); status != 200 {
 		t.Fatalf("status %d", status)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		done := true
+	waitFor(t, "the root the first request named to be warmed", 20*time.Second, func() bool {
 		for _, p := range files[1:] { // f0 was read by the request itself
 			if r, _ := prewarm.FileResidency(p); r.Percent() < 100 {
-				done = false
+				return false
 			}
 		}
-		if done {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the root the first request named was not warmed")
-		}
-	}
+		return true
+	})
 }
 
 // evictAll drops the files from the page cache, and fails the test if the
@@ -217,7 +207,7 @@ func TestPrewarmSaysWhatItWaitsFor(t *testing.T) {
 func evictAll(t *testing.T, paths []string) {
 	t.Helper()
 	for _, p := range paths {
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		eventually(t, 10*time.Second, func() error {
 			if f, err := os.Open(p); err == nil {
 				f.Sync() // dirty pages stay whatever DONTNEED says
 				f.Close()
@@ -229,12 +219,10 @@ func evictAll(t *testing.T, paths []string) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.Resident == 0 {
-				break
+			if r.Resident > 0 {
+				return fmt.Errorf("%s stays %.0f%% resident after DONTNEED", p, r.Percent())
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s stays %.0f%% resident after DONTNEED", p, r.Percent())
-			}
-		}
+			return nil
+		})
 	}
 }

@@ -41,19 +41,16 @@ func TestPrewarmRootSetByInvokedRoute(t *testing.T) {
 `, filepath.Join(base, "named"))+siteBlock(freePort(t), filepath.Join(base, "outer"), "invoke setroot", flashServe("prewarm *")))
 	start := time.Now()
 	for _, p := range files["named"] {
-		for {
+		eventually(t, time.Until(start.Add(20*time.Second)), func() error {
 			r, err := prewarm.FileResidency(p)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.Percent() >= 100 {
-				break
+			if r.Percent() < 100 {
+				return fmt.Errorf("%s, under the root the requests have, is %.0f%% resident %v after the load", p, r.Percent(), time.Since(start))
 			}
-			if time.Since(start) > 20*time.Second {
-				t.Fatalf("%s, under the root the requests have, is %.0f%% resident %v after the load", p, r.Percent(), time.Since(start))
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	t.Logf("the named route's root resident %v after the load", time.Since(start))
 	for _, p := range files["outer"] {
@@ -75,15 +72,11 @@ func TestPrewarmSaysWhatItWaitsForInHandleResponse(t *testing.T) {
 		block("intercept", "@ok status 2xx", block("handle_response @ok", flashServe("prewarm *"))),
 		`respond "x" 200`))
 	start := time.Now()
-	for {
-		b, _ := os.ReadFile(logFile)
-		if strings.Contains(string(b), "prewarm waits for the first request") {
-			t.Logf("said %v after the load", time.Since(start))
-			return
+	eventually(t, 10*time.Second, func() error {
+		if b, _ := os.ReadFile(logFile); !strings.Contains(string(b), "prewarm waits for the first request") {
+			return fmt.Errorf("no INFO line about what prewarm waits for 10 s after the load; the log:\n%s", b)
 		}
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("no INFO line about what prewarm waits for 10 s after the load; the log:\n%s", b)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	t.Logf("said %v after the load", time.Since(start))
 }

@@ -246,6 +246,9 @@ func TestReloadsUnderLoad(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("timed out after 30 s waiting for %s", what)
 			}
+			// Every millisecond, not waitFor's 20 ms: the next reload
+			// follows at once, so that the handovers come as fast as
+			// the events allow.
 			time.Sleep(time.Millisecond)
 		}
 	}

@@ -80,7 +80,7 @@ func evictCold(t *testing.T, path string, size int64) {
 			t.Fatalf("residency of a file this user neither owns nor may write: %+v, %v; want it unknown", r, err)
 		}
 	}
-	for try := 0; ; try++ {
+	eventually(t, 2*time.Second, func() error {
 		if err := prewarm.Evict(path); err != nil {
 			t.Fatal(err)
 		}
@@ -95,14 +95,11 @@ func evictCold(t *testing.T, path string, size int64) {
 		} else {
 			cold = !cachedAt(t, path, size-1)
 		}
-		if cold {
-			return
+		if !cold {
+			return fmt.Errorf("%s is still in the page cache after DONTNEED: the test would prove nothing", path)
 		}
-		if try == 20 {
-			t.Fatalf("%s is still in the page cache after DONTNEED: the test would prove nothing", path)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // who names the case a test runs in, for its messages.

@@ -106,6 +106,7 @@ func TestKeepAliveAfterRenewedTurns(t *testing.T) {
 				if rate > 0 {
 					due := int(time.Since(start).Seconds()*float64(rate)) + len(buf)
 					if ahead := len(body) + len(buf) - due; ahead > 0 {
+						// The delay is the point: a client that reads at rate.
 						time.Sleep(time.Duration(ahead) * time.Second / time.Duration(rate))
 						continue
 					}

@@ -162,6 +162,7 @@ func slowClientGet(base, path, rangeHeader string, rate, stopAfter int64, wait f
 		// A steady rate: never more than the bytes due by now.
 		due := int64(time.Since(start).Seconds()*float64(rate)) + int64(len(buf))
 		if ahead := int64(len(g.body)) + int64(len(buf)) - due; ahead > 0 {
+			// The delay is the point: a slow client.
 			time.Sleep(time.Duration(ahead) * time.Second / time.Duration(rate))
 			continue
 		}

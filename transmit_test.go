@@ -141,17 +141,17 @@ func TestEnginesByteExactWithKeepAlive(t *testing.T) {
 			// The access log's size is the body bytes, whatever the engine.
 			// The entry is written after the response, so wait for it.
 			for uri, want := range expectSizes {
-				deadline := time.Now().Add(10 * time.Second)
-				for {
+				eventually(t, 10*time.Second, func() error {
 					got := accessSizes(t, s.logs[engine], uri)
 					if fmt.Sprint(got) == fmt.Sprint(want) {
-						break
+						return nil
 					}
-					if len(got) >= len(want) || time.Now().After(deadline) {
-						t.Fatalf("access log sizes for %s: %v, want %v", uri, got, want)
+					err := fmt.Errorf("access log sizes for %s: %v, want %v", uri, got, want)
+					if len(got) >= len(want) { // all the entries, some wrong: waiting will not help
+						t.Fatal(err)
 					}
-					time.Sleep(20 * time.Millisecond)
-				}
+					return err
+				})
 			}
 		})
 	}
@@ -277,18 +277,14 @@ func TestAbortedTransfersLeaveNothingBehind(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	eventually(t, 30*time.Second, func() error {
 		fds, pipes := countPipes(t)
 		g := runtime.NumGoroutine()
 		if fds <= fds0 && pipes <= pipes0 && g <= goroutines0+2 {
 			t.Logf("after %d aborts: %d fds (%d before), %d goroutines (%d before)", aborts, fds, fds0, g, goroutines0)
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %d aborts: %d fds (was %d), %d pipes (was %d), %d goroutines (was %d)",
-				aborts, fds, fds0, pipes, pipes0, g, goroutines0)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("after %d aborts: %d fds (was %d), %d pipes (was %d), %d goroutines (was %d)",
+			aborts, fds, fds0, pipes, pipes0, g, goroutines0)
+	})
 }
