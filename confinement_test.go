@@ -110,7 +110,7 @@ func TestConfinementEveryPath(t *testing.T) {
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableCompression: true}}
 	t.Cleanup(c.CloseIdleConnections)
 
-	fetch := func(site, path string) (int, http.Header, []byte) {
+	fetch := func(t *testing.T, site, path string) (int, http.Header, []byte) {
 		t.Helper()
 		req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", ports[site], path), nil)
 		if err != nil {
@@ -129,72 +129,27 @@ func TestConfinementEveryPath(t *testing.T) {
 		return resp.StatusCode, resp.Header, body.Bytes()
 	}
 
-	// The control: followed, the links reach the outside.
-	if status, _, body := fetch("follow-browse", "/idx-abs/"); status != 200 || !bytes.Contains(body, []byte(outsideBytes)) {
-		t.Fatalf("follow /idx-abs/: %d %q; the fixture's index link does not lead outside", status, body)
-	}
-	if status, _, body := fetch("follow-browse", "/idx-dotdot/"); status != 200 || !bytes.Contains(body, []byte(outsideName)) {
-		t.Fatalf("follow /idx-dotdot/: %d %q; the fixture's parent link does not list the outside", status, body)
-	}
-	if _, h, _ := fetch("follow-browse", "/sc-rel/page.txt"); h.Get("Content-Encoding") != "gzip" {
-		t.Fatalf("follow /sc-rel/page.txt: no gzip sidecar; the fixture's sidecar link does not lead outside")
+	// The control: followed, the links reach the outside. Without it the
+	// checks below would prove nothing, so the test stops if it fails.
+	if !t.Run("follow control", func(t *testing.T) {
+		if status, _, body := fetch(t, "follow-browse", "/idx-abs/"); status != 200 || !bytes.Contains(body, []byte(outsideBytes)) {
+			t.Fatalf("follow /idx-abs/: %d %q; the fixture's index link does not lead outside", status, body)
+		}
+		if status, _, body := fetch(t, "follow-browse", "/idx-dotdot/"); status != 200 || !bytes.Contains(body, []byte(outsideName)) {
+			t.Fatalf("follow /idx-dotdot/: %d %q; the fixture's parent link does not list the outside", status, body)
+		}
+		if _, h, _ := fetch(t, "follow-browse", "/sc-rel/page.txt"); h.Get("Content-Encoding") != "gzip" {
+			t.Fatalf("follow /sc-rel/page.txt: no gzip sidecar; the fixture's sidecar link does not lead outside")
+		}
+	}) {
+		t.FailNow()
 	}
 	// A looping sidecar is skipped in every mode, as file_server skips a
 	// sidecar it cannot stat: the file itself is sent.
-	if status, h, body := fetch("follow-browse", "/sc-loop/page.txt"); status != 200 || h.Get("Content-Encoding") != "" || string(body) != "inside page\n" {
+	if status, h, body := fetch(t, "follow-browse", "/sc-loop/page.txt"); status != 200 || h.Get("Content-Encoding") != "" || string(body) != "inside page\n" {
 		t.Errorf("follow /sc-loop/page.txt: %d, Content-Encoding %q, body %q; want the file itself", status, h.Get("Content-Encoding"), body)
 	}
 
-	type want struct {
-		status int
-		has    []string // substrings the body must hold
-		absent []string // substrings the body must not hold
-		plain  bool     // no Content-Encoding, body exactly "inside page\n"
-	}
-	// expect gives the answer of site (mode-variant) to path.
-	expect := func(mode, variant, kind, what string) want {
-		refused := kind != "loop" || mode == "deny" // the mode refuses this link
-		switch what {
-		case "index":
-			switch {
-			case refused:
-				return want{status: 403}
-			case variant == "browse": // a loop under beneath: no index, a listing
-				return want{status: 200, has: []string{"<html"}, absent: []string{"index.html"}}
-			case variant == "pass":
-				return want{status: 200, has: []string{"NEXT"}}
-			}
-			return want{status: 404}
-		case "sidecar":
-			return want{status: 200, plain: true}
-		case "etag":
-			if !refused {
-				// A looping ETag file is an error, as file_server's
-				// fs.ReadFile makes it.
-				return want{status: 500}
-			}
-			return want{status: 200, has: []string{"inside page\n"}}
-		case "listing":
-			switch variant {
-			case "browse":
-				if mode == "deny" {
-					return want{status: 200, has: []string{"plain.txt"}, absent: []string{"link-" + kind, "inner-link"}}
-				}
-				// beneath lists the link that stays inside.
-				return want{status: 200, has: []string{"plain.txt", "inner-link"}, absent: []string{"link-" + kind}}
-			case "pass":
-				return want{status: 200, has: []string{"NEXT"}}
-			}
-			return want{status: 404}
-		case "link":
-			if !refused {
-				return want{status: 400} // too many levels of links
-			}
-			return want{status: 403}
-		}
-		t.Fatalf("unknown path kind %q", what)
-		return want{}
-	}
 	paths := map[string]func(kind string) string{
 		"index":   func(k string) string { return "/idx-" + k + "/" },
 		"sidecar": func(k string) string { return "/sc-" + k + "/page.txt" },
@@ -206,49 +161,111 @@ func TestConfinementEveryPath(t *testing.T) {
 	for _, mode := range []string{"deny", "beneath"} {
 		for variant := range variants {
 			name := mode + "-" + variant
-			for what, pathOf := range paths {
-				for _, kind := range linkKinds {
-					path := pathOf(kind)
-					w := expect(mode, variant, kind, what)
-					// Twice: the second answer comes from the cache.
-					for round := range 2 {
-						status, h, body := fetch(name, path)
-						checked++
-						where := fmt.Sprintf("%s %s (%s link, round %d)", name, path, kind, round)
-						if status != w.status {
-							t.Errorf("%s: status %d, want %d; body %q", where, status, w.status, body)
-						}
-						for _, leak := range []string{outsideBytes, outsideName} {
-							if bytes.Contains(body, []byte(leak)) {
-								t.Errorf("%s: the body holds %q: %q", where, leak, body)
-							}
-							for k, vs := range h {
-								for _, v := range vs {
-									if strings.Contains(v, leak) {
-										t.Errorf("%s: header %s holds %q: %q", where, k, leak, v)
-									}
-								}
-							}
-						}
-						for _, s := range w.has {
-							if !bytes.Contains(body, []byte(s)) {
-								t.Errorf("%s: the body lacks %q: %q", where, s, body)
-							}
-						}
-						for _, a := range w.absent {
-							if bytes.Contains(body, []byte(a)) {
-								t.Errorf("%s: the body shows %q, which the mode refuses", where, a)
-							}
-						}
-						if w.plain && (h.Get("Content-Encoding") != "" || string(body) != "inside page\n") {
-							t.Errorf("%s: Content-Encoding %q, body %q; want the file itself", where, h.Get("Content-Encoding"), body)
+			t.Run(name, func(t *testing.T) {
+				for what, pathOf := range paths {
+					for _, kind := range linkKinds {
+						path := pathOf(kind)
+						w := confinedAnswer(t, mode, variant, kind, what)
+						// Twice: the second answer comes from the cache.
+						for round := range 2 {
+							status, h, body := fetch(t, name, path)
+							checked++
+							w.check(t, fmt.Sprintf("%s %s (%s link, round %d)", name, path, kind, round), status, h, body)
 						}
 					}
+				}
+			})
+		}
+	}
+	t.Logf("%d responses checked", checked)
+}
+
+// confinedWant is the answer a confined site must give to one path.
+type confinedWant struct {
+	status int
+	has    []string // substrings the body must hold
+	absent []string // substrings the body must not hold
+	plain  bool     // no Content-Encoding, body exactly "inside page\n"
+}
+
+// confinedAnswer is the answer of the site mode-variant of
+// TestConfinementEveryPath to the path of kind what to a link of kind.
+func confinedAnswer(t *testing.T, mode, variant, kind, what string) confinedWant {
+	refused := kind != "loop" || mode == "deny" // the mode refuses this link
+	switch what {
+	case "index":
+		switch {
+		case refused:
+			return confinedWant{status: 403}
+		case variant == "browse": // a loop under beneath: no index, a listing
+			return confinedWant{status: 200, has: []string{"<html"}, absent: []string{"index.html"}}
+		case variant == "pass":
+			return confinedWant{status: 200, has: []string{"NEXT"}}
+		}
+		return confinedWant{status: 404}
+	case "sidecar":
+		return confinedWant{status: 200, plain: true}
+	case "etag":
+		if !refused {
+			// A looping ETag file is an error, as file_server's
+			// fs.ReadFile makes it.
+			return confinedWant{status: 500}
+		}
+		return confinedWant{status: 200, has: []string{"inside page\n"}}
+	case "listing":
+		switch variant {
+		case "browse":
+			if mode == "deny" {
+				return confinedWant{status: 200, has: []string{"plain.txt"}, absent: []string{"link-" + kind, "inner-link"}}
+			}
+			// beneath lists the link that stays inside.
+			return confinedWant{status: 200, has: []string{"plain.txt", "inner-link"}, absent: []string{"link-" + kind}}
+		case "pass":
+			return confinedWant{status: 200, has: []string{"NEXT"}}
+		}
+		return confinedWant{status: 404}
+	case "link":
+		if !refused {
+			return confinedWant{status: 400} // too many levels of links
+		}
+		return confinedWant{status: 403}
+	}
+	t.Fatalf("unknown path kind %q", what)
+	return confinedWant{}
+}
+
+// check holds a response to w, and to confinement: no outside byte or
+// outside name, in the body or in any header.
+func (w confinedWant) check(t *testing.T, where string, status int, h http.Header, body []byte) {
+	t.Helper()
+	if status != w.status {
+		t.Errorf("%s: status %d, want %d; body %q", where, status, w.status, body)
+	}
+	for _, leak := range []string{outsideBytes, outsideName} {
+		if bytes.Contains(body, []byte(leak)) {
+			t.Errorf("%s: the body holds %q: %q", where, leak, body)
+		}
+		for k, vs := range h {
+			for _, v := range vs {
+				if strings.Contains(v, leak) {
+					t.Errorf("%s: header %s holds %q: %q", where, k, leak, v)
 				}
 			}
 		}
 	}
-	t.Logf("%d responses checked", checked)
+	for _, s := range w.has {
+		if !bytes.Contains(body, []byte(s)) {
+			t.Errorf("%s: the body lacks %q: %q", where, s, body)
+		}
+	}
+	for _, a := range w.absent {
+		if bytes.Contains(body, []byte(a)) {
+			t.Errorf("%s: the body shows %q, which the mode refuses", where, a)
+		}
+	}
+	if w.plain && (h.Get("Content-Encoding") != "" || string(body) != "inside page\n") {
+		t.Errorf("%s: Content-Encoding %q, body %q; want the file itself", where, h.Get("Content-Encoding"), body)
+	}
 }
 
 // TestSitesSharingACacheKeepTheirConfinement serves the same files from
