@@ -246,29 +246,24 @@ func TestSlowClientsKeepCaddysPromise(t *testing.T) {
 	}
 	multiRange := "bytes=" + strings.Join(rs, ",")
 
-	type result struct {
-		site, test string
-		g          slowGet
-		cutAfter   time.Duration // stop-reading case: from the stop to the server's end
-		logged     bool
-		loggedSize int64
-	}
+	// All the clients at once, so that the slow ones share the server; then
+	// one subtest per client checks its answer.
 	var mu sync.Mutex
-	var results []result
+	var results []slowResult
 	var wg sync.WaitGroup
-	add := func(r result) {
+	add := func(r slowResult) {
 		mu.Lock()
 		results = append(results, r)
 		mu.Unlock()
 	}
 	for _, s := range servers["2s"] {
 		wg.Go(func() {
-			add(result{site: s.name, test: "slow", g: slowClientGet(s.base, "/big.bin", "", slowRate, 0, nil)})
+			add(slowResult{site: s.name, test: "slow", g: slowClientGet(s.base, "/big.bin", "", slowRate, 0, nil)})
 		})
 		wg.Go(func() {
 			// Stops after 256 KiB and waits for the server's access log
 			// entry, which is written once the handler has given up.
-			r := result{site: s.name, test: "stops"}
+			r := slowResult{site: s.name, test: "stops"}
 			uri := "/big.bin?stop"
 			var at time.Time
 			r.g = slowClientGet(s.base, uri, "", slowRate, 256<<10, func() {
@@ -280,12 +275,12 @@ func TestSlowClientsKeepCaddysPromise(t *testing.T) {
 	}
 	for _, s := range servers[keepRate] {
 		wg.Go(func() {
-			add(result{site: s.name, test: "above min_rate", g: slowClientGet(s.base, "/big.bin", "", slowRate, 0, nil)})
+			add(slowResult{site: s.name, test: "above min_rate", g: slowClientGet(s.base, "/big.bin", "", slowRate, 0, nil)})
 		})
 	}
 	for _, s := range servers[cutRate] {
 		wg.Go(func() {
-			add(result{site: s.name, test: "below min_rate", g: slowClientGet(s.base, "/big.bin", multiRange, 128<<10, 0, nil)})
+			add(slowResult{site: s.name, test: "below min_rate", g: slowClientGet(s.base, "/big.bin", multiRange, 128<<10, 0, nil)})
 		})
 	}
 	wg.Wait()
@@ -295,40 +290,11 @@ func TestSlowClientsKeepCaddysPromise(t *testing.T) {
 	})
 	var cutDelays []time.Duration
 	for _, r := range results {
-		g := r.g
-		t.Logf("%-14s %-20s status %d, %d of %d bytes in %v, cut after the stop: %v, err: %v",
-			r.test, r.site, g.status, len(g.body), g.length, g.duration.Round(time.Millisecond), r.cutAfter.Round(time.Millisecond), g.err)
-		switch r.test {
-		case "slow", "above min_rate":
-			if g.status != http.StatusOK || g.err != nil || !bytes.Equal(g.body, data) {
-				t.Errorf("%s, %s: status %d, %d of %d bytes (exact: %v), %v; a client reading %d KiB/s must get the whole file",
-					r.test, r.site, g.status, len(g.body), size, bytes.Equal(g.body, data), g.err, slowRate>>10)
+		t.Run(r.test+"/"+r.site, func(t *testing.T) {
+			if cut, ok := r.check(t, data, idle, slowRate); ok {
+				cutDelays = append(cutDelays, cut)
 			}
-		case "stops":
-			if !r.logged {
-				t.Errorf("stops, %s: the server still held the response %v after the client stopped reading", r.site, 10*idle)
-				continue
-			}
-			cutDelays = append(cutDelays, r.cutAfter)
-			if r.loggedSize >= size || int64(len(g.body)) >= size || g.err == nil {
-				t.Errorf("stops, %s: the server sent %d bytes, the client read %d (%v); want the body cut", r.site, r.loggedSize, len(g.body), g.err)
-			}
-			// The server cannot have given up before the idle timeout after
-			// the last byte it sent, which was no earlier than the stop
-			// less what the buffers hold (the client's 8 KiB; the server's
-			// 128 KiB left the moment the client stopped).
-			if r.cutAfter < idle*3/4 {
-				t.Errorf("stops, %s: cut %v after the client stopped reading, before the idle timeout of %v", r.site, r.cutAfter, idle)
-			}
-		case "below min_rate":
-			if g.status != http.StatusPartialContent {
-				t.Errorf("below min_rate, %s: status %d, want 206", r.site, g.status)
-			}
-			if g.err == nil || int64(len(g.body)) >= g.length {
-				t.Errorf("below min_rate, %s: %d of %d bytes (%v); a client at 128 KiB/s under a 1 MiB/s minimum must be cut",
-					r.site, len(g.body), g.length, g.err)
-			}
-		}
+		})
 	}
 	// A loaded machine delays the log entry and the goroutine reading it:
 	// the median is held to 2× the idle timeout, each to 10× (above).
@@ -338,4 +304,55 @@ func TestSlowClientsKeepCaddysPromise(t *testing.T) {
 			t.Errorf("a client that stops reading is cut a median %v after it stops; want about the idle timeout %v", med, idle)
 		}
 	}
+}
+
+// slowResult is one client of TestSlowClientsKeepCaddysPromise.
+type slowResult struct {
+	site, test string
+	g          slowGet
+	cutAfter   time.Duration // stop-reading case: from the stop to the server's end
+	logged     bool
+	loggedSize int64
+}
+
+// check holds the client's answer to what its test promises; for a client
+// that stopped reading, it also returns how long after the stop the server
+// let go, for the median.
+func (r slowResult) check(t *testing.T, data []byte, idle time.Duration, slowRate int) (cut time.Duration, measured bool) {
+	size := int64(len(data))
+	g := r.g
+	t.Logf("%-14s %-20s status %d, %d of %d bytes in %v, cut after the stop: %v, err: %v",
+		r.test, r.site, g.status, len(g.body), g.length, g.duration.Round(time.Millisecond), r.cutAfter.Round(time.Millisecond), g.err)
+	switch r.test {
+	case "slow", "above min_rate":
+		if g.status != http.StatusOK || g.err != nil || !bytes.Equal(g.body, data) {
+			t.Errorf("%s, %s: status %d, %d of %d bytes (exact: %v), %v; a client reading %d KiB/s must get the whole file",
+				r.test, r.site, g.status, len(g.body), size, bytes.Equal(g.body, data), g.err, slowRate>>10)
+		}
+	case "stops":
+		if !r.logged {
+			t.Errorf("stops, %s: the server still held the response %v after the client stopped reading", r.site, 10*idle)
+			return 0, false
+		}
+		cut, measured = r.cutAfter, true
+		if r.loggedSize >= size || int64(len(g.body)) >= size || g.err == nil {
+			t.Errorf("stops, %s: the server sent %d bytes, the client read %d (%v); want the body cut", r.site, r.loggedSize, len(g.body), g.err)
+		}
+		// The server cannot have given up before the idle timeout after
+		// the last byte it sent, which was no earlier than the stop
+		// less what the buffers hold (the client's 8 KiB; the server's
+		// 128 KiB left the moment the client stopped).
+		if r.cutAfter < idle*3/4 {
+			t.Errorf("stops, %s: cut %v after the client stopped reading, before the idle timeout of %v", r.site, r.cutAfter, idle)
+		}
+	case "below min_rate":
+		if g.status != http.StatusPartialContent {
+			t.Errorf("below min_rate, %s: status %d, want 206", r.site, g.status)
+		}
+		if g.err == nil || int64(len(g.body)) >= g.length {
+			t.Errorf("below min_rate, %s: %d of %d bytes (%v); a client at 128 KiB/s under a 1 MiB/s minimum must be cut",
+				r.site, len(g.body), g.length, g.err)
+		}
+	}
+	return cut, measured
 }
