@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/flashserve/caddy-flash-serve/statacc"
+	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
 // foreignDirEnv names a directory of test files owned by another user. A
@@ -72,7 +72,7 @@ func testDir(t *testing.T, key string, write func(dir string)) string {
 		if err != nil {
 			return err
 		}
-		if statacc.MincoreTrusted(int(f.Fd()), info) {
+		if pagecache.Trusted(int(f.Fd()), info) {
 			t.Fatalf("%s is owned or writable by this user: a run on it proves nothing about files it does not own", p)
 		}
 		checked = true

@@ -9,6 +9,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
@@ -141,16 +142,10 @@ func (rr *ringReader) fill() {
 	if err != nil && ringFault(err) {
 		counters.ringFallbacks.Add(1)
 		k, err = file.ReadAt(buf, rr.off)
-		if err == io.EOF && k == len(buf) {
-			err = nil
-		}
 	} else {
 		rr.eng = engIOUring
 	}
-	if k < len(buf) {
-		if err == nil || err == io.EOF {
-			err = transmit.ErrTruncated
-		}
+	if err := pagecache.ShortRead(k, len(buf), err); err != nil {
 		rr.err = &transmit.ReadError{Offset: rr.off + int64(k), Err: err}
 	}
 	rr.buf = buf[:k]

@@ -16,13 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 	"github.com/flashserve/caddy-flash-serve/prewarm"
-	"github.com/flashserve/caddy-flash-serve/statacc"
-	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
 // mincoreTrustedFile says whether this process may ask mincore about the
-// file: it owns it or may write it (statacc.MincoreTrusted).
+// file: it owns it or may write it (pagecache.Trusted).
 func mincoreTrustedFile(t *testing.T, path string) bool {
 	t.Helper()
 	f, err := os.Open(path)
@@ -34,7 +33,7 @@ func mincoreTrustedFile(t *testing.T, path string) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return statacc.MincoreTrusted(int(f.Fd()), info)
+	return pagecache.Trusted(int(f.Fd()), info)
 }
 
 // cachedAt says whether the page at off is in the page cache, with a
@@ -49,7 +48,7 @@ func cachedAt(t *testing.T, path string, off int64) bool {
 	}
 	defer f.Close()
 	var b [1]byte
-	n, err := transmit.ReadNoWait(int(f.Fd()), b[:], off)
+	n, err := pagecache.ReadNoWait(int(f.Fd()), b[:], off)
 	return n == 1 && err == nil
 }
 
@@ -62,7 +61,8 @@ func mincoreSays(t *testing.T, path string, off int64) bool {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	n, err := transmit.ResidentPrefix(int(f.Fd()), off, 1)
+	probe := pagecache.NewProbe(int(f.Fd()), true)
+	n, err := probe.Resident(off, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

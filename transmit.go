@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 	"github.com/flashserve/caddy-flash-serve/statacc"
 	"github.com/flashserve/caddy-flash-serve/transmit"
 )
@@ -43,7 +44,7 @@ var engineNames = [numEngines]string{"memory", "sendfile", "io_uring", "copy"}
 //   - copy: pread into pooled buffers, for TLS, HTTP/2, HTTP/3 and encode;
 //   - io_uring: data not known to be in the page cache, probed span by
 //     span (mincore where it tells the truth, no-wait reads elsewhere: see
-//     spanProbe); what is resident leaves as above, the rest is read
+//     pagecache.Probe); what is resident leaves as above, the rest is read
 //     through the ring.
 func (fsrv *FlashServe) pickEngine(w http.ResponseWriter, r *http.Request, res *resolved) engine {
 	if res.body.Data() != nil && fsrv.engine == engineAuto {
@@ -81,7 +82,8 @@ func (fsrv *FlashServe) probeWhole(body *statacc.Entry) bool {
 	if body.Size() > wholeProbeMax || !body.ClaimProbe() {
 		return false
 	}
-	if !residentWhole(body) {
+	p := pagecache.NewProbe(body.FD(), body.MincoreTrusted())
+	if !p.Whole(body.Size(), residencyProbe) {
 		return false
 	}
 	body.MarkResident()

@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 	"github.com/flashserve/caddy-flash-serve/statacc"
 	"github.com/flashserve/caddy-flash-serve/transmit"
 )
@@ -134,7 +135,7 @@ func (c *coldRead) giveBack() {
 // calls and its mmap lock.
 const noWaitMax = 64 << 10
 
-// residencyProbe is the span probed at a time (spanProbe): what is
+// residencyProbe is the span probed at a time (pagecache.Probe): what is
 // resident in it goes out with sendfile (or pread), what is not is read
 // through the ring.
 const residencyProbe = 2 << 20
@@ -156,7 +157,7 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 	var cold coldRead
 	var opts transmit.ReadOptions
 	var sent int64
-	probe := newSpanProbe(res.body)
+	probe := pagecache.NewProbe(fd, res.body.MincoreTrusted())
 	if fsrv.engine == engineAuto && length <= noWaitMax {
 		// A small body: one read that takes only what the page cache holds
 		// answers the residency question and reads the data at once. What
@@ -164,7 +165,7 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 		bufp := smallBufPool.Get().(*[]byte)
 		defer smallBufPool.Put(bufp)
 		buf := (*bufp)[:length]
-		if n, err := transmit.ReadNoWait(fd, buf, start); err == nil && n == len(buf) {
+		if n, err := pagecache.ReadNoWait(fd, buf, start); err == nil && n == len(buf) {
 			k, err := w.Write(buf)
 			counters.bytes[engCopy].Add(int64(k))
 			t.eng = engCopy // the ring had nothing to do
@@ -177,7 +178,7 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 	for sent < length {
 		off := start + sent
 		if fsrv.engine == engineAuto {
-			resident, err := probe.resident(off, min(length-sent, residencyProbe))
+			resident, err := probe.Resident(off, min(length-sent, residencyProbe))
 			if err == nil && resident > 0 {
 				var n int64
 				if canSendfile {
@@ -239,16 +240,10 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 			eng = engCopy
 			fsrv.logger.Debug("io_uring read failed; reading with pread", zap.Error(err))
 			n, err = file.ReadAt(buf, off)
-			if err == io.EOF && n == len(buf) {
-				err = nil
-			}
 		}
-		if n < len(buf) {
-			// ReadFull went on after short reads: only a read of 0 bytes
-			// before the end stops it, and that is truncation.
-			if err == nil || err == io.EOF {
-				err = transmit.ErrTruncated
-			}
+		// ReadFull went on after short reads: only a read of 0 bytes
+		// before the end stops it, and that is truncation.
+		if err := pagecache.ShortRead(n, len(buf), err); err != nil {
 			if n > 0 {
 				w.Write(buf[:n])
 				sent += int64(n)

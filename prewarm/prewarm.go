@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
 // pageSize is the unit of residency and of the budget.
@@ -345,18 +346,16 @@ func readPrefix(ctx context.Context, f *os.File, n int64, readAt ReaderAt) (int6
 				return done, err
 			case err != nil:
 				m, err = f.ReadAt(chunk, done) // the ring failed: pread does it
-			case m < len(chunk):
-				err = io.EOF // only the end of the file stops a read short
 			}
 		} else {
 			m, err = f.ReadAt(chunk, done)
 			release()
 		}
 		done += int64(m)
-		if err == io.EOF {
-			return done, nil
-		}
-		if err != nil {
+		switch err := pagecache.ShortRead(m, len(chunk), err); {
+		case errors.Is(err, pagecache.ErrTruncated):
+			return done, nil // the end of the file: a warm-up stops there
+		case err != nil:
 			return done, err
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flashserve/caddy-flash-serve/internal/hotset"
+	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
 // Options configure a Cache. Zero values take the defaults.
@@ -563,7 +564,7 @@ func (c *Cache) load(key lookupKey, withHead bool) *Entry {
 	}
 	e.file = f
 	e.fd = fileFD(f)
-	e.trusted = MincoreTrusted(e.fd, info)
+	e.trusted = pagecache.Trusted(e.fd, info)
 	c.counts.OpenFiles.Add(1)
 	if e.size <= c.opts.MemoryMaxFile && c.opts.MemoryBudget > 0 {
 		if c.counts.MemoryBytes.Add(e.size) <= c.opts.MemoryBudget {

@@ -49,7 +49,7 @@ type Entry struct {
 	file *os.File // the open file of a regular-file entry
 	fd   int      // file's descriptor, read once so Fd() is never called again
 	// trusted is set at open when mincore tells this process the truth
-	// about the file's pages (MincoreTrusted): it owns the file or may
+	// about the file's pages (pagecache.Trusted): it owns the file or may
 	// write it.
 	trusted bool
 	// refs counts the cache's reference (while the entry is in the map)

@@ -128,7 +128,7 @@ func TestQueueOverflowStartsOver(t *testing.T) {
 
 // TestFileChmodReopens: a chmod or chown of a cached file (IN_ATTRIB on
 // its name) drops the entry, so the next lookup opens it again and
-// decides again what it may trust about it (MincoreTrusted is read at
+// decides again what it may trust about it (pagecache.Trusted is asked at
 // open): the mode the cache reports changes within a second, with
 // revalidate at an hour.
 func TestFileChmodReopens(t *testing.T) {

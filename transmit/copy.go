@@ -3,10 +3,11 @@
 package transmit
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
 // ReadError is a failure to read the file, as opposed to a failure to
@@ -25,7 +26,7 @@ func (e *ReadError) Unwrap() error { return e.Err }
 
 // ErrTruncated is the ReadError cause when the file ended before the
 // length that the response declared: it was truncated while being sent.
-var ErrTruncated = errors.New("file is shorter than when the response started")
+var ErrTruncated = pagecache.ErrTruncated
 
 // Copy buffer sizes. HTTP/1.1 over TLS gets large buffers, so that a write
 // fills whole TLS records; HTTP/2 and HTTP/3 cut the body into frames of
@@ -67,11 +68,8 @@ func copyWith(pool *sync.Pool, w io.Writer, f io.ReaderAt, off, n int64) (int64,
 				return written, werr
 			}
 		}
-		if nr < len(chunk) {
-			if rerr == nil || rerr == io.EOF {
-				rerr = ErrTruncated
-			}
-			return written, &ReadError{Offset: off + written, Err: rerr}
+		if err := pagecache.ShortRead(nr, len(chunk), rerr); err != nil {
+			return written, &ReadError{Offset: off + written, Err: err}
 		}
 	}
 	return written, nil

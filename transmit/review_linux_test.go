@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
 func threads(t *testing.T) int {
@@ -99,12 +101,12 @@ func TestNoWaitProbeWithoutNoWaitSupport(t *testing.T) {
 	if _, err := f.ReadAt(buf, 0); err != nil {
 		t.Fatal(err) // now in the page cache
 	}
-	if _, err := ReadNoWait(fd, buf[:4096], 0); !errors.Is(err, unix.EOPNOTSUPP) {
+	if _, err := pagecache.ReadNoWait(fd, buf[:4096], 0); !errors.Is(err, unix.EOPNOTSUPP) {
 		t.Skipf("preadv2(RWF_NOWAIT) on a cached FUSE page: %v; this kernel's FUSE takes it", err)
 	}
-	p := NoWaitProbe{FD: fd}
+	p := pagecache.NewProbe(fd, false)
 	for off := int64(0); off < size; off += 256 << 10 {
-		if n := p.Resident(off, 256<<10); n != 0 {
+		if n, _ := p.Resident(off, 256<<10); n != 0 {
 			t.Fatalf("span at %d reported resident (%d) where no-wait reads fail with EOPNOTSUPP", off, n)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
 // FileSource is a response body: length bytes of a shared, open file from
@@ -105,10 +107,7 @@ func (s *FileSource) fill(p []byte) (int, error) {
 	n, err := s.File.ReadAt(p, s.Off)
 	s.Off += int64(n)
 	s.N -= int64(n)
-	if n < len(p) {
-		if err == nil || err == io.EOF {
-			err = ErrTruncated
-		}
+	if err := pagecache.ShortRead(n, len(p), err); err != nil {
 		return n, &ReadError{Offset: s.Off, Err: err}
 	}
 	return n, nil

@@ -868,58 +868,5 @@ func (r *Ring) Close() error {
 // Done is closed once a closed ring is torn down.
 func (r *Ring) Done() <-chan struct{} { return r.reaped }
 
-// ResidentPrefix reports how many of the n bytes of fd from off are in the
-// page cache, counted from off up to the first page that is not, with
-// mincore(2) over a temporary read-only mapping.
-func ResidentPrefix(fd int, off, n int64) (int64, error) {
-	if n <= 0 {
-		return 0, nil
-	}
-	page := int64(os.Getpagesize())
-	start := off / page * page
-	length := off + n - start
-	m, err := unix.Mmap(fd, start, int(length), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Munmap(m)
-	pages := (length + page - 1) / page
-	var small [64]byte
-	vec := small[:0]
-	if pages <= int64(len(small)) {
-		vec = small[:pages]
-	} else {
-		vec = make([]byte, pages)
-	}
-	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(length), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
-		return 0, errno
-	}
-	for i, v := range vec {
-		if v&1 == 0 {
-			return max(0, min(n, int64(i)*page+start-off)), nil
-		}
-	}
-	return n, nil
-}
-
-// ReadNoWait reads at off only what the page cache holds, with
-// preadv2(RWF_NOWAIT): it never waits for the disk, and fails with EAGAIN
-// when the first page is not resident. One system call, where a mincore
-// probe costs three (mmap, mincore, munmap, the last two under the
-// process's mmap lock) and the read still to be done.
-func ReadNoWait(fd int, buf []byte, off int64) (int, error) {
-	iov := [1][]byte{buf}
-	for {
-		n, err := unix.Preadv2(fd, iov[:], off, unix.RWF_NOWAIT)
-		if err == unix.EINTR {
-			continue
-		}
-		if n < 0 {
-			n = 0
-		}
-		return n, err
-	}
-}
-
 // RingSupported is true where the io_uring engine is compiled in.
 const RingSupported = true

@@ -184,25 +184,3 @@ func TestColdReadsHoldNoThreads(t *testing.T) {
 	}
 }
 
-func TestResidentPrefix(t *testing.T) {
-	f, _ := testFile(t, 1<<20)
-	fd := int(f.Fd())
-	evict(t, f)
-	if n, err := ResidentPrefix(fd, 0, 1<<20); err != nil || n != 0 {
-		t.Fatalf("evicted file: %d resident, %v; want 0", n, err)
-	}
-	buf := make([]byte, 64<<10)
-	f.ReadAt(buf, 0) // the first 64 KiB (and readahead after it)
-	n, err := ResidentPrefix(fd, 0, 1<<20)
-	if err != nil || n < 64<<10 {
-		t.Fatalf("after reading 64 KiB: %d resident, %v", n, err)
-	}
-	if n, _ := ResidentPrefix(fd, 100, 1000); n != 1000 {
-		t.Errorf("a resident span at an unaligned offset: %d, want 1000", n)
-	}
-	all := make([]byte, 1<<20)
-	f.ReadAt(all, 0)
-	if n, _ := ResidentPrefix(fd, 4096, 1<<20-4096); n != 1<<20-4096 {
-		t.Errorf("after reading it all: %d resident, want %d", n, 1<<20-4096)
-	}
-}

@@ -81,12 +81,5 @@ func (r *Ring) InjectFailures(int) {}
 // Close does nothing here.
 func (r *Ring) Close() error { return nil }
 
-// ResidentPrefix cannot see the page cache here and says everything is:
-// the handler then sends as it would without io_uring.
-func ResidentPrefix(fd int, off, n int64) (int64, error) { return n, nil }
-
-// ReadNoWait is not available here; it is never called without a Ring.
-func ReadNoWait(int, []byte, int64) (int, error) { return 0, errors.ErrUnsupported }
-
 // RingSupported is true where the io_uring engine is compiled in.
 const RingSupported = false

@@ -1,0 +1,122 @@
+// Package pagecache asks the kernel's page cache about open files: which
+// of their bytes are resident (mincore, where it tells this process the
+// truth; reads that never wait, elsewhere), reads that take only what is
+// resident, and readahead control; and it holds the one rule for a read
+// that came back short. statacc, transmit and prewarm use it, so that each
+// of these system calls is wrapped once.
+//
+// Only Linux has these calls. Elsewhere, and in the flashserve_portable
+// build, Supported is false, the residency probes and no-wait reads fail
+// with an error that wraps errors.ErrUnsupported and Prefetch does nothing;
+// ShortRead and ErrTruncated are the same everywhere.
+package pagecache
+
+import (
+	"errors"
+	"fmt"
+	"io"
+)
+
+// ErrTruncated is the cause of a read that ended before the bytes it was
+// asked for without an error: the file is shorter than when it was
+// measured (truncated while being read).
+var ErrTruncated = errors.New("file is shorter than when the response started")
+
+// errUnsupported is what the probes and reads answer where the page cache
+// cannot be asked.
+var errUnsupported = fmt.Errorf("page-cache residency is only known on Linux: %w", errors.ErrUnsupported)
+
+// ShortRead is the verdict on a read that asked for want bytes and got n
+// with err: nil when all want bytes came (whatever err says: io.ReaderAt
+// may return io.EOF with the last bytes), err when the read failed, and
+// ErrTruncated when it stopped short without a failure (nil or io.EOF),
+// which for a file whose size is known means that it shrank.
+func ShortRead[N int | int64](n, want N, err error) error {
+	switch {
+	case n >= want:
+		return nil
+	case err == nil || errors.Is(err, io.EOF):
+		return ErrTruncated
+	}
+	return err
+}
+
+// Probe finds, span after span of one open file, how much from an offset
+// is in the page cache. mincore answers for files this process owns or
+// may write (Trusted); for the others it lies, reporting every page
+// resident, so their spans are probed with no-wait reads of a byte at
+// each end, and a span with either end missing counts as not resident.
+// The read of a span's end takes the next byte too, so that a file probed
+// span after span costs about one system call per span.
+//
+// The no-wait reads have two limits: a missing page between two cached
+// ends is not seen (the read that meets it waits for the disk), and a
+// no-wait read of a missing page starts the kernel's readahead there, as
+// the read that follows would.
+type Probe struct {
+	fd      int
+	trusted bool
+	// next is one more than an offset the last no-wait probe found cached,
+	// 0 for none: a span that starts there needs no read for its start.
+	next int64
+}
+
+// NewProbe returns a Probe of the open file fd; trusted says whether
+// mincore tells this process the truth about it (Trusted, asked once when
+// the file was opened).
+func NewProbe(fd int, trusted bool) Probe { return Probe{fd: fd, trusted: trusted} }
+
+// Resident returns how many of the n bytes from off are in the page
+// cache, counted from off: with mincore, up to the first missing page;
+// without, n when both ends of the span are cached and 0 when either is
+// not (or cannot be read without waiting: a file system without
+// RWF_NOWAIT, the end of the file).
+func (p *Probe) Resident(off, n int64) (int64, error) {
+	if p.trusted {
+		return residentPrefix(p.fd, off, n)
+	}
+	return p.noWait(off, n), nil
+}
+
+// Whole reports whether the first size bytes of the file are all in the
+// page cache: one mincore over them where mincore answers, else the ends
+// of every span of span bytes, stopping at the first missing one.
+func (p *Probe) Whole(size, span int64) bool {
+	if p.trusted {
+		n, err := residentPrefix(p.fd, 0, size)
+		return err == nil && n == size
+	}
+	for off := int64(0); off < size; off += span {
+		if p.noWait(off, min(span, size-off)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// noWait is Resident without mincore: n when the bytes at off and at
+// off+n-1 are both cached, else 0.
+func (p *Probe) noWait(off, n int64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	var b [2]byte
+	known := p.next == off+1
+	p.next = 0
+	if !known {
+		if k, err := ReadNoWait(p.fd, b[:1], off); k != 1 || err != nil {
+			return 0
+		}
+	}
+	if n == 1 {
+		return 1
+	}
+	k, err := ReadNoWait(p.fd, b[:], off+n-1)
+	if k == 0 || err != nil {
+		return 0
+	}
+	if k == 2 {
+		p.next = off + n + 1
+	}
+	return n
+}

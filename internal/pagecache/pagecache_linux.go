@@ -1,0 +1,149 @@
+//go:build linux && !flashserve_portable
+
+package pagecache
+
+import (
+	"errors"
+	"io/fs"
+	"math/bits"
+	"os"
+	"strconv"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Supported is true where the page cache can be asked.
+const Supported = true
+
+var pageSize = int64(os.Getpagesize())
+
+// Trusted reports whether mincore(2) tells this process the truth about
+// which pages of the open file fd (described by info, from the fstat
+// already made) are in the page cache. Since Linux 5.0 it does only for
+// the file's owner or a process that may write the file, and reports every
+// page resident to anyone else (cachestat(2) refuses them with EPERM): a
+// server running as its own user that serves files someone else owns would
+// see cold data as cached. The owner is read from info; write access costs
+// one faccessat2 with the effective ids, as the kernel checks it.
+func Trusted(fd int, info fs.FileInfo) bool {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok && int(st.Uid) == os.Geteuid() {
+		return true
+	}
+	err := unix.Faccessat2(fd, "", unix.W_OK, unix.AT_EACCESS|unix.AT_EMPTY_PATH)
+	if errors.Is(err, unix.ENOSYS) {
+		// Before Linux 5.8: x/sys's Faccessat then checks the mode bits
+		// against the effective ids itself, which needs a path.
+		err = unix.Faccessat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.W_OK, unix.AT_EACCESS)
+	}
+	// Any refusal (EACCES, EROFS, EPERM, a seccomp filter) leaves the file
+	// untrusted: probing it without mincore costs a few system calls, where
+	// trusting a lying mincore would hold threads in blocking reads.
+	return err == nil
+}
+
+// residentPrefix reports how many of the n bytes of fd from off are in the
+// page cache, counted from off up to the first page that is not, with
+// mincore(2) over a temporary read-only mapping. Ask it only of a Trusted
+// file.
+func residentPrefix(fd int, off, n int64) (int64, error) {
+	if n <= 0 {
+		return 0, nil
+	}
+	var small [64]byte
+	vec, start, err := mincore(fd, off, n, small[:])
+	if err != nil {
+		return 0, err
+	}
+	for i, v := range vec {
+		if v&1 == 0 {
+			return max(0, min(n, int64(i)*pageSize+start-off)), nil
+		}
+	}
+	return n, nil
+}
+
+// Count reports how many of the first size bytes of fd are in the page
+// cache, wherever they are, with mincore(2). Ask it only of a Trusted
+// file.
+func Count(fd int, size int64) (int64, error) {
+	if size <= 0 {
+		return 0, nil
+	}
+	vec, _, err := mincore(fd, 0, size, nil)
+	if err != nil {
+		return 0, err
+	}
+	var resident int64
+	for i, v := range vec {
+		if v&1 != 0 {
+			resident += min(pageSize, size-int64(i)*pageSize)
+		}
+	}
+	return resident, nil
+}
+
+// mincore returns the residency vector of the pages that hold the n > 0
+// bytes of fd from off, one byte per page (bit 0 set for a resident
+// page), and the offset of its first page. buf holds the vector when it
+// is large enough.
+func mincore(fd int, off, n int64, buf []byte) (vec []byte, start int64, err error) {
+	start = off / pageSize * pageSize
+	length := off + n - start
+	m, err := unix.Mmap(fd, start, int(length), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer unix.Munmap(m)
+	if pages := (length + pageSize - 1) / pageSize; pages <= int64(len(buf)) {
+		vec = buf[:pages]
+	} else {
+		vec = make([]byte, pages)
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(length), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		return nil, 0, errno
+	}
+	return vec, start, nil
+}
+
+// ReadNoWait reads into buf at off only what the page cache holds, with
+// preadv2(RWF_NOWAIT): it never waits for the disk, and fails with EAGAIN
+// when the first page is not resident (EOPNOTSUPP where the file system
+// cannot tell, as FUSE). One system call, where a mincore probe costs
+// three (mmap, mincore, munmap, the last two under the process's mmap
+// lock) and the read still to be done. It calls the kernel directly, with
+// the iovec on the stack, so that it allocates nothing.
+func ReadNoWait(fd int, buf []byte, off int64) (int, error) {
+	if len(buf) == 0 {
+		return 0, nil
+	}
+	iov := unix.Iovec{Base: &buf[0]}
+	iov.SetLen(len(buf))
+	// The offset as the system call takes it: low and high words (the
+	// high one is 0 on 64-bit machines).
+	lo, hi := uintptr(off), uintptr(uint64(off)>>(bits.UintSize-1)>>1)
+	for {
+		n, _, errno := unix.Syscall6(unix.SYS_PREADV2, uintptr(fd), uintptr(unsafe.Pointer(&iov)), 1, lo, hi, unix.RWF_NOWAIT)
+		switch errno {
+		case 0:
+			return int(n), nil
+		case unix.EINTR:
+			continue
+		}
+		return 0, errno
+	}
+}
+
+// Prefetch starts reading the first n bytes of fd into the page cache
+// (fadvise WILLNEED) and turns the kernel's own readahead off for the
+// descriptor (fadvise RANDOM), so that its reads bring in what they ask
+// for and no more.
+func Prefetch(fd int, n int64) {
+	unix.Fadvise(fd, 0, 0, unix.FADV_RANDOM)
+	unix.Fadvise(fd, 0, n, unix.FADV_WILLNEED)
+}
+
+// Evict drops the file's clean pages from the page cache (fadvise
+// DONTNEED), for tests and benchmarks of a cold start.
+func Evict(fd int) error { return unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED) }

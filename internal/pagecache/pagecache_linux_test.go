@@ -1,0 +1,319 @@
+//go:build linux && !flashserve_portable
+
+package pagecache
+
+import (
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// testFile writes size random bytes to a new file, on disk (so that the
+// page cache may drop them), and opens it, with the kernel's readahead
+// off so that a read brings in what it asks for and no more.
+func testFile(t *testing.T, size int) *os.File {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "data")
+	writeSynced(t, p, size)
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// writeSynced writes size random bytes to path and flushes them to the
+// disk, so that eviction can drop them.
+func writeSynced(t *testing.T, path string, size int) {
+	t.Helper()
+	b := make([]byte, size)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// evict drops the file's pages and checks with mincore (this process owns
+// the file, so it tells the truth) that none is left.
+func evict(t *testing.T, f *os.File, size int64) {
+	t.Helper()
+	if err := Evict(int(f.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Count(int(f.Fd()), size); err != nil || n != 0 {
+		t.Fatalf("%d bytes resident after DONTNEED (%v): the test would prove nothing", n, err)
+	}
+}
+
+// TestResidencyAfterEvictAndRead: after fadvise DONTNEED nothing of the
+// file is resident, by every probe; after a read of its first part
+// exactly that part is, and after a read of all of it all of it is.
+func TestResidencyAfterEvictAndRead(t *testing.T) {
+	const size = 1<<20 + 100
+	f := testFile(t, size)
+	fd := int(f.Fd())
+	info, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !Trusted(fd, info) {
+		t.Fatal("a file this process just wrote is not trusted with mincore")
+	}
+	evict(t, f, size)
+	mincore := NewProbe(fd, true)
+	if n, err := mincore.Resident(0, size); n != 0 || err != nil {
+		t.Errorf("evicted: Resident(0, size) = %d, %v; want 0", n, err)
+	}
+	if mincore.Whole(size, 256<<10) {
+		t.Error("evicted: Whole with mincore = true")
+	}
+
+	// The first 256 KiB, read with the kernel's readahead off.
+	const part = 256 << 10
+	if _, err := f.ReadAt(make([]byte, part), 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Count(fd, size); n != part || err != nil {
+		t.Errorf("after reading %d bytes: Count = %d, %v", part, n, err)
+	}
+	if n, _ := residentPrefix(fd, 0, size); n != part {
+		t.Errorf("after reading %d bytes: residentPrefix(0, size) = %d", part, n)
+	}
+	if n, _ := residentPrefix(fd, 100, part); n != part-100 {
+		t.Errorf("from an unaligned offset: residentPrefix(100, %d) = %d, want %d", part, n, part-100)
+	}
+	if n, _ := residentPrefix(fd, part, 10); n != 0 {
+		t.Errorf("just past what was read: residentPrefix = %d, want 0", n)
+	}
+	if mincore.Whole(size, 256<<10) {
+		t.Error("a quarter read: Whole with mincore = true")
+	}
+	// No-wait probes, asked after mincore: a no-wait read of a missing
+	// page brings it in.
+	noWait := NewProbe(fd, false)
+	if n, err := noWait.Resident(0, part); n != part || err != nil {
+		t.Errorf("no-wait probe of the part read: %d, %v; want %d", n, err, part)
+	}
+	if n, _ := noWait.Resident(0, part+1); n != 0 {
+		t.Errorf("no-wait probe one byte past the part read: %d, want 0", n)
+	}
+
+	if _, err := f.ReadAt(make([]byte, size), 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Count(fd, size); n != size || err != nil {
+		t.Errorf("after reading it all: Count = %d, %v; want %d", n, err, size)
+	}
+	if !mincore.Whole(size, 256<<10) || !noWait.Whole(size, 256<<10) {
+		t.Errorf("after reading it all: Whole with mincore %v, without %v; want both true",
+			mincore.Whole(size, 256<<10), noWait.Whole(size, 256<<10))
+	}
+}
+
+// TestProbeWithoutMincore: without mincore a span is resident when both
+// its ends are in the page cache, and not when either is missing; a
+// span's end read carries the next span's start; the end of the file is
+// not resident; no allocation. mincore (this process owns the file, so it
+// tells the truth) is asked before every no-wait read of the same pages,
+// since such a read of a missing page brings it in.
+func TestProbeWithoutMincore(t *testing.T) {
+	const span = 2 << 20
+	size := int64(3*span + 100)
+	f := testFile(t, int(size))
+	evict(t, f, size)
+	fd := int(f.Fd())
+	resident := func(off int64) bool {
+		n, err := residentPrefix(fd, off, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	p := NewProbe(fd, false)
+	probe := func(off, n int64) int64 {
+		got, err := p.Resident(off, n)
+		if err != nil {
+			t.Fatalf("Resident(%d, %d): %v", off, n, err)
+		}
+		return got
+	}
+	if n := probe(0, span); n != 0 {
+		t.Errorf("cold file: Resident(0, 2 MiB) = %d, want 0", n)
+	}
+
+	// The start cached, the end not.
+	if _, err := f.ReadAt(make([]byte, 64<<10), 0); err != nil {
+		t.Fatal(err)
+	}
+	if !resident(0) || resident(span-1) {
+		t.Fatalf("after reading 64 KiB: first page resident %v, page at 2 MiB-1 resident %v; want true, false", resident(0), resident(span-1))
+	}
+	if n := probe(0, span); n != 0 {
+		t.Errorf("start cached, end missing: Resident(0, 2 MiB) = %d, want 0", n)
+	}
+
+	// All of it cached: every span resident, each start known from the
+	// previous span's end read.
+	if _, err := f.ReadAt(make([]byte, size), 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := residentPrefix(fd, 0, size); n != size {
+		t.Fatalf("after reading it all, mincore sees %d of %d bytes", n, size)
+	}
+	p = NewProbe(fd, false)
+	for off := int64(0); off < size; off += span {
+		n := min(span, size-off)
+		if got := probe(off, n); got != n {
+			t.Errorf("warm file: Resident(%d, %d) = %d", off, n, got)
+		}
+		if want := off + n + 1; off+n < size && p.next != want {
+			t.Errorf("after the span at %d, next = %d, want %d (the next span's start known)", off, p.next, want)
+		}
+	}
+	if p.next != 0 {
+		t.Errorf("after the last span, next = %d: nothing past the end is known", p.next)
+	}
+	if n := probe(size, 10); n != 0 {
+		t.Errorf("past the end: Resident = %d, want 0", n)
+	}
+	if n := probe(5, 1); n != 1 {
+		t.Errorf("one cached byte: Resident = %d, want 1", n)
+	}
+	if a := testing.AllocsPerRun(100, func() { p.Resident(0, span) }); a != 0 {
+		t.Errorf("a probe allocates %v times", a)
+	}
+
+	// A descriptor that cannot be read without waiting says not resident.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	pipe := NewProbe(int(r.Fd()), false)
+	if n, _ := pipe.Resident(0, 10); n != 0 {
+		t.Errorf("a pipe: Resident = %d, want 0", n)
+	}
+}
+
+// TestReadNoWait: a no-wait read takes what the page cache holds and
+// fails with EAGAIN, reading nothing, where the first page is missing.
+func TestReadNoWait(t *testing.T) {
+	const size = 64 << 10
+	f := testFile(t, size)
+	fd := int(f.Fd())
+	want := make([]byte, size)
+	if _, err := f.ReadAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, size+10)
+	if n, err := ReadNoWait(fd, got, 0); n != size || err != nil || string(got[:n]) != string(want) {
+		t.Errorf("cached file: ReadNoWait = %d, %v (content equal %v); want %d, nil", n, err, string(got[:n]) == string(want), size)
+	}
+	if n, err := ReadNoWait(fd, got[:0], 0); n != 0 || err != nil {
+		t.Errorf("empty buffer: %d, %v", n, err)
+	}
+	evict(t, f, size)
+	if n, err := ReadNoWait(fd, got, 0); n != 0 || !errors.Is(err, unix.EAGAIN) {
+		t.Errorf("evicted file: ReadNoWait = %d, %v; want 0, EAGAIN", n, err)
+	}
+	if a := testing.AllocsPerRun(100, func() { ReadNoWait(fd, got[:1], 0) }); a != 0 {
+		t.Errorf("a no-wait read allocates %v times", a)
+	}
+}
+
+// foreignFile returns a file of size bytes that this process neither owns
+// nor may write, from FLASHSERVE_TEST_FOREIGN_DIR (.ci/run's nobody step):
+// a run that may write that directory (root) writes the file there and
+// skips, a run that may not (nobody) uses it.
+func foreignFile(t *testing.T, name string, size int) string {
+	t.Helper()
+	base := os.Getenv("FLASHSERVE_TEST_FOREIGN_DIR")
+	if base == "" {
+		t.Skip("needs a file this user neither owns nor may write: FLASHSERVE_TEST_FOREIGN_DIR, written by root and read as nobody (.ci/run)")
+	}
+	dir := filepath.Join(base, "pagecache")
+	p := filepath.Join(dir, name)
+	if unix.Access(base, unix.W_OK) == nil {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeSynced(t, p, size)
+		if err := os.Chmod(p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Skipf("wrote %s, for a run by a user that does not own it", p)
+	}
+	return p
+}
+
+// TestNonOwnerProbesWithoutMincore: for a file this process neither owns
+// nor may write, Trusted is false (mincore would report pages resident
+// that are not), and the no-wait probe sees the file cold after an
+// eviction and warm after a read.
+func TestNonOwnerProbesWithoutMincore(t *testing.T) {
+	const size = 1 << 20
+	p := foreignFile(t, "cold.bin", size)
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	info, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if Trusted(fd, info) {
+		t.Fatalf("%s is owned or writable by this user: the test would prove nothing", p)
+	}
+	if err := unix.Fadvise(fd, 0, 0, unix.FADV_RANDOM); err != nil {
+		t.Fatal(err)
+	}
+	var b [1]byte
+	for try := 0; ; try++ {
+		if err := Evict(fd); err != nil {
+			t.Fatal(err)
+		}
+		// The last page: what the probe below reads first is the first.
+		if n, _ := ReadNoWait(fd, b[:], size-1); n == 0 {
+			break
+		}
+		if try == 20 {
+			t.Fatalf("%s is still in the page cache after DONTNEED: the test would prove nothing", p)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	lie, err := Count(fd, size)
+	t.Logf("evicted %s: mincore reports %d of %d bytes resident to this process (%v)", p, lie, size, err)
+	probe := NewProbe(fd, false)
+	if probe.Whole(size, 256<<10) {
+		t.Error("evicted: the no-wait probe says the whole file is resident")
+	}
+	if _, err := f.ReadAt(make([]byte, size), 0); err != nil {
+		t.Fatal(err)
+	}
+	if !probe.Whole(size, 256<<10) {
+		t.Error("read whole: the no-wait probe says it is not all resident")
+	}
+}

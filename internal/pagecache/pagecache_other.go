@@ -1,0 +1,27 @@
+//go:build !linux || flashserve_portable
+
+package pagecache
+
+import "io/fs"
+
+// Supported is true where the page cache can be asked.
+const Supported = false
+
+// Trusted is true where nothing asks mincore(2): without the Linux engines
+// no body is probed for residency.
+func Trusted(int, fs.FileInfo) bool { return true }
+
+// residentPrefix cannot see the page cache here.
+func residentPrefix(int, int64, int64) (int64, error) { return 0, errUnsupported }
+
+// Count cannot see the page cache here.
+func Count(int, int64) (int64, error) { return 0, errUnsupported }
+
+// ReadNoWait cannot read without waiting here.
+func ReadNoWait(int, []byte, int64) (int, error) { return 0, errUnsupported }
+
+// Prefetch does nothing here: the reads that follow bring the data in.
+func Prefetch(int, int64) {}
+
+// Evict cannot drop pages here.
+func Evict(int) error { return errUnsupported }
