@@ -46,6 +46,9 @@ var counters struct {
 	fdExhausted atomic.Int64
 	// ringFallbacks counts io_uring reads redone with pread.
 	ringFallbacks atomic.Int64
+	// residencyProbes counts the spans of cold-path bodies probed for residency,
+	// each a few system calls: tests see which bodies need none.
+	residencyProbes atomic.Int64
 }
 
 // errTransfersFull is why a request found max_transfers full.

@@ -158,6 +158,12 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 	var opts transmit.ReadOptions
 	var sent int64
 	probe := pagecache.NewProbe(fd, res.body.MincoreTrusted())
+	// missing is set when the no-wait read below found the first page
+	// missing: that answers what a residency probe would ask (the kernel
+	// has also started reading it ahead), so the first chunk goes to the
+	// ring without the probe's mmap, mincore and munmap (about 6 % of the
+	// CPU on a cold tree of 8 KiB files).
+	missing := false
 	if fsrv.engine == engineAuto && length <= noWaitMax {
 		// A small body: one read that takes only what the page cache holds
 		// answers the residency question and reads the data at once. What
@@ -165,7 +171,8 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 		bufp := smallBufPool.Get().(*[]byte)
 		defer smallBufPool.Put(bufp)
 		buf := (*bufp)[:length]
-		if n, err := pagecache.ReadNoWait(fd, buf, start); err == nil && n == len(buf) {
+		n, err := pagecache.ReadNoWait(fd, buf, start)
+		if err == nil && n == len(buf) {
 			k, err := w.Write(buf)
 			counters.bytes[engCopy].Add(int64(k))
 			t.eng = engCopy // the ring had nothing to do
@@ -174,10 +181,12 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 			}
 			return int64(k), err
 		}
+		missing = n == 0 && errors.Is(err, syscall.EAGAIN)
 	}
 	for sent < length {
 		off := start + sent
-		if fsrv.engine == engineAuto {
+		if fsrv.engine == engineAuto && !missing {
+			counters.residencyProbes.Add(1)
 			resident, err := probe.Resident(off, min(length-sent, residencyProbe))
 			if err == nil && resident > 0 {
 				var n int64
@@ -207,6 +216,7 @@ func (fsrv *FlashServe) sendThroughRing(w http.ResponseWriter, r *http.Request, 
 			opts.File = res.body.FileID()
 			defer cold.giveBack()
 		}
+		missing = false // past the first chunk, probe again
 		want := min(coldChunk, length-sent)
 		eng := engIOUring
 		// The chunk is borrowed once the read has its turn, so that the

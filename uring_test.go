@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/flashserve/caddy-flash-serve/prewarm"
+	"golang.org/x/sys/unix"
 )
 
 // coldTree writes n files of size bytes (in a directory of another
@@ -115,9 +117,9 @@ func counterReaches(c *atomic.Int64, want int64) int64 {
 // TestSmallBodiesReadWithoutWaiting: a small body that is not known to be
 // resident is read with one RWF_NOWAIT read instead of a mincore probe.
 // Cold, the request takes the ring's path: the no-wait read finds nothing
-// (it only starts the kernel's readahead), and what a probe then finds
-// resident leaves by sendfile, the rest through the ring; if readahead
-// was quick, the no-wait read takes it all. Warm, the no-wait read takes
+// (it only starts the kernel's readahead) and the ring reads the body
+// (TestColdSmallBodySkipsTheProbe); if readahead was quick, the no-wait
+// read takes it all. Warm, the no-wait read takes
 // the whole body (counted as copy) and neither the ring nor sendfile is
 // used. Ranges of a small file go the same way.
 func TestSmallBodiesReadWithoutWaiting(t *testing.T) {
@@ -302,5 +304,60 @@ func TestColdStormHoldsFewThreads(t *testing.T) {
 	// netpoller as well, so the bound holds for both.
 	if peak.Load() > int64(base+8+8) {
 		t.Errorf("400 cold requests raised the threads from %d to %d; want at most stat_workers (8) + 8 more", base, peak.Load())
+	}
+}
+
+// TestColdSmallBodySkipsTheProbe: a small body whose first page the
+// no-wait read finds missing goes to the ring at once, without a residency
+// probe (mmap, mincore, munmap) to ask again what that read has just
+// answered. A body whose first page is resident and the rest not still
+// gets its probe, which sends the resident part.
+func TestColdSmallBodySkipsTheProbe(t *testing.T) {
+	const size = 8 << 10
+	root, files := coldTree(t, 4, size)
+	port := ringSite(t, root)
+	c := &http.Client{Timeout: 30 * time.Second}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	// The last two: the first page resident, the rest evicted.
+	for _, name := range names[2:] {
+		f, err := os.Open(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.ReadAt(make([]byte, 4096), 0)
+		unix.Fadvise(int(f.Fd()), 4096, size-4096, unix.FADV_DONTNEED)
+		f.Close()
+	}
+	for i, name := range names {
+		r, err := prewarm.FileResidency(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(i/2) * 4096; r.Resident != want {
+			t.Fatalf("%s: %d bytes resident before the request, want %d: the test would prove nothing", name, r.Resident, want)
+		}
+	}
+	for i, name := range names {
+		probes0, ring0 := counters.residencyProbes.Load(), counters.bytes[engIOUring].Load()
+		if status, _, got := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 || !bytes.Equal(got, files[name]) {
+			t.Fatalf("%s: status %d, %d bytes", name, status, len(got))
+		}
+		probes := counters.residencyProbes.Load() - probes0
+		ring := counterReaches(&counters.bytes[engIOUring], ring0+1) - ring0
+		t.Logf("%s (%d of %d bytes resident): %d probes, %d bytes through io_uring", name, i/2*4096, size, probes, ring)
+		if i < 2 {
+			if probes != 0 {
+				t.Errorf("%s cold: %d residency probes, want 0 (the no-wait read found the first page missing)", name, probes)
+			}
+			if ring != size {
+				t.Errorf("%s cold: %d bytes through io_uring, want %d", name, ring, size)
+			}
+		} else if probes == 0 {
+			t.Errorf("%s first page resident: no residency probe, want one to send the resident part", name)
+		}
 	}
 }
