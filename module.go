@@ -101,7 +101,7 @@ type FlashServe struct {
 	// The number of goroutines that do the blocking stat and open calls of
 	// cache misses, and so the most OS threads that lookups can hold in the
 	// filesystem at once, however many cold requests arrive.
-	// Default: 16, or 4 per CPU if that is more.
+	// Default: 32, or 4 per CPU if that is more.
 	StatWorkers int `json:"stat_workers,omitempty"`
 
 	// How long a cached lookup may be trusted without a new stat, as a

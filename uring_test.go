@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -359,5 +360,34 @@ func TestColdSmallBodySkipsTheProbe(t *testing.T) {
 		} else if probes == 0 {
 			t.Errorf("%s first page resident: no residency probe, want one to send the resident part", name)
 		}
+	}
+}
+
+// TestDefaultStatWorkers: without stat_workers a handler's lookups and
+// its ring's io-wq share the default bound, 32 (or 4 per CPU if more), as
+// many as nginx's `aio threads` pool has readers: a miss on a cold inode
+// holds its worker for a disk read, so the pool is the metadata queue
+// depth on a cold tree.
+func TestDefaultStatWorkers(t *testing.T) {
+	root, _ := coldTree(t, 1, 100)
+	port := ringSite(t, root)
+	c := &http.Client{Timeout: 30 * time.Second}
+	if status, _, _ := get(t, c, fmt.Sprintf("http://127.0.0.1:%d/c0000.bin", port)); status != 200 {
+		t.Fatalf("status %d", status)
+	}
+	want := max(32, 4*runtime.GOMAXPROCS(0))
+	n := 0
+	caches.Range(func(_, v any) bool {
+		n++
+		if got := v.(*sharedCache).Options().Workers; got != want {
+			t.Errorf("cache workers %d, want %d", got, want)
+		}
+		return true
+	})
+	if n == 0 {
+		t.Fatal("no shared cache")
+	}
+	if got := sharedRingHolder(t).ring.Workers(); got != want {
+		t.Errorf("ring io-wq cap %d, want %d (stat_workers)", got, want)
 	}
 }
