@@ -14,6 +14,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/flashserve/caddy-flash-serve/prewarm"
+	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
 func init() {
@@ -146,10 +147,8 @@ func (a *AdminAPI) prewarm(w http.ResponseWriter, r *http.Request) error {
 		planned += t.Size
 	}
 	warmer := &prewarm.Warmer{Budget: budget, Workers: max(1, req.Workers)}
-	var h *ringHolder
-	rings.Range(func(_, v any) bool { h = v.(*ringHolder); return false })
-	if h != nil && h.ring != nil {
-		warmer.ReadAt = h.ring.ReadLending
+	if ring := transmit.SharedRing(); ring != nil {
+		warmer.ReadAt = ring.ReadLending
 	}
 	if !req.Wait {
 		// The warm-up outlives the request but not the config: a reload or

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
 	"github.com/flashserve/caddy-flash-serve/prewarm"
 	"github.com/flashserve/caddy-flash-serve/transmit"
@@ -158,9 +159,12 @@ func prewarmCommand() *cobra.Command {
 			w.OnProgress = func(p prewarm.Progress) { printProgress(out, p, goal, tty) }
 			// Read through io_uring where there is one, as the server does,
 			// so that many workers on a slow disk hold no threads; pread
-			// otherwise, and for any read the ring fails.
-			if ring, err := transmit.NewRing(transmit.RingOptions{Workers: max(1, workers)}); err == nil {
-				defer ring.Close()
+			// otherwise, and for any read the ring itself fails. Nothing
+			// is logged: the command prints its progress, not the server's
+			// warnings.
+			ring := transmit.AcquireRing(max(1, workers), false, zap.NewNop())
+			defer transmit.ReleaseRing()
+			if ring != nil {
 				w.ReadAt = ring.ReadLending
 			}
 			_, err = w.Run(ctx, targets)

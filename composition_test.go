@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
 // The composition suite runs flash_serve and file_server inside the
@@ -580,7 +582,12 @@ func TestComposition(t *testing.T) {
 	})
 	// On Linux, large bodies on cleartext HTTP/1.1 leave with sendfile;
 	// without the Linux engines, they are copied.
-	bigEngine := engine(slices.Index(engineNames[:], bigFileEngine))
+	var bigEngine transmit.Engine
+	for e := range transmit.NumEngines {
+		if e.String() == bigFileEngine {
+			bigEngine = e
+		}
+	}
 	bigBefore := counters.bytes[bigEngine].Load()
 
 	for _, cr := range runs {

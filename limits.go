@@ -11,6 +11,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
 // TransferLimit bounds the response bodies in flight, as nginx's
@@ -37,18 +39,13 @@ type RateLimit struct {
 // counters are the process-wide transmission counters behind the metrics
 // and the admin stats: atomics, because the hot path updates them.
 var counters struct {
-	requests, bytes [numEngines]atomic.Int64
+	requests, bytes [transmit.NumEngines]atomic.Int64
 	// inFlight counts bodies holding a max_transfers place.
 	inFlight atomic.Int64
 	// limited counts 503s answered because max_transfers was full.
 	limited atomic.Int64
 	// fdExhausted counts 503s answered because the fd table was full.
 	fdExhausted atomic.Int64
-	// ringFallbacks counts io_uring reads redone with pread.
-	ringFallbacks atomic.Int64
-	// residencyProbes counts the spans of cold-path bodies probed for residency,
-	// each a few system calls: tests see which bodies need none.
-	residencyProbes atomic.Int64
 }
 
 // errTransfersFull is why a request found max_transfers full.

@@ -108,12 +108,13 @@ func retire(c *statacc.Cache) {
 // snapshot reads every counter now.
 func snapshot() Stats {
 	warmed := prewarm.Snapshot()
+	ts := transmit.Snapshot()
 	s := Stats{
-		Engines:           make(map[string]EngineStats, numEngines),
+		Engines:           make(map[string]EngineStats, transmit.NumEngines),
 		TransfersInFlight: counters.inFlight.Load(),
-		SendfileCalls:     transmit.Stats.SendfileCalls.Load(),
-		SendfileFallbacks: transmit.Stats.Fallbacks.Load(),
-		SendfileRefused:   transmit.Stats.Refused.Load(),
+		SendfileCalls:     ts.SendfileCalls,
+		SendfileFallbacks: ts.SendfileFallbacks,
+		SendfileRefused:   ts.SendfileRefused,
 		Prewarm: PrewarmStats{
 			Bytes:               warmed.Bytes,
 			Files:               warmed.Files,
@@ -122,8 +123,8 @@ func snapshot() Stats {
 			HotSetUnknownBytes:  lastHotSet.unknown.Load(),
 		},
 	}
-	for e := range numEngines {
-		s.Engines[engineNames[e]] = EngineStats{Requests: counters.requests[e].Load(), Bytes: counters.bytes[e].Load()}
+	for e := range transmit.NumEngines {
+		s.Engines[e.String()] = EngineStats{Requests: counters.requests[e].Load(), Bytes: counters.bytes[e].Load()}
 	}
 	retired.Lock()
 	s.Statacc = retired.CacheStats
@@ -203,7 +204,8 @@ func (metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
 	}
-	for _, name := range engineNames {
+	for e := range transmit.NumEngines {
+		name := e.String()
 		counter(descRequests, float64(s.Engines[name].Requests), name)
 		counter(descBytes, float64(s.Engines[name].Bytes), name)
 	}

@@ -231,7 +231,8 @@ type FlashServe struct {
 	hide             []string
 	hideDynamic      bool
 	maxRanges        int
-	engine           string
+	policy           string // the transmit setting: auto, or the engine it forces
+	sender           transmit.Sender
 	sendfileMaxChunk int
 	warnOnce         *sync.Once
 	cleanupOnce      *sync.Once
@@ -289,9 +290,9 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 	fsrv.fsmap = ctx.FileSystems()
 	fsrv.sidecarWarned = new(pathSet)
 	fsrv.cleanupOnce = new(sync.Once)
-	fsrv.engine = fsrv.Transmit
-	if fsrv.engine == "" {
-		fsrv.engine = engineAuto
+	fsrv.policy = fsrv.Transmit
+	if fsrv.policy == "" {
+		fsrv.policy = engineAuto
 	}
 	fsrv.sendfileMaxChunk = fsrv.SendfileMaxChunk
 	if fsrv.sendfileMaxChunk == 0 {
@@ -346,9 +347,7 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 	if err := fsrv.provisionCache(); err != nil {
 		return err
 	}
-	if fsrv.engine == engineAuto || fsrv.engine == engineIOUring {
-		fsrv.provisionRing(fsrv.cache.Options().Workers)
-	}
+	fsrv.provisionSender(fsrv.cache.Options().Workers)
 
 	if len(fsrv.Prewarm) > 0 {
 		fsrv.startPrewarm(ctx)
@@ -493,7 +492,7 @@ func (fsrv *FlashServe) Cleanup() error {
 			_, err = caches.Delete(fsrv.cacheKey)
 		}
 		if fsrv.holdsRing {
-			rings.Delete(ringKey)
+			transmit.ReleaseRing()
 		}
 	})
 	return err
@@ -621,7 +620,7 @@ func (fsrv *FlashServe) ServeHTTP(w http.ResponseWriter, r *http.Request, next c
 	}
 
 	// Step 3, transmit: the body.
-	return fsrv.transmit(w, r, &res, p)
+	return fsrv.writeResponse(w, r, &res, p)
 }
 
 // osDisk is Caddy's own OS filesystem, what the file system map holds

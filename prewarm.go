@@ -12,6 +12,7 @@ import (
 
 	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 	"github.com/flashserve/caddy-flash-serve/prewarm"
+	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
 const (
@@ -141,7 +142,7 @@ func (r *responses) serving() bool {
 // counters; the request path pays nothing for it.
 var sent = &responses{window: busyWindow, count: func() int64 {
 	var n int64
-	for e := range numEngines {
+	for e := range transmit.NumEngines {
 		n += counters.requests[e].Load()
 	}
 	return n

@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
+	"github.com/flashserve/caddy-flash-serve/internal/ringtest"
 	"github.com/flashserve/caddy-flash-serve/prewarm"
+	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
 // mincoreTrustedFile says whether this process may ask mincore about the
@@ -138,7 +140,7 @@ func TestColdLargeBodyThroughTheRing(t *testing.T) {
 	evictCold(t, path, size)
 
 	port := ringSite(t, root)
-	ring0, sf0, copy0 := counters.bytes[engIOUring].Load(), counters.bytes[engSendfile].Load(), counters.bytes[engCopy].Load()
+	ring0, sf0, copy0 := counters.bytes[transmit.EngineIOUring].Load(), counters.bytes[transmit.EngineSendfile].Load(), counters.bytes[transmit.EngineCopy].Load()
 	c := &http.Client{Timeout: 2 * time.Minute}
 	start := time.Now()
 	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/large.bin", port))
@@ -151,10 +153,10 @@ func TestColdLargeBodyThroughTheRing(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 || n != size || !bytes.Equal(sum.Sum(nil), want) {
 		t.Fatalf("cold 256 MiB body: status %d, %d bytes (%v), content equal: %v", resp.StatusCode, n, err, bytes.Equal(sum.Sum(nil), want))
 	}
-	ring := counterReaches(&counters.bytes[engIOUring], ring0+coldChunk) - ring0
+	ring := counterReaches(&counters.bytes[transmit.EngineIOUring], ring0+ringtest.ColdChunk) - ring0
 	t.Logf("as %s: 256 MiB in %v: %d MiB through io_uring, %d MiB by sendfile, %d MiB copied", who(t, path),
-		time.Since(start).Round(time.Millisecond), ring>>20, (counters.bytes[engSendfile].Load()-sf0)>>20, (counters.bytes[engCopy].Load()-copy0)>>20)
-	if ring < coldChunk {
+		time.Since(start).Round(time.Millisecond), ring>>20, (counters.bytes[transmit.EngineSendfile].Load()-sf0)>>20, (counters.bytes[transmit.EngineCopy].Load()-copy0)>>20)
+	if ring < ringtest.ColdChunk {
 		t.Errorf("as %s, a cold 256 MiB body sent %d bytes through io_uring; want its missing spans read there", who(t, path), ring)
 	}
 }

@@ -28,7 +28,7 @@ func TestSendfileCarriesTheBody(t *testing.T) {
 	f.Truncate(1 << 30)
 	f.Close()
 	get := func(rg string) (int64, int64) {
-		before := transmit.Stats.SendfileBytes.Load()
+		before := transmit.Snapshot().SendfileBytes
 		// The sendfile engine: auto would read the holes of a sparse file
 		// through io_uring, since they are never in the page cache
 		// (TestColdBodiesGoThroughTheRing shows auto's sendfile for
@@ -62,10 +62,10 @@ func TestSendfileCarriesTheBody(t *testing.T) {
 		// can be just after the client has read them.
 		want := n - sniffLen
 		deadline := time.Now().Add(2 * time.Second)
-		for transmit.Stats.SendfileBytes.Load()-before < want && time.Now().Before(deadline) {
+		for transmit.Snapshot().SendfileBytes-before < want && time.Now().Before(deadline) {
 			time.Sleep(5 * time.Millisecond)
 		}
-		return n, transmit.Stats.SendfileBytes.Load() - before
+		return n, transmit.Snapshot().SendfileBytes - before
 	}
 	n, viaSendfile := get("")
 	if n != 1<<30 {

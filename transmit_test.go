@@ -31,6 +31,11 @@ type engineSites struct {
 
 var engines = []string{engineAuto, engineSendfile, engineCopy, engineIOUring}
 
+// sniffLen is what net/http copies through its own buffer before it
+// hands a body's ReadFrom to the connection: those bytes never leave
+// with sendfile.
+const sniffLen = 512
+
 func startEngineSites(t *testing.T) *engineSites {
 	t.Helper()
 	s := &engineSites{base: map[string]string{}, logs: map[string]string{}, files: map[string][]byte{}}

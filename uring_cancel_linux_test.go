@@ -20,6 +20,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/flashserve/caddy-flash-serve/internal/fusetest"
+	"github.com/flashserve/caddy-flash-serve/internal/ringtest"
 )
 
 // stallFile is a direct-I/O FUSE file whose reads can be made to hang:
@@ -106,10 +107,10 @@ func TestStalledFileLetsGo(t *testing.T) {
 	fusePort, diskPort := freePort(t), freePort(t)
 	loadSites(t, "", siteBlock(fusePort, mnt, flashServe("transmit io_uring", "inotify off", "stat_workers 8"))+
 		siteBlock(diskPort, diskRoot, flashServe("stat_workers 8")))
-	ring := sharedRingHolder(t).ring
-	if ring == nil {
-		t.Fatalf("io_uring should work on this kernel: %v", sharedRingHolder(t).err)
+	if ok, err := sharedRing(t); !ok {
+		t.Fatalf("io_uring should work on this kernel: %v", err)
 	}
+	ringDone := ringtest.Done()
 	c := &http.Client{Timeout: 30 * time.Second}
 	checkOthers := func(when string) {
 		t.Helper()
@@ -131,7 +132,7 @@ func TestStalledFileLetsGo(t *testing.T) {
 	}
 	c.CloseIdleConnections()
 	base := settledResources(t)
-	if ops, files := ring.Busy(); ops != 0 || files != 0 {
+	if ops, files := ringtest.Busy(); ops != 0 || files != 0 {
 		t.Fatalf("the ring is busy before the test: %d operations, %d files", ops, files)
 	}
 
@@ -163,7 +164,7 @@ func TestStalledFileLetsGo(t *testing.T) {
 	reached := waitUntil(20*time.Second, func() bool {
 		return hang.blocked.Load() == 2 && runtime.NumGoroutine() >= base.goroutines+2*clients
 	})
-	ops, files := ring.Busy()
+	ops, files := ringtest.Busy()
 	t.Logf("%d clients: reads blocked in the server %d, goroutines %d (baseline %d), ring operations %d, files %d (all reached: %v)",
 		clients, hang.blocked.Load(), runtime.NumGoroutine(), base.goroutines, ops, files, reached)
 	if n := hang.blocked.Load(); n != 2 {
@@ -173,7 +174,7 @@ func TestStalledFileLetsGo(t *testing.T) {
 		t.Errorf("%d ring operations for one hanging file, want at most 2", ops)
 	}
 	// Readers waiting for their turn hold no cold chunk.
-	if n := len(coldBudget); n > 2 {
+	if n := ringtest.ColdChunksLent(); n > 2 {
 		t.Errorf("%d cold chunks lent with 2 reads in the kernel and %d readers waiting", n, clients-2)
 	}
 	checkOthers("with the hanging file's readers waiting")
@@ -185,8 +186,8 @@ func TestStalledFileLetsGo(t *testing.T) {
 	if answered.Load() != 0 {
 		t.Errorf("%d clients of the hanging file got a whole body", answered.Load())
 	}
-	if !waitUntil(20*time.Second, func() bool { ops, files := ring.Busy(); return ops == 0 && files == 0 && hang.blocked.Load() == 0 }) {
-		ops, files := ring.Busy()
+	if !waitUntil(20*time.Second, func() bool { ops, files := ringtest.Busy(); return ops == 0 && files == 0 && hang.blocked.Load() == 0 }) {
+		ops, files := ringtest.Busy()
 		t.Errorf("after the clients left: %d ring operations, %d files, %d reads blocked in the server", ops, files, hang.blocked.Load())
 	}
 	backToBaseline(t, base, base.threads+16)
@@ -217,7 +218,7 @@ func TestStalledFileLetsGo(t *testing.T) {
 	stopCancel()
 	releaseAll()
 	select {
-	case <-ring.Done():
+	case <-ringDone:
 	case <-time.After(20 * time.Second):
 		t.Error("the abandoned ring was not torn down once its reads completed")
 	}
@@ -233,38 +234,5 @@ func waitUntil(d time.Duration, cond func() bool) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
-	}
-}
-
-// TestColdBuffersBounded: the cold chunks of ring reads come from one
-// budget of 64 MiB for the process: once it is lent, the next reader
-// waits (here until its context ends) instead of allocating more.
-func TestColdBuffersBounded(t *testing.T) {
-	if n := len(coldBudget); n != 0 {
-		t.Fatalf("%d chunks lent before the test", n)
-	}
-	var lent []*coldRead
-	for range cap(coldBudget) {
-		c := &coldRead{}
-		if err := c.borrow(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		lent = append(lent, c)
-	}
-	if got := int64(len(lent)) * coldChunk; got != 64<<20 {
-		t.Fatalf("the budget lent %d bytes, want 64 MiB", got)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	extra := &coldRead{}
-	if err := extra.borrow(ctx); err == nil {
-		t.Error("a chunk was lent past the 64 MiB budget")
-		extra.giveBack()
-	}
-	for _, c := range lent {
-		c.giveBack()
-	}
-	if n := len(coldBudget); n != 0 {
-		t.Errorf("%d chunks still lent after all were given back", n)
 	}
 }

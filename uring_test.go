@@ -18,7 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashserve/caddy-flash-serve/internal/ringtest"
 	"github.com/flashserve/caddy-flash-serve/prewarm"
+	"github.com/flashserve/caddy-flash-serve/transmit"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,14 +57,14 @@ func coldTree(t *testing.T, n, size int) (string, map[string][]byte) {
 	return root, files
 }
 
-func sharedRingHolder(t *testing.T) *ringHolder {
+// sharedRing reports whether the shared ring exists, and why not.
+func sharedRing(t *testing.T) (ok bool, err error) {
 	t.Helper()
-	var h *ringHolder
-	rings.Range(func(_, v any) bool { h = v.(*ringHolder); return false })
-	if h == nil {
+	ok, err = ringtest.Shared()
+	if !ok && err == nil {
 		t.Fatal("no shared ring")
 	}
-	return h
+	return ok, err
 }
 
 // ringSite serves root with transmit auto and checks that the shared
@@ -71,8 +73,8 @@ func ringSite(t *testing.T, root string) int {
 	t.Helper()
 	port := freePort(t)
 	loadSites(t, "", siteBlock(port, root, "flash_serve"))
-	if sharedRingHolder(t).ring == nil {
-		t.Fatalf("io_uring should work on this kernel: %v", sharedRingHolder(t).err)
+	if ok, err := sharedRing(t); !ok {
+		t.Fatalf("io_uring should work on this kernel: %v", err)
 	}
 	return port
 }
@@ -82,23 +84,23 @@ func TestColdBodiesGoThroughTheRing(t *testing.T) {
 	port := ringSite(t, root)
 	c := &http.Client{Timeout: 30 * time.Second}
 	for name, want := range files {
-		ring0, sf0 := counters.bytes[engIOUring].Load(), counters.bytes[engSendfile].Load()
+		ring0, sf0 := counters.bytes[transmit.EngineIOUring].Load(), counters.bytes[transmit.EngineSendfile].Load()
 		if status, _, got := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 || !bytes.Equal(got, want) {
 			t.Fatalf("%s cold: status %d, %d bytes", name, status, len(got))
 		}
-		if counterReaches(&counters.bytes[engIOUring], ring0+1) == ring0 {
+		if counterReaches(&counters.bytes[transmit.EngineIOUring], ring0+1) == ring0 {
 			t.Errorf("%s cold: no byte was read through io_uring", name)
 		}
 		// Now resident: sendfile carries it all, and nothing goes through
 		// the ring.
-		ring1, sf1 := counters.bytes[engIOUring].Load(), counters.bytes[engSendfile].Load()
+		ring1, sf1 := counters.bytes[transmit.EngineIOUring].Load(), counters.bytes[transmit.EngineSendfile].Load()
 		if status, _, got := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 || !bytes.Equal(got, want) {
 			t.Fatalf("%s warm: status %d", name, status)
 		}
-		if d := counters.bytes[engIOUring].Load() - ring1; d != 0 {
+		if d := counters.bytes[transmit.EngineIOUring].Load() - ring1; d != 0 {
 			t.Errorf("%s warm: %d bytes through io_uring, want 0", name, d)
 		}
-		if d := counterReaches(&counters.bytes[engSendfile], sf1+int64(len(want))-sniffLen) - sf1; d < int64(len(want))-sniffLen {
+		if d := counterReaches(&counters.bytes[transmit.EngineSendfile], sf1+int64(len(want))-sniffLen) - sf1; d < int64(len(want))-sniffLen {
 			t.Errorf("%s warm: %d bytes with sendfile of %d", name, d, len(want))
 		}
 		_ = sf0
@@ -129,22 +131,22 @@ func TestSmallBodiesReadWithoutWaiting(t *testing.T) {
 	c := &http.Client{Timeout: 30 * time.Second}
 	for name, want := range files {
 		url := fmt.Sprintf("http://127.0.0.1:%d%s", port, name)
-		ringReq0, copyReq0 := counters.requests[engIOUring].Load(), counters.requests[engCopy].Load()
+		ringReq0, copyReq0 := counters.requests[transmit.EngineIOUring].Load(), counters.requests[transmit.EngineCopy].Load()
 		if status, _, got := get(t, c, url); status != 200 || !bytes.Equal(got, want) {
 			t.Fatalf("%s cold: status %d, %d bytes", name, status, len(got))
 		}
 		deadline := time.Now().Add(2 * time.Second)
-		for counters.requests[engIOUring].Load()-ringReq0+counters.requests[engCopy].Load()-copyReq0 < 1 && time.Now().Before(deadline) {
+		for counters.requests[transmit.EngineIOUring].Load()-ringReq0+counters.requests[transmit.EngineCopy].Load()-copyReq0 < 1 && time.Now().Before(deadline) {
 			time.Sleep(5 * time.Millisecond)
 		}
-		if n := counters.requests[engIOUring].Load() - ringReq0 + counters.requests[engCopy].Load() - copyReq0; n != 1 {
+		if n := counters.requests[transmit.EngineIOUring].Load() - ringReq0 + counters.requests[transmit.EngineCopy].Load() - copyReq0; n != 1 {
 			t.Errorf("%s cold: %d requests on the ring's path or the no-wait read, want 1", name, n)
 		}
 		// Warm now, but past the second in which a file seen whole skips
 		// the question: the no-wait read answers it.
 		time.Sleep(1100 * time.Millisecond)
-		ring1, copy1, creq1 := counters.bytes[engIOUring].Load(), counters.bytes[engCopy].Load(), counters.requests[engCopy].Load()
-		sf1 := counters.bytes[engSendfile].Load()
+		ring1, copy1, creq1 := counters.bytes[transmit.EngineIOUring].Load(), counters.bytes[transmit.EngineCopy].Load(), counters.requests[transmit.EngineCopy].Load()
+		sf1 := counters.bytes[transmit.EngineSendfile].Load()
 		req, _ := http.NewRequest("GET", url, nil)
 		req.Header.Set("Range", "bytes=100-4195")
 		resp, err := c.Do(req)
@@ -159,16 +161,16 @@ func TestSmallBodiesReadWithoutWaiting(t *testing.T) {
 		if status, _, got := get(t, c, url); status != 200 || !bytes.Equal(got, want) {
 			t.Fatalf("%s warm: status %d", name, status)
 		}
-		if got := counterReaches(&counters.bytes[engCopy], copy1+4096+int64(len(want))) - copy1; got != 4096+int64(len(want)) {
+		if got := counterReaches(&counters.bytes[transmit.EngineCopy], copy1+4096+int64(len(want))) - copy1; got != 4096+int64(len(want)) {
 			t.Errorf("%s warm: %d bytes read without waiting, want %d", name, got, 4096+len(want))
 		}
-		if got := counterReaches(&counters.requests[engCopy], creq1+2) - creq1; got != 2 {
+		if got := counterReaches(&counters.requests[transmit.EngineCopy], creq1+2) - creq1; got != 2 {
 			t.Errorf("%s warm: %d requests counted as copy, want 2", name, got)
 		}
-		if d := counters.bytes[engIOUring].Load() - ring1; d != 0 {
+		if d := counters.bytes[transmit.EngineIOUring].Load() - ring1; d != 0 {
 			t.Errorf("%s warm: %d bytes through io_uring, want 0", name, d)
 		}
-		if d := counters.bytes[engSendfile].Load() - sf1; d != 0 {
+		if d := counters.bytes[transmit.EngineSendfile].Load() - sf1; d != 0 {
 			t.Errorf("%s warm: %d bytes by sendfile, want 0 (the no-wait read took them)", name, d)
 		}
 	}
@@ -180,20 +182,19 @@ func TestRingFailureDegrades(t *testing.T) {
 	root, files := coldTree(t, 3, 1<<20+77)
 	port := freePort(t)
 	loadSites(t, "", siteBlock(port, root, flashServe("transmit io_uring")))
-	h := sharedRingHolder(t)
-	if h.ring == nil {
-		t.Fatalf("io_uring should work on this kernel: %v", h.err)
+	if ok, err := sharedRing(t); !ok {
+		t.Fatalf("io_uring should work on this kernel: %v", err)
 	}
-	h.ring.InjectFailures(1 << 20)
-	defer h.ring.InjectFailures(0)
-	fallbacks := counters.ringFallbacks.Load()
+	ringtest.InjectFailures(1 << 20)
+	defer ringtest.InjectFailures(0)
+	fallbacks := transmit.Snapshot().RingFallbacks
 	c := &http.Client{Timeout: 30 * time.Second}
 	for name, want := range files {
 		if status, _, got := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 || !bytes.Equal(got, want) {
 			t.Fatalf("%s with io_uring failing: status %d, %d bytes", name, status, len(got))
 		}
 	}
-	if counters.ringFallbacks.Load() == fallbacks {
+	if transmit.Snapshot().RingFallbacks == fallbacks {
 		t.Error("no read fell back to pread: the failures were not injected")
 	}
 }
@@ -228,17 +229,17 @@ func TestRingUnavailableAtStart(t *testing.T) {
 	loadSites(t, fmt.Sprintf("log {\n\t\toutput file %s\n\t\tlevel WARN\n\t}", logFile),
 		siteBlock(port, root, flashServe("transmit io_uring")))
 	restore() // the ring was tried at provision; the switch can go back
-	if h := sharedRingHolder(t); h.ring != nil || h.err == nil {
+	if ok, err := sharedRing(t); ok || err == nil {
 		t.Fatal("a ring was made with kernel.io_uring_disabled=2")
 	}
-	ring0 := counters.bytes[engIOUring].Load()
+	ring0 := counters.bytes[transmit.EngineIOUring].Load()
 	c := &http.Client{Timeout: 30 * time.Second}
 	for name, want := range files {
 		if status, _, got := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 || !bytes.Equal(got, want) {
 			t.Fatalf("%s without io_uring: status %d", name, status)
 		}
 	}
-	if counters.bytes[engIOUring].Load() != ring0 {
+	if counters.bytes[transmit.EngineIOUring].Load() != ring0 {
 		t.Error("bytes counted as io_uring without a ring")
 	}
 	b, _ := os.ReadFile(logFile)
@@ -343,12 +344,12 @@ func TestColdSmallBodySkipsTheProbe(t *testing.T) {
 		}
 	}
 	for i, name := range names {
-		probes0, ring0 := counters.residencyProbes.Load(), counters.bytes[engIOUring].Load()
+		probes0, ring0 := transmit.Snapshot().ResidencyProbes, counters.bytes[transmit.EngineIOUring].Load()
 		if status, _, got := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 || !bytes.Equal(got, files[name]) {
 			t.Fatalf("%s: status %d, %d bytes", name, status, len(got))
 		}
-		probes := counters.residencyProbes.Load() - probes0
-		ring := counterReaches(&counters.bytes[engIOUring], ring0+1) - ring0
+		probes := transmit.Snapshot().ResidencyProbes - probes0
+		ring := counterReaches(&counters.bytes[transmit.EngineIOUring], ring0+1) - ring0
 		t.Logf("%s (%d of %d bytes resident): %d probes, %d bytes through io_uring", name, i/2*4096, size, probes, ring)
 		if i < 2 {
 			if probes != 0 {
@@ -387,7 +388,7 @@ func TestDefaultStatWorkers(t *testing.T) {
 	if n == 0 {
 		t.Fatal("no shared cache")
 	}
-	if got := sharedRingHolder(t).ring.Workers(); got != want {
+	if got := ringtest.Workers(); got != want {
 		t.Errorf("ring io-wq cap %d, want %d (stat_workers)", got, want)
 	}
 }

@@ -294,7 +294,9 @@ func (w *Warmer) warm(ctx context.Context, path string, n int64) (int64, error) 
 var readBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
 // ReaderAt reads len(buf) bytes of the open file fd at off, going on
-// after short reads, and stops short only at the end of the file. If ctx
+// after short reads, and stops short only at the end of the file. It
+// redoes itself what its own machinery fails (the handler's ring falls
+// back to pread): an error is the file's, or ctx's. If ctx
 // ends while the read is in the kernel, it may return at once after
 // calling hold, which hands the buffer and the file to the reader: the
 // func hold returns gives them back when the kernel is done with them.
@@ -344,8 +346,6 @@ func readPrefix(ctx context.Context, f *os.File, n int64, readAt ReaderAt) (int6
 				// are the ring's until it completes, so this file's
 				// warm-up ends here.
 				return done, err
-			case err != nil:
-				m, err = f.ReadAt(chunk, done) // the ring failed: pread does it
 			}
 		} else {
 			m, err = f.ReadAt(chunk, done)

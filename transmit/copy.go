@@ -1,5 +1,10 @@
 // Package transmit moves the body bytes of a response from a file to the
-// client.
+// client. The handler picks an Engine per response (its policy) and hands
+// the body to its Sender, which owns the rest: the memory copy, the
+// sendfile hand-off through the writer chain to the ListenerWrapper's
+// connections, pread copies, and for data not in the page cache the
+// process's io_uring (AcquireRing), its cold-read loop and its one
+// fallback to pread.
 package transmit
 
 import (
@@ -24,32 +29,32 @@ func (e *ReadError) Error() string {
 
 func (e *ReadError) Unwrap() error { return e.Err }
 
-// ErrTruncated is the ReadError cause when the file ended before the
+// errTruncated is the ReadError cause when the file ended before the
 // length that the response declared: it was truncated while being sent.
-var ErrTruncated = pagecache.ErrTruncated
+var errTruncated = pagecache.ErrTruncated
 
 // Copy buffer sizes. HTTP/1.1 over TLS gets large buffers, so that a write
 // fills whole TLS records; HTTP/2 and HTTP/3 cut the body into frames of
 // 16 KiB or less anyway, so a smaller buffer pins less memory per stream.
 const (
-	CopyBufferSize      = 64 << 10
-	SmallCopyBufferSize = 32 << 10
+	copyBufferSize      = 64 << 10
+	smallCopyBufferSize = 32 << 10
 )
 
 var (
-	bufPool      = sync.Pool{New: func() any { b := make([]byte, CopyBufferSize); return &b }}
-	smallBufPool = sync.Pool{New: func() any { b := make([]byte, SmallCopyBufferSize); return &b }}
+	bufPool      = sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}
+	smallBufPool = sync.Pool{New: func() any { b := make([]byte, smallCopyBufferSize); return &b }}
 )
 
-// Copy writes n bytes of f, starting at offset off, to w. It reads with
+// copyRange writes n bytes of f, starting at offset off, to w. It reads with
 // pread (ReadAt), so a descriptor shared by concurrent responses is never
 // moved, and it copies through a pooled buffer.
-func Copy(w io.Writer, f io.ReaderAt, off, n int64) (int64, error) {
+func copyRange(w io.Writer, f io.ReaderAt, off, n int64) (int64, error) {
 	return copyWith(&bufPool, w, f, off, n)
 }
 
-// CopySmall is Copy with the smaller buffers meant for HTTP/2 and HTTP/3.
-func CopySmall(w io.Writer, f io.ReaderAt, off, n int64) (int64, error) {
+// copyRangeSmall is copyRange with the smaller buffers meant for HTTP/2 and HTTP/3.
+func copyRangeSmall(w io.Writer, f io.ReaderAt, off, n int64) (int64, error) {
 	return copyWith(&smallBufPool, w, f, off, n)
 }
 

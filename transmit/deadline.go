@@ -21,7 +21,7 @@ import "time"
 // and never past the Ceiling (write_timeout), and never earlier than the
 // deadline already in force.
 type renewer struct {
-	pol  IdlePolicy
+	pol  idlePolicy
 	turn time.Time // deadline in force when the turn began
 	cur  time.Time // deadline in force
 	step time.Duration
@@ -30,7 +30,7 @@ type renewer struct {
 // newRenewer starts a turn under policy pol, whose deadline in force is
 // turn (the zero time if none). Without a deadline in force or a Timeout,
 // it renews nothing: it only ever extends a deadline Caddy set.
-func newRenewer(pol IdlePolicy, turn time.Time) renewer {
+func newRenewer(pol idlePolicy, turn time.Time) renewer {
 	if turn.IsZero() || pol.Timeout <= 0 {
 		return renewer{}
 	}

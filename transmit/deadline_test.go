@@ -14,7 +14,7 @@ func TestRenewerKeepsCaddysDeadline(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	turn := t0.Add(2 * time.Second)
 
-	r := newRenewer(IdlePolicy{Timeout: 2 * time.Second}, turn)
+	r := newRenewer(idlePolicy{Timeout: 2 * time.Second}, turn)
 	if _, ok := r.next(t0.Add(10*time.Millisecond), 1000); ok {
 		t.Error("moved the deadline by 10 ms, less than the step of Timeout/64")
 	}
@@ -26,14 +26,14 @@ func TestRenewerKeepsCaddysDeadline(t *testing.T) {
 	}
 
 	ceil := t0.Add(3 * time.Second)
-	r = newRenewer(IdlePolicy{Timeout: 2 * time.Second, Ceiling: ceil}, turn)
+	r = newRenewer(idlePolicy{Timeout: 2 * time.Second, Ceiling: ceil}, turn)
 	if d, ok := r.next(t0.Add(5*time.Second), 1); !ok || !d.Equal(ceil) {
 		t.Errorf("with a ceiling: %v %v, want the ceiling", d, ok)
 	}
 
 	// 64 KiB/s: 1 MiB sent in the turn adds 16 s to the turn's deadline,
 	// whenever it was sent (the rate window is the body's, not the turn's).
-	r = newRenewer(IdlePolicy{Timeout: 2 * time.Second, MinRate: 64 << 10}, turn)
+	r = newRenewer(idlePolicy{Timeout: 2 * time.Second, MinRate: 64 << 10}, turn)
 	if d, ok := r.next(t0.Add(time.Hour), 1<<20); !ok || !d.Equal(turn.Add(16*time.Second)) {
 		t.Errorf("min rate: %v %v, want the turn's deadline + 16s", d, ok)
 	}
@@ -41,7 +41,7 @@ func TestRenewerKeepsCaddysDeadline(t *testing.T) {
 		t.Errorf("min rate, 3.03 MiB: %v %v, want the turn's deadline + 48.5s", d, ok)
 	}
 
-	for _, r := range []renewer{newRenewer(IdlePolicy{Timeout: 2 * time.Second}, time.Time{}), newRenewer(IdlePolicy{}, turn)} {
+	for _, r := range []renewer{newRenewer(idlePolicy{Timeout: 2 * time.Second}, time.Time{}), newRenewer(idlePolicy{}, turn)} {
 		if _, ok := r.next(t0.Add(time.Minute), 1<<20); ok {
 			t.Error("renewed without a deadline in force or without a timeout")
 		}

@@ -69,8 +69,8 @@ func (l *listener) Accept() (net.Conn, error) {
 	return c, nil
 }
 
-// Conn is a TCP connection that sends a *FileSource with sendfile.
-type Conn struct {
+// conn is a TCP connection that sends a *fileSource with sendfile.
+type conn struct {
 	*net.TCPConn
 	// wdl is the write deadline last set through the connection, in
 	// Unix nanoseconds (0: none): the deadline a turn starts with, which
@@ -78,27 +78,19 @@ type Conn struct {
 	wdl atomic.Int64
 }
 
-// Stats count what the wrapped connections sent, process-wide.
-var Stats struct {
-	SendfileBytes, SendfileCalls, Fallbacks atomic.Int64
-	// Refused counts sendfile calls the kernel refused (EINVAL, ENOSYS,
-	// EOPNOTSUPP); the rest of each of those bodies was copied.
-	Refused atomic.Int64
-}
-
 // SetWriteDeadline implements net.Conn, noting the deadline for ReadFrom.
-func (c *Conn) SetWriteDeadline(t time.Time) error {
+func (c *conn) SetWriteDeadline(t time.Time) error {
 	c.noteWriteDeadline(t)
 	return c.TCPConn.SetWriteDeadline(t)
 }
 
 // SetDeadline implements net.Conn, noting the deadline for ReadFrom.
-func (c *Conn) SetDeadline(t time.Time) error {
+func (c *conn) SetDeadline(t time.Time) error {
 	c.noteWriteDeadline(t)
 	return c.TCPConn.SetDeadline(t)
 }
 
-func (c *Conn) noteWriteDeadline(t time.Time) {
+func (c *conn) noteWriteDeadline(t time.Time) {
 	var ns int64
 	if !t.IsZero() {
 		ns = t.UnixNano()
@@ -107,7 +99,7 @@ func (c *Conn) noteWriteDeadline(t time.Time) {
 }
 
 // writeDeadline is the write deadline last set through the connection.
-func (c *Conn) writeDeadline() time.Time {
+func (c *conn) writeDeadline() time.Time {
 	if ns := c.wdl.Load(); ns != 0 {
 		return time.Unix(0, ns)
 	}
@@ -118,7 +110,7 @@ func (c *Conn) writeDeadline() time.Time {
 // handler's ReadFrom passed down, after sending the headers and the first
 // 512 bytes itself; it adds the count returned here to what it checks
 // against Content-Length, so keep-alive survives.
-func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+func (c *conn) ReadFrom(r io.Reader) (int64, error) {
 	src, limit := findSource(r)
 	if src != nil && limit == 0 {
 		// A turn after the last byte (the body was a multiple of the
@@ -126,7 +118,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		return 0, nil
 	}
 	if src == nil || limit < 0 || src.FD < 0 {
-		Stats.Fallbacks.Add(1)
+		stats.fallbacks.Add(1)
 		return c.TCPConn.ReadFrom(r)
 	}
 	ren := newRenewer(src.Idle, c.writeDeadline())
@@ -137,7 +129,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		if errors.Is(err, errRefused) {
 			// As Go's own sendfile does: what the kernel will not send
 			// from this file is copied, from where sendfile stopped.
-			Stats.Refused.Add(1)
+			stats.refused.Add(1)
 			src.Refused = true
 			err = nil
 		}
@@ -159,7 +151,7 @@ var errRefused = errors.New("sendfile refused")
 // copyTurn copies limit bytes of src to the connection through a pooled
 // buffer, renewing the write deadline as the sendfile loop does; sent is
 // what the turn has already sent.
-func (c *Conn) copyTurn(src *FileSource, limit int64, ren *renewer, sent int64) (int64, error) {
+func (c *conn) copyTurn(src *fileSource, limit int64, ren *renewer, sent int64) (int64, error) {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
@@ -187,7 +179,7 @@ func (c *Conn) copyTurn(src *FileSource, limit int64, ren *renewer, sent int64) 
 }
 
 // renew moves the write deadline on after sent bytes of the turn.
-func (c *Conn) renew(ren *renewer, sent int64) {
+func (c *conn) renew(ren *renewer, sent int64) {
 	if d, ok := ren.next(time.Now(), sent); ok {
 		// Straight to the socket: the noted deadline stays the one the
 		// turn started with.
@@ -199,5 +191,5 @@ func (c *Conn) renew(ren *renewer, sent int64) {
 var (
 	_ caddy.ListenerWrapper = (*ListenerWrapper)(nil)
 	_ caddyfile.Unmarshaler = (*ListenerWrapper)(nil)
-	_ io.ReaderFrom         = (*Conn)(nil)
+	_ io.ReaderFrom         = (*conn)(nil)
 )

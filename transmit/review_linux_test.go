@@ -35,16 +35,16 @@ func TestRingCyclesLeaveNothing(t *testing.T) {
 	f, data := testFile(t, 1<<20)
 	fd := int(f.Fd())
 	// One ring first, so that whatever the runtime starts once is there.
-	if r, err := NewRing(RingOptions{}); err != nil {
+	if r, err := newRing(ringOptions{}); err != nil {
 		t.Skip("io_uring unavailable:", err)
 	} else {
-		r.Close()
-		<-r.Done()
+		r.close()
+		<-r.torndown()
 	}
 	runtime.GC()
 	baseG, baseFDs, baseT := runtime.NumGoroutine(), ringFDs(t), threads(t)
 	for cycle := range 20 {
-		r, err := NewRing(RingOptions{Entries: 8, Workers: 2})
+		r, err := newRing(ringOptions{Entries: 8, Workers: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,18 +61,18 @@ func TestRingCyclesLeaveNothing(t *testing.T) {
 				}
 				buf := make([]byte, 64<<10)
 				off := int64(i) * 64 << 10
-				n, err := r.ReadFull(ctx, fd, buf, off, nil)
+				n, err := r.readFull(ctx, fd, buf, off, nil)
 				if err == nil && (n != len(buf) || !bytes.Equal(buf, data[off:off+int64(n)])) {
 					t.Errorf("cycle %d read %d: %d bytes, wrong data", cycle, i, n)
 				}
 			}()
 		}
 		wg.Wait()
-		if err := r.Close(); err != nil {
+		if err := r.close(); err != nil {
 			t.Fatalf("cycle %d: Close: %v", cycle, err)
 		}
 		select {
-		case <-r.Done():
+		case <-r.torndown():
 		case <-time.After(10 * time.Second):
 			t.Fatalf("cycle %d: ring not torn down", cycle)
 		}
@@ -110,13 +110,13 @@ func TestNoWaitProbeWithoutNoWaitSupport(t *testing.T) {
 			t.Fatalf("span at %d reported resident (%d) where no-wait reads fail with EOPNOTSUPP", off, n)
 		}
 	}
-	r, rerr := NewRing(RingOptions{})
+	r, rerr := newRing(ringOptions{})
 	if rerr != nil {
 		t.Skip("io_uring unavailable:", rerr)
 	}
-	defer r.Close()
+	defer r.close()
 	got := make([]byte, size)
-	n, err := r.ReadFull(t.Context(), fd, got, 0, &ReadOptions{NoBlockDevice: NoBlockDevice(fd)})
+	n, err := r.readFull(t.Context(), fd, got, 0, &readOptions{NoBlockDevice: noBlockDevice(fd)})
 	if err != nil || n != size {
 		t.Fatalf("ring read: %d bytes, %v", n, err)
 	}

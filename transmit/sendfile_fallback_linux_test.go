@@ -64,7 +64,7 @@ func startRunServer(t *testing.T, f *os.File) (string, <-chan runReport) {
 			if i > 0 {
 				io.WriteString(w, runSeparator)
 			}
-			src := &FileSource{File: f, FD: fd, Off: rn.Off, N: rn.Len}
+			src := &fileSource{File: f, FD: fd, Off: rn.Off, N: rn.Len}
 			n, err := w.(io.ReaderFrom).ReadFrom(src)
 			rep.zeroCopy = append(rep.zeroCopy, src.ZeroCopy)
 			rep.refused = append(rep.refused, src.Refused)
@@ -234,7 +234,7 @@ func TestSendfileRefusedFallsBackToCopy(t *testing.T) {
 			path := runsPath(tc.runs)
 			want := wantBody(data, tc.runs)
 			for round := range 2 {
-				before := Stats.Refused.Load()
+				before := stats.refused.Load()
 				hook.refused.Store(0)
 				got := k.get(t, path)
 				rep := report(t, reports)
@@ -245,8 +245,8 @@ func TestSendfileRefusedFallsBackToCopy(t *testing.T) {
 				if n := hook.refused.Load(); n != tc.refusals {
 					t.Errorf("round %d: %d refusals, want %d (one per run that reached the refusal, then copied)", round, n, tc.refusals)
 				}
-				if d := Stats.Refused.Load() - before; d != tc.refusals {
-					t.Errorf("round %d: Stats.Refused grew by %d, want %d", round, d, tc.refusals)
+				if d := stats.refused.Load() - before; d != tc.refusals {
+					t.Errorf("round %d: stats.refused grew by %d, want %d", round, d, tc.refusals)
 				}
 				if rep.zeroCopy[0] != tc.zeroCopied || !rep.refused[len(rep.refused)-1] {
 					t.Errorf("round %d: runs sent with sendfile %v, refused %v; want the first with sendfile: %v, the last refused",
@@ -310,13 +310,13 @@ func TestSendfileRefusedByTheKernel(t *testing.T) {
 	k := dialKeepAlive(t, addr)
 	size := int64(len(data))
 	for _, runs := range [][]run{{{0, size}}, {{600, size - 1200}}, {{0, 700}, {1000, 1000}, {size - 600, 600}}} {
-		before := Stats.Refused.Load()
+		before := stats.refused.Load()
 		got := k.get(t, runsPath(runs))
 		rep := report(t, reports)
 		if want := wantBody(data, runs); !bytes.Equal(got, want) {
 			t.Fatalf("%s %v: body of %d bytes differs from the file's %d", path, runs, len(got), len(want))
 		}
-		if Stats.Refused.Load() == before || !rep.refused[len(rep.refused)-1] {
+		if stats.refused.Load() == before || !rep.refused[len(rep.refused)-1] {
 			t.Errorf("%s %v: no refusal counted (runs refused: %v)", path, runs, rep.refused)
 		}
 	}

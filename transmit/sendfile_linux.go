@@ -9,15 +9,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// MaxChunk bounds one sendfile call, for fairness between connections on
-// one goroutine's turn, as nginx's sendfile_max_chunk (2m) does.
-var MaxChunk int64 = 2 << 20
+// maxSendfileCall bounds one sendfile call, for fairness between
+// connections, as nginx's sendfile_max_chunk (2m) does: a larger turn
+// (sendfile_max_chunk, through Caddy's write chunk) makes several calls.
+const maxSendfileCall = 2 << 20
 
 // sendfileCall is unix.Sendfile; tests replace it to make the kernel
 // refuse.
 var sendfileCall = unix.Sendfile
 
-func newConn(tc *net.TCPConn) net.Conn { return &Conn{TCPConn: tc} }
+func newConn(tc *net.TCPConn) net.Conn { return &conn{TCPConn: tc} }
 
 // sendfile sends up to limit bytes of src at its offset. The socket is
 // non-blocking: on EAGAIN, RawConn.Write parks the goroutine on the
@@ -28,7 +29,7 @@ func newConn(tc *net.TCPConn) net.Conn { return &Conn{TCPConn: tc} }
 // A refusal by the kernel (EINVAL, ENOSYS, EOPNOTSUPP: a file or socket
 // sendfile cannot take) returns the bytes sent before it with an error
 // wrapping errRefused.
-func (c *Conn) sendfile(src *FileSource, limit int64, ren *renewer) (int64, error) {
+func (c *conn) sendfile(src *fileSource, limit int64, ren *renewer) (int64, error) {
 	rc, err := c.TCPConn.SyscallConn()
 	if err != nil {
 		return 0, err
@@ -38,7 +39,7 @@ func (c *Conn) sendfile(src *FileSource, limit int64, ren *renewer) (int64, erro
 		if written > 0 {
 			c.renew(ren, written)
 		}
-		chunk := int(min(limit-written, MaxChunk))
+		chunk := int(min(limit-written, maxSendfileCall))
 		var n int
 		var serr error
 		err := rc.Write(func(fd uintptr) bool {
@@ -53,9 +54,9 @@ func (c *Conn) sendfile(src *FileSource, limit int64, ren *renewer) (int64, erro
 		if n > 0 {
 			written += int64(n)
 			src.N -= int64(n)
-			Stats.SendfileBytes.Add(int64(n))
+			stats.sendfileBytes.Add(int64(n))
 		}
-		Stats.SendfileCalls.Add(1)
+		stats.sendfileCalls.Add(1)
 		if serr == unix.EINVAL || serr == unix.ENOSYS || serr == unix.EOPNOTSUPP {
 			return written, fmt.Errorf("%w: %w", errRefused, serr)
 		}
@@ -69,7 +70,7 @@ func (c *Conn) sendfile(src *FileSource, limit int64, ren *renewer) (int64, erro
 			return written, &net.OpError{Op: "sendfile", Net: "tcp", Err: serr}
 		case n == 0:
 			// sendfile reads nothing past the end of the file: it shrank.
-			return written, &ReadError{Offset: src.Off, Err: ErrTruncated}
+			return written, &ReadError{Offset: src.Off, Err: errTruncated}
 		}
 	}
 	return written, nil

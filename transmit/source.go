@@ -8,7 +8,7 @@ import (
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
-// FileSource is a response body: length bytes of a shared, open file from
+// fileSource is a response body: length bytes of a shared, open file from
 // an offset. It reads with pread, never moving the descriptor's offset, so
 // one descriptor can serve any number of concurrent responses.
 //
@@ -17,7 +17,7 @@ import (
 // flash_serve listener wrapper recognises it there, under any number of
 // *io.LimitedReader, and sends it with sendfile(2) at an explicit offset.
 // Anywhere else (TLS, HTTP/2, HTTP/3, encode) it is read like any reader.
-type FileSource struct {
+type fileSource struct {
 	File *os.File
 	// FD is File's descriptor, read once when the file was opened.
 	FD int
@@ -39,7 +39,7 @@ type FileSource struct {
 	// Idle is the write-idle policy of the response, which the wrapped
 	// connection applies inside a sendfile turn. The zero value renews
 	// nothing.
-	Idle IdlePolicy
+	Idle idlePolicy
 
 	// ReadTurn, if positive, is the most bytes Read returns after
 	// StartTurn before it reports io.EOF. A writer chain that copies the
@@ -51,11 +51,11 @@ type FileSource struct {
 	turnLeft int64
 }
 
-// IdlePolicy is Caddy's write-idle deadline for one response
+// idlePolicy is Caddy's write-idle deadline for one response
 // (write_idle_timeout, write_min_rate, write_timeout), which the wrapped
 // connection keeps within a sendfile turn: Caddy sets the deadline once
 // per turn, and a turn can be far larger than its write chunk.
-type IdlePolicy struct {
+type idlePolicy struct {
 	// Timeout is how long a write may make no progress. Zero renews
 	// nothing.
 	Timeout time.Duration
@@ -70,11 +70,11 @@ type IdlePolicy struct {
 }
 
 // StartTurn gives Read a fresh ReadTurn.
-func (s *FileSource) StartTurn() { s.turnLeft = s.ReadTurn }
+func (s *fileSource) StartTurn() { s.turnLeft = s.ReadTurn }
 
 // Read implements io.Reader with pread. A file that ends before N bytes
-// gives a *ReadError wrapping ErrTruncated, never padding.
-func (s *FileSource) Read(p []byte) (int, error) {
+// gives a *ReadError wrapping errTruncated, never padding.
+func (s *fileSource) Read(p []byte) (int, error) {
 	if s.N <= 0 {
 		return 0, io.EOF
 	}
@@ -94,7 +94,7 @@ func (s *FileSource) Read(p []byte) (int, error) {
 
 // fill reads the next bytes of the body into p (at most N), from Head or
 // with pread, and moves Off and N past them.
-func (s *FileSource) fill(p []byte) (int, error) {
+func (s *fileSource) fill(p []byte) (int, error) {
 	if int64(len(p)) > s.N {
 		p = p[:s.N]
 	}
@@ -113,14 +113,14 @@ func (s *FileSource) fill(p []byte) (int, error) {
 	return n, nil
 }
 
-// findSource looks for a *FileSource under any depth of *io.LimitedReader
+// findSource looks for a *fileSource under any depth of *io.LimitedReader
 // (Caddy's write-idle chunking adds one, net/http's ReadFrom may add
 // another) and returns it with the smallest limit above it.
-func findSource(r io.Reader) (src *FileSource, limit int64) {
+func findSource(r io.Reader) (src *fileSource, limit int64) {
 	limit = -1
 	for {
 		switch v := r.(type) {
-		case *FileSource:
+		case *fileSource:
 			if limit < 0 || limit > v.N {
 				limit = v.N
 			}

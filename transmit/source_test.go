@@ -34,7 +34,7 @@ func TestFileSourceHead(t *testing.T) {
 		{512, 10, string(onDisk[512:522])},
 		{1990, 10, string(onDisk[1990:])},
 	} {
-		src := &FileSource{File: f, FD: int(f.Fd()), Off: tc.off, N: tc.n, Head: head}
+		src := &fileSource{File: f, FD: int(f.Fd()), Off: tc.off, N: tc.n, Head: head}
 		got, err := io.ReadAll(io.LimitReader(src, 1<<20))
 		if err != nil || string(got) != tc.want {
 			t.Errorf("off %d n %d: %d bytes (%v), want %d", tc.off, tc.n, len(got), err, len(tc.want))
@@ -44,10 +44,10 @@ func TestFileSourceHead(t *testing.T) {
 		}
 	}
 	// A file shorter than promised is an error after the head too.
-	src := &FileSource{File: f, Off: 0, N: 3000, Head: head}
+	src := &fileSource{File: f, Off: 0, N: 3000, Head: head}
 	got, err := io.ReadAll(src)
-	if !errors.Is(err, ErrTruncated) || len(got) != 2000 {
-		t.Errorf("truncated: %d bytes, %v; want 2000 and ErrTruncated", len(got), err)
+	if !errors.Is(err, errTruncated) || len(got) != 2000 {
+		t.Errorf("truncated: %d bytes, %v; want 2000 and errTruncated", len(got), err)
 	}
 }
 
@@ -65,7 +65,7 @@ func TestFileSourceReadTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	src := &FileSource{File: f, FD: int(f.Fd()), Off: 5, N: 9000, Head: data[:512], ReadTurn: 4096}
+	src := &fileSource{File: f, FD: int(f.Fd()), Off: 5, N: 9000, Head: data[:512], ReadTurn: 4096}
 	var got []byte
 	var turns []int
 	for src.N > 0 && len(turns) < 10 {

@@ -53,15 +53,15 @@ func TestRingCancelsStalledReads(t *testing.T) {
 	mnt := mountFUSE(t, map[string]*fuseFile{"hang.bin": hang})
 	f := openFUSE(t, mnt, "hang.bin")
 	disk, want := testFile(t, 1<<20)
-	r, err := NewRing(RingOptions{Workers: 8})
+	r, err := newRing(ringOptions{Workers: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	defer r.close()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var held, released atomic.Int64
-	opts := &ReadOptions{NoBlockDevice: NoBlockDevice(int(f.Fd())), Hold: func() func() {
+	opts := &readOptions{NoBlockDevice: noBlockDevice(int(f.Fd())), Hold: func() func() {
 		held.Add(1)
 		return func() { released.Add(1) }
 	}}
@@ -72,7 +72,7 @@ func TestRingCancelsStalledReads(t *testing.T) {
 	errs := make(chan error, readers)
 	for range readers {
 		go func() {
-			_, err := r.Read(ctx, int(f.Fd()), make([]byte, 64<<10), 0, opts)
+			_, err := r.readOnce(ctx, int(f.Fd()), make([]byte, 64<<10), 0, opts)
 			errs <- err
 		}()
 	}
@@ -85,7 +85,7 @@ func TestRingCancelsStalledReads(t *testing.T) {
 	}
 	// The ring still serves other files.
 	buf := make([]byte, len(want))
-	if n, err := r.ReadFull(context.Background(), int(disk.Fd()), buf, 0, nil); n != len(want) || err != nil || !bytes.Equal(buf, want) {
+	if n, err := r.readFull(context.Background(), int(disk.Fd()), buf, 0, nil); n != len(want) || err != nil || !bytes.Equal(buf, want) {
 		t.Errorf("a disk read beside the stalled file: %d, %v", n, err)
 	}
 	start := time.Now()
@@ -101,8 +101,8 @@ func TestRingCancelsStalledReads(t *testing.T) {
 	}
 	// The FUSE server honours the interrupt the cancellation sends: the
 	// two reads complete, and their holds are given back.
-	if !waitFor(10*time.Second, func() bool { ops, files := r.Busy(); return released.Load() == 2 && ops == 0 && files == 0 }) {
-		ops, files := r.Busy()
+	if !waitFor(10*time.Second, func() bool { ops, files := r.busy(); return released.Load() == 2 && ops == 0 && files == 0 }) {
+		ops, files := r.busy()
 		t.Fatalf("after cancelling: %d of 2 holds released, %d operations and %d files busy", released.Load(), ops, files)
 	}
 	if hang.finished.Load() != 2 {
@@ -112,7 +112,7 @@ func TestRingCancelsStalledReads(t *testing.T) {
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := r.Read(ctx2, int(f.Fd()), make([]byte, 4096), 0, &ReadOptions{NoBlockDevice: true})
+		_, err := r.readOnce(ctx2, int(f.Fd()), make([]byte, 4096), 0, &readOptions{NoBlockDevice: true})
 		done <- err
 	}()
 	waitFor(10*time.Second, func() bool { return hang.blocked.Load() == 1 })
@@ -120,7 +120,7 @@ func TestRingCancelsStalledReads(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("a cancelled read without Hold: %v", err)
 	}
-	if ops, _ := r.Busy(); ops != 0 {
+	if ops, _ := r.busy(); ops != 0 {
 		t.Errorf("%d operations busy after a read without Hold returned", ops)
 	}
 }
@@ -134,16 +134,16 @@ func TestAbandonedReadHoldsDescriptor(t *testing.T) {
 	mnt := mountFUSE(t, map[string]*fuseFile{"hang.bin": hang})
 	f := openFUSE(t, mnt, "hang.bin")
 	disk, want := testFile(t, 256<<10)
-	r, err := NewRing(RingOptions{Entries: 4, Workers: 4})
+	r, err := newRing(ringOptions{Entries: 4, Workers: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	defer r.close()
 	var released atomic.Int64
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := r.Read(ctx, int(f.Fd()), make([]byte, 4096), 0, &ReadOptions{NoBlockDevice: true,
+		_, err := r.readOnce(ctx, int(f.Fd()), make([]byte, 4096), 0, &readOptions{NoBlockDevice: true,
 			Hold: func() func() { return func() { released.Add(1) } }})
 		done <- err
 	}()
@@ -156,19 +156,19 @@ func TestAbandonedReadHoldsDescriptor(t *testing.T) {
 		t.Fatalf("cancelled read: %v", err)
 	}
 	t.Logf("the abandoned read returned %v after its cancel", time.Since(start))
-	if ops, _ := r.Busy(); ops != 1 || released.Load() != 0 {
+	if ops, _ := r.busy(); ops != 1 || released.Load() != 0 {
 		t.Errorf("while the server holds the read: %d operations busy, %d released; want 1, 0", ops, released.Load())
 	}
 	// The other slots keep working, many times over, while the abandoned
 	// read's cancellation is in the kernel.
 	buf := make([]byte, len(want))
 	for i := range 20 {
-		if n, err := r.ReadFull(context.Background(), int(disk.Fd()), buf, 0, nil); n != len(buf) || err != nil || !bytes.Equal(buf, want) {
+		if n, err := r.readFull(context.Background(), int(disk.Fd()), buf, 0, nil); n != len(buf) || err != nil || !bytes.Equal(buf, want) {
 			t.Fatalf("disk read %d beside the abandoned one: %d, %v", i, n, err)
 		}
 	}
 	close(hang.block)
-	if !waitFor(10*time.Second, func() bool { ops, _ := r.Busy(); return ops == 0 && released.Load() == 1 }) {
+	if !waitFor(10*time.Second, func() bool { ops, _ := r.busy(); return ops == 0 && released.Load() == 1 }) {
 		t.Errorf("after the server answered: %d released", released.Load())
 	}
 }
@@ -180,11 +180,11 @@ func TestAbandonedReadHoldsDescriptor(t *testing.T) {
 func TestRingWorkerCapHolds(t *testing.T) {
 	hang := &fuseFile{size: 1 << 20, direct: true, block: make(chan struct{}), ignoreCancel: true}
 	mnt := mountFUSE(t, map[string]*fuseFile{"hang.bin": hang})
-	r, err := NewRing(RingOptions{Workers: 3})
+	r, err := newRing(ringOptions{Workers: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	defer r.close()
 	const n = 40
 	var wg sync.WaitGroup
 	for range n {
@@ -193,7 +193,7 @@ func TestRingWorkerCapHolds(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			buf := make([]byte, 4096)
-			if m, err := r.Read(context.Background(), int(f.Fd()), buf, 0, &ReadOptions{NoBlockDevice: true}); m != len(buf) || err != nil {
+			if m, err := r.readOnce(context.Background(), int(f.Fd()), buf, 0, &readOptions{NoBlockDevice: true}); m != len(buf) || err != nil {
 				t.Errorf("read: %d, %v", m, err)
 			}
 		}()
@@ -211,7 +211,7 @@ func TestRingWorkerCapHolds(t *testing.T) {
 	if peak != 3 {
 		t.Errorf("with an io-wq cap of 3, %d reads blocked at once (40 submitted)", peak)
 	}
-	r.SetWorkers(6)
+	r.setWorkers(6)
 	// io-wq starts a worker when work is queued (or a worker blocks with
 	// work waiting), not when its cap rises: one more read does it, as
 	// the next request after a reload would.
@@ -219,7 +219,7 @@ func TestRingWorkerCapHolds(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		r.Read(context.Background(), int(more.Fd()), make([]byte, 4096), 0, &ReadOptions{NoBlockDevice: true})
+		r.readOnce(context.Background(), int(more.Fd()), make([]byte, 4096), 0, &readOptions{NoBlockDevice: true})
 	}()
 	peak, peakWorkers = 0, 0
 	waitFor(10*time.Second, func() bool { return hang.blocked.Load() >= 6 })
@@ -233,7 +233,7 @@ func TestRingWorkerCapHolds(t *testing.T) {
 }
 
 // TestRingCloseIsBounded: Close with reads a FUSE server never answers
-// (it ignores interrupts) returns after CloseWait with ErrRingAbandoned;
+// (it ignores interrupts) returns after CloseWait with errRingAbandoned;
 // the ring stays mapped and goes away once the reads complete. Close
 // with reads the server does let go of returns at once, cleanly.
 func TestRingCloseIsBounded(t *testing.T) {
@@ -246,14 +246,14 @@ func TestRingCloseIsBounded(t *testing.T) {
 		name string
 	}{{polite, "polite.bin"}, {stuck, "stuck.bin"}} {
 		f := openFUSE(t, mnt, c.name)
-		r, err := NewRing(RingOptions{Workers: 4})
+		r, err := newRing(ringOptions{Workers: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
 		results := make(chan error, 2)
 		for range 2 {
 			go func() {
-				_, err := r.Read(context.Background(), int(f.Fd()), make([]byte, 4096), 0, &ReadOptions{NoBlockDevice: true})
+				_, err := r.readOnce(context.Background(), int(f.Fd()), make([]byte, 4096), 0, &readOptions{NoBlockDevice: true})
 				results <- err
 			}()
 		}
@@ -261,7 +261,7 @@ func TestRingCloseIsBounded(t *testing.T) {
 			t.Fatalf("%s: %d reads in the server, want 2", c.name, c.file.blocked.Load())
 		}
 		start := time.Now()
-		err = r.Close()
+		err = r.close()
 		took := time.Since(start)
 		t.Logf("%s: Close took %v: %v", c.name, took, err)
 		if c.file == polite {
@@ -275,11 +275,11 @@ func TestRingCloseIsBounded(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, ErrRingAbandoned) || took < 3*time.Second || took > 30*time.Second {
-			t.Errorf("%s: Close returned %v after %v; want ErrRingAbandoned after 3 s", c.name, err, took)
+		if !errors.Is(err, errRingAbandoned) || took < 3*time.Second || took > 30*time.Second {
+			t.Errorf("%s: Close returned %v after %v; want errRingAbandoned after 3 s", c.name, err, took)
 		}
 		select {
-		case <-r.Done():
+		case <-r.torndown():
 			t.Error("the abandoned ring was torn down with reads in the kernel")
 		default:
 		}
@@ -288,7 +288,7 @@ func TestRingCloseIsBounded(t *testing.T) {
 			<-results
 		}
 		select {
-		case <-r.Done():
+		case <-r.torndown():
 		case <-time.After(10 * time.Second):
 			t.Fatal("the abandoned ring was not torn down after its reads completed")
 		}
@@ -311,11 +311,11 @@ func TestShortRingReadsContinue(t *testing.T) {
 	fuse := &fuseFile{size: 1<<20 + 333, direct: true}
 	mnt := mountFUSE(t, map[string]*fuseFile{"f.bin": fuse})
 	ff := openFUSE(t, mnt, "f.bin")
-	r, err := NewRing(RingOptions{Workers: 4})
+	r, err := newRing(ringOptions{Workers: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	defer r.close()
 	size := int64(len(want))
 	for _, c := range []struct {
 		what string
@@ -324,7 +324,7 @@ func TestShortRingReadsContinue(t *testing.T) {
 		read func(fd int, buf []byte, off int64) (int, error)
 	}{
 		{"disk ReadFull", int(disk.Fd()), func(o int64) byte { return want[o] }, func(fd int, buf []byte, off int64) (int, error) {
-			return r.ReadFull(context.Background(), fd, buf, off, nil)
+			return r.readFull(context.Background(), fd, buf, off, nil)
 		}},
 		{"disk ReadLending", int(disk.Fd()), func(o int64) byte { return want[o] }, func(fd int, buf []byte, off int64) (int, error) {
 			return r.ReadLending(context.Background(), fd, buf, off, nil)
@@ -334,10 +334,10 @@ func TestShortRingReadsContinue(t *testing.T) {
 		}},
 	} {
 		for _, s := range []struct{ off, n int64 }{{0, 256 << 10}, {12345, 256 << 10}, {size - 50000, 256 << 10}} {
-			r.InjectShortReads(1 << 20)
+			r.injectShortReads(1 << 20)
 			buf := make([]byte, s.n)
 			n, err := c.read(c.fd, buf, s.off)
-			r.InjectShortReads(0)
+			r.injectShortReads(0)
 			wantN := min(s.n, size-s.off)
 			if int64(n) != wantN || err != nil {
 				t.Errorf("%s at %d: %d bytes, %v; want %d", c.what, s.off, n, err, wantN)

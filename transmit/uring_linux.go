@@ -100,7 +100,8 @@ const (
 	opDone     // completed, the result waits in done for its reader
 )
 
-// Ring is a small io_uring of our own: reads of files into buffers.
+// Ring is a small io_uring of our own: reads of files into buffers. The
+// handlers share one, from AcquireRing.
 //
 // One goroutine, locked to its OS thread, makes every submission, so the
 // io-wq that does the blocking reads is that one thread's: its cap
@@ -113,7 +114,7 @@ const (
 // A read can be let go: when its context ends it is dropped if the
 // submitter has not taken it yet, and otherwise cancelled with
 // IORING_OP_ASYNC_CANCEL; its buffer and descriptor stay the operation's
-// until the kernel's completion arrives (see ReadOptions.Hold). At most
+// until the kernel's completion arrives (see readOptions.Hold). At most
 // max(2, Workers/4) reads of one descriptor are in flight, so a file that
 // hangs cannot take every slot.
 type Ring struct {
@@ -139,7 +140,7 @@ type Ring struct {
 
 	slots       chan struct{} // one token per operation in flight
 	kick        chan struct{} // wakes the submitter
-	closing     chan struct{} // closed by Close
+	closing     chan struct{} // closed by close
 	submitterUp chan struct{}
 	stopSubmit  chan struct{}
 	submitted   chan struct{} // closed when the submitter has returned
@@ -166,7 +167,7 @@ type ringOp struct {
 	off       uint64
 	buf       []byte // kept referenced until the kernel is done with it
 	done      chan int32
-	release   func() // from ReadOptions.Hold, run at the completion
+	release   func() // from readOptions.Hold, run at the completion
 	gate      *fileGate
 }
 
@@ -177,8 +178,8 @@ type fileGate struct {
 	users int // readers waiting or holding a token, and abandoned reads
 }
 
-// RingOptions size a Ring.
-type RingOptions struct {
+// ringOptions size a Ring.
+type ringOptions struct {
 	// Entries is the number of reads in flight at most. Default: 256.
 	Entries int
 	// Workers caps the kernel's io-wq workers that block on the disk
@@ -186,13 +187,13 @@ type RingOptions struct {
 	// of it (at least 2) is the most reads of one file in flight.
 	// Default: 16.
 	Workers int
-	// CloseWait is how long Close waits for reads in the kernel before it
+	// CloseWait is how long close waits for reads in the kernel before it
 	// abandons the ring. Default: 3 s.
 	CloseWait time.Duration
 }
 
-// ReadOptions say how a read may be let go and how to submit it.
-type ReadOptions struct {
+// readOptions say how a read may be let go and how to submit it.
+type readOptions struct {
 	// Hold, if set, lets a read whose context ends return at once while
 	// the kernel still has it: Hold is called then (with the ring's lock
 	// held: it must not call the ring) and must keep the buffer and the
@@ -212,18 +213,18 @@ type ReadOptions struct {
 	File uint64
 }
 
-// ErrRingClosed is returned by reads on a closed Ring.
-var ErrRingClosed = errors.New("io_uring: ring closed")
+// errRingClosed is returned by reads on a closed Ring.
+var errRingClosed = errors.New("io_uring: ring closed")
 
-// ErrRingAbandoned is returned by Close when reads were still in the
+// errRingAbandoned is returned by close when reads were still in the
 // kernel after CloseWait: the ring is left mapped, with the buffers of
 // those reads, and goes away when their completions arrive.
-var ErrRingAbandoned = errors.New("io_uring: ring abandoned with reads in the kernel")
+var errRingAbandoned = errors.New("io_uring: ring abandoned with reads in the kernel")
 
-// NewRing sets up a ring and probes what it needs. The error says why
+// newRing sets up a ring and probes what it needs. The error says why
 // io_uring cannot be used here: an old kernel, kernel.io_uring_disabled, a
 // seccomp filter, or too little locked memory.
-func NewRing(o RingOptions) (*Ring, error) {
+func newRing(o ringOptions) (*Ring, error) {
 	if o.Entries <= 0 {
 		o.Entries = 256
 	}
@@ -357,9 +358,9 @@ func (r *Ring) unmap() {
 	unix.Close(r.fd)
 }
 
-// SetWorkers changes the io-wq cap (and with it the reads of one file in
+// setWorkers changes the io-wq cap (and with it the reads of one file in
 // flight at most), as a reload with another stat_workers does.
-func (r *Ring) SetWorkers(n int) {
+func (r *Ring) setWorkers(n int) {
 	if n <= 0 {
 		return
 	}
@@ -375,12 +376,12 @@ func (r *Ring) setWorkersLocked(n int) {
 	r.wantWorkers.Store(int32(n))
 }
 
-// Workers is the io-wq cap asked for last.
-func (r *Ring) Workers() int { return int(r.wantWorkers.Load()) }
+// workerCap is the io-wq cap asked for last.
+func (r *Ring) workerCap() int { return int(r.wantWorkers.Load()) }
 
-// Busy reports the operations in flight (submitted, queued or abandoned
+// busy reports the operations in flight (submitted, queued or abandoned
 // and not yet completed) and the descriptors with reads in flight.
-func (r *Ring) Busy() (ops, files int) {
+func (r *Ring) busy() (ops, files int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.slots), len(r.gates)
@@ -488,22 +489,38 @@ func (r *Ring) enter() {
 	}
 }
 
-// ReadAt reads len(buf) bytes of the file fd at off through the ring. The
+// readAt reads len(buf) bytes of the file fd at off through the ring. The
 // calling goroutine parks until the read completes, holding no thread. A
-// short count is what the kernel returned; ReadFull goes on after it.
-func (r *Ring) ReadAt(fd int, buf []byte, off int64) (int, error) {
-	return r.Read(context.Background(), fd, buf, off, nil)
+// short count is what the kernel returned; readFull goes on after it.
+func (r *Ring) readAt(fd int, buf []byte, off int64) (int, error) {
+	return r.readOnce(context.Background(), fd, buf, off, nil)
 }
 
-// ReadLending is ReadFull for a file that the caller gives the ring when
-// it lets go of a read: hold is ReadOptions.Hold. It is the shape of the
-// prewarm package's ReaderAt.
-func (r *Ring) ReadLending(ctx context.Context, fd int, buf []byte, off int64, hold func() func()) (int, error) {
-	o := ReadOptions{Hold: hold, NoBlockDevice: NoBlockDevice(fd)}
-	return r.ReadFull(ctx, fd, buf, off, &o)
+// ReadLending reads len(buf) bytes of the file fd at off through the
+// ring, in the shape of prewarm.ReaderAt: it goes on after short reads
+// and stops short, with a nil error, only at the end of the file. If ctx
+// ends while the kernel has the read, hold is called (see
+// readOptions.Hold) and ReadLending returns at once, leaving buf to the
+// ring. A read that the ring fails for its own reasons is done with
+// pread instead (preadIfRingFailed).
+func (r *Ring) ReadLending(ctx context.Context, fd int, buf []byte, off int64, hold func() (release func())) (int, error) {
+	o := readOptions{NoBlockDevice: noBlockDevice(fd)}
+	lent := false
+	if hold != nil {
+		o.Hold = func() func() {
+			lent = true
+			return hold()
+		}
+	}
+	n, err := r.readFull(ctx, fd, buf, off, &o)
+	if lent {
+		return n, err // buf is the ring's until the kernel is done with it
+	}
+	n, err, _ = preadIfRingFailed(ctx, fd, buf, off, n, err)
+	return n, err
 }
 
-// ReadFull reads len(buf) bytes at off, going on after a short read from
+// readFull reads len(buf) bytes at off, going on after a short read from
 // where it stopped. It stops short only where a read returns 0 bytes (the
 // end of the file, or of what is left of it) or fails; whether that is
 // truncation is the caller's to say, who knows the size. A short read of
@@ -511,10 +528,10 @@ func (r *Ring) ReadLending(ctx context.Context, fd int, buf []byte, off int64, h
 // kernel retries a short direct-I/O FUSE read through io_uring into the
 // rest of the buffer from the starting offset (so the buffer would repeat
 // the start of the span) and does not report it short.
-func (r *Ring) ReadFull(ctx context.Context, fd int, buf []byte, off int64, o *ReadOptions) (int, error) {
+func (r *Ring) readFull(ctx context.Context, fd int, buf []byte, off int64, o *readOptions) (int, error) {
 	done := 0
 	for done < len(buf) {
-		n, err := r.Read(ctx, fd, buf[done:], off+int64(done), o)
+		n, err := r.readOnce(ctx, fd, buf[done:], off+int64(done), o)
 		done += n
 		if err != nil || n == 0 {
 			return done, err
@@ -547,9 +564,9 @@ func preadFull(fd int, buf []byte, off int64) (int, error) {
 	return done, nil
 }
 
-// NoBlockDevice reports whether fd's filesystem has no block device (its
+// noBlockDevice reports whether fd's filesystem has no block device (its
 // device number's major is 0): FUSE, NFS, CIFS, tmpfs, overlayfs, btrfs.
-func NoBlockDevice(fd int) bool {
+func noBlockDevice(fd int) bool {
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) != nil {
 		return false
@@ -557,23 +574,23 @@ func NoBlockDevice(fd int) bool {
 	return unix.Major(st.Dev) == 0
 }
 
-// Read submits one read of len(buf) bytes at off and waits for it, or
+// readOnce submits one read of len(buf) bytes at off and waits for it, or
 // for ctx to end. Then a read the submitter has not taken yet is dropped
 // unsent; one the kernel has is cancelled and, with o.Hold, left to the
-// ring (Read returns ctx's error at once), or else waited for.
-func (r *Ring) Read(ctx context.Context, fd int, buf []byte, off int64, o *ReadOptions) (int, error) {
+// ring (readOnce returns ctx's error at once), or else waited for.
+func (r *Ring) readOnce(ctx context.Context, fd int, buf []byte, off int64, o *readOptions) (int, error) {
 	if len(buf) == 0 {
 		return 0, nil
 	}
 	return r.read(ctx, fd, buf, off, o, nil)
 }
 
-// ReadLent is ReadFull into a buffer that lend gives only once the read
+// readLent is readFull into a buffer that lend gives only once the read
 // has its turn (its file's bound and a slot of the ring): readers
 // waiting for a stalled file hold no buffer. It returns that buffer,
 // whose first n bytes were read, or nil if lend was not called or
 // failed.
-func (r *Ring) ReadLent(ctx context.Context, fd int, off int64, o *ReadOptions, lend func(context.Context) ([]byte, error)) ([]byte, int, error) {
+func (r *Ring) readLent(ctx context.Context, fd int, off int64, o *readOptions, lend func(context.Context) ([]byte, error)) ([]byte, int, error) {
 	var buf []byte
 	n, err := r.read(ctx, fd, nil, off, o, func(ctx context.Context) ([]byte, error) {
 		b, err := lend(ctx)
@@ -583,18 +600,18 @@ func (r *Ring) ReadLent(ctx context.Context, fd int, off int64, o *ReadOptions, 
 	if err != nil || n == 0 || n == len(buf) {
 		return buf, n, err
 	}
-	m, err := r.ReadFull(ctx, fd, buf[n:], off+int64(n), o)
+	m, err := r.readFull(ctx, fd, buf[n:], off+int64(n), o)
 	return buf, n + m, err
 }
 
-func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *ReadOptions, lend func(context.Context) ([]byte, error)) (int, error) {
+func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *readOptions, lend func(context.Context) ([]byte, error)) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return 0, ErrRingClosed
+		return 0, errRingClosed
 	}
 	key := uint64(fd) | 1<<63
 	if o != nil && o.File != 0 {
@@ -617,7 +634,7 @@ func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *ReadO
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-r.closing:
-			err = ErrRingClosed
+			err = errRingClosed
 		}
 		if err != nil {
 			<-g.sem
@@ -625,7 +642,7 @@ func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *ReadO
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-r.closing:
-		err = ErrRingClosed
+		err = errRingClosed
 	}
 	if err == nil && lend != nil {
 		if buf, err = lend(ctx); err == nil && len(buf) == 0 {
@@ -638,7 +655,7 @@ func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *ReadO
 	}
 	r.mu.Lock()
 	if err == nil && r.closed {
-		err = ErrRingClosed
+		err = errRingClosed
 		<-g.sem
 		<-r.slots
 	}
@@ -668,8 +685,8 @@ func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *ReadO
 	case <-ctx.Done():
 		gone = ctx.Err()
 	case <-r.closing:
-		// Close has cancelled the read: a reader that can let go does.
-		gone = ErrRingClosed
+		// close has cancelled the read: a reader that can let go does.
+		gone = errRingClosed
 	}
 	if gone != nil {
 		r.mu.Lock()
@@ -705,7 +722,7 @@ func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *ReadO
 	r.freeOpLocked(idx)
 	r.mu.Unlock()
 	if res == resClosed {
-		return 0, ErrRingClosed
+		return 0, errRingClosed
 	}
 	if res < 0 {
 		if err := ctx.Err(); err != nil && (syscall.Errno(-res) == unix.ECANCELED || syscall.Errno(-res) == unix.EINTR) {
@@ -813,22 +830,22 @@ func (r *Ring) teardown() {
 	close(r.reaped)
 }
 
-// InjectFailures makes the next n reads fail as if the kernel had
+// injectFailures makes the next n reads fail as if the kernel had
 // cancelled them, for tests of the fallback.
-func (r *Ring) InjectFailures(n int) { r.failNext.Store(int32(n)) }
+func (r *Ring) injectFailures(n int) { r.failNext.Store(int32(n)) }
 
-// InjectShortReads makes the next n reads report half the bytes they
+// injectShortReads makes the next n reads report half the bytes they
 // read, for tests of short reads.
-func (r *Ring) InjectShortReads(n int) { r.shortNext.Store(int32(n)) }
+func (r *Ring) injectShortReads(n int) { r.shortNext.Store(int32(n)) }
 
-// Close cancels the reads in flight and waits for their completions, at
-// most CloseWait; then the ring is torn down. Reads after Close fail with
-// ErrRingClosed. If the kernel still has reads after CloseWait (a hung
-// device, a FUSE server that ignores interrupts), Close returns
-// ErrRingAbandoned and leaves the ring mapped, with those reads' buffers
+// close cancels the reads in flight and waits for their completions, at
+// most CloseWait; then the ring is torn down. Reads after close fail with
+// errRingClosed. If the kernel still has reads after CloseWait (a hung
+// device, a FUSE server that ignores interrupts), close returns
+// errRingAbandoned and leaves the ring mapped, with those reads' buffers
 // and descriptors, rather than unmap memory the kernel may still write;
 // it is torn down when the last of them completes.
-func (r *Ring) Close() error {
+func (r *Ring) close() error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -862,11 +879,11 @@ func (r *Ring) Close() error {
 	r.mu.Lock()
 	n := r.inKernel
 	r.mu.Unlock()
-	return fmt.Errorf("%w: %d still there after %v", ErrRingAbandoned, n, r.closeWait)
+	return fmt.Errorf("%w: %d still there after %v", errRingAbandoned, n, r.closeWait)
 }
 
-// Done is closed once a closed ring is torn down.
-func (r *Ring) Done() <-chan struct{} { return r.reaped }
+// torndown is closed once a closed ring is torn down.
+func (r *Ring) torndown() <-chan struct{} { return r.reaped }
 
-// RingSupported is true where the io_uring engine is compiled in.
-const RingSupported = true
+// ringSupported is true where the io_uring engine is compiled in.
+const ringSupported = true

@@ -64,7 +64,7 @@ func evict(t *testing.T, f *os.File) {
 
 func TestRingReadsExactBytes(t *testing.T) {
 	before := ringFDs(t)
-	r, err := NewRing(RingOptions{Entries: 32, Workers: 4})
+	r, err := newRing(ringOptions{Entries: 32, Workers: 4})
 	if err != nil {
 		t.Fatalf("io_uring should work on this kernel: %v", err)
 	}
@@ -81,7 +81,7 @@ func TestRingReadsExactBytes(t *testing.T) {
 			for range 20 {
 				off := rng.Int64N(int64(len(want)))
 				n := min(int64(len(buf)), int64(len(want))-off)
-				got, err := r.ReadAt(fd, buf[:n], off)
+				got, err := r.readAt(fd, buf[:n], off)
 				if err != nil || int64(got) != n || !bytes.Equal(buf[:n], want[off:off+n]) {
 					t.Errorf("read %d at %d: %d bytes, %v", n, off, got, err)
 					return
@@ -92,26 +92,26 @@ func TestRingReadsExactBytes(t *testing.T) {
 	wg.Wait()
 	// A read past the end returns what there is.
 	buf := make([]byte, 4096)
-	if n, err := r.ReadAt(fd, buf, int64(len(want))-100); n != 100 || err != nil {
+	if n, err := r.readAt(fd, buf, int64(len(want))-100); n != 100 || err != nil {
 		t.Errorf("read across the end: %d, %v; want 100, nil", n, err)
 	}
 	// A read of a bad descriptor fails with its errno.
-	if _, err := r.ReadAt(1<<20, buf, 0); !errors.Is(err, syscall.EBADF) {
+	if _, err := r.readAt(1<<20, buf, 0); !errors.Is(err, syscall.EBADF) {
 		t.Errorf("read of a bad fd: %v, want EBADF", err)
 	}
 	// Injected failures are reported, and the ring goes on.
-	r.InjectFailures(1)
-	if _, err := r.ReadAt(fd, buf, 0); !errors.Is(err, syscall.ECANCELED) {
+	r.injectFailures(1)
+	if _, err := r.readAt(fd, buf, 0); !errors.Is(err, syscall.ECANCELED) {
 		t.Errorf("injected failure: %v, want ECANCELED", err)
 	}
-	if n, err := r.ReadAt(fd, buf, 0); n != len(buf) || err != nil {
+	if n, err := r.readAt(fd, buf, 0); n != len(buf) || err != nil {
 		t.Errorf("after the failure: %d, %v", n, err)
 	}
-	if err := r.Close(); err != nil {
+	if err := r.close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.ReadAt(fd, buf, 0); !errors.Is(err, ErrRingClosed) {
-		t.Errorf("read after Close: %v, want ErrRingClosed", err)
+	if _, err := r.readAt(fd, buf, 0); !errors.Is(err, errRingClosed) {
+		t.Errorf("read after Close: %v, want errRingClosed", err)
 	}
 	if after := ringFDs(t); after != before {
 		t.Errorf("ring and eventfd descriptors: %d before, %d after Close", before, after)
@@ -122,11 +122,11 @@ func TestRingReadsExactBytes(t *testing.T) {
 // ring: the goroutines park, so the OS threads stay bounded by the
 // runtime's own, not one per read as with pread.
 func TestColdReadsHoldNoThreads(t *testing.T) {
-	r, err := NewRing(RingOptions{Workers: 4})
+	r, err := newRing(ringOptions{Workers: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	defer r.close()
 	var files []*os.File
 	for range 256 {
 		f, _ := testFile(t, 256<<10)
@@ -170,7 +170,7 @@ func TestColdReadsHoldNoThreads(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			buf := make([]byte, 256<<10)
-			if n, err := r.ReadAt(int(f.Fd()), buf, 0); n != len(buf) || err != nil {
+			if n, err := r.readAt(int(f.Fd()), buf, 0); n != len(buf) || err != nil {
 				t.Errorf("cold read: %d, %v", n, err)
 			}
 		}()
@@ -183,4 +183,3 @@ func TestColdReadsHoldNoThreads(t *testing.T) {
 		t.Errorf("256 cold reads through the ring raised the threads from %d to %d", before, peak.Load())
 	}
 }
-

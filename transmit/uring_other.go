@@ -8,78 +8,61 @@ import (
 	"time"
 )
 
-// Ring is io_uring, which only Linux has; elsewhere NewRing always fails
-// and the handler keeps to sendfile and copy.
+// Ring is io_uring, which only Linux has; elsewhere there is none
+// (AcquireRing returns nil) and the handler keeps to sendfile and copy.
 type Ring struct{}
 
-// RingOptions size a Ring.
-type RingOptions struct {
+// ringOptions size a Ring.
+type ringOptions struct {
 	Entries, Workers int
 	CloseWait        time.Duration
 }
 
-// ReadOptions say how a read may be let go and how to submit it.
-type ReadOptions struct {
+// readOptions say how a read may be let go and how to submit it.
+type readOptions struct {
 	Hold          func() (release func())
 	NoBlockDevice bool
 	File          uint64
 }
 
-// ErrRingAbandoned is returned by Close when reads were still in the
+// errRingAbandoned is returned by close when reads were still in the
 // kernel; never here.
-var ErrRingAbandoned = errors.New("io_uring: ring abandoned with reads in the kernel")
+var errRingAbandoned = errors.New("io_uring: ring abandoned with reads in the kernel")
 
-// ErrRingClosed is returned by reads on a closed Ring.
-var ErrRingClosed = errors.New("io_uring: ring closed")
+// errRingClosed is returned by reads on a closed Ring.
+var errRingClosed = errors.New("io_uring: ring closed")
 
-// NewRing fails: there is no io_uring on this OS.
-func NewRing(RingOptions) (*Ring, error) {
+// newRing fails: there is no io_uring on this OS.
+func newRing(ringOptions) (*Ring, error) {
 	return nil, errors.New("io_uring: only on Linux")
 }
 
-// ReadAt is never called: there is no Ring here.
-func (r *Ring) ReadAt(int, []byte, int64) (int, error) { return 0, ErrRingClosed }
-
-// Read is never called: there is no Ring here.
-func (r *Ring) Read(context.Context, int, []byte, int64, *ReadOptions) (int, error) {
-	return 0, ErrRingClosed
+// readFull is never called: there is no Ring here.
+func (r *Ring) readFull(context.Context, int, []byte, int64, *readOptions) (int, error) {
+	return 0, errRingClosed
 }
 
-// ReadFull is never called: there is no Ring here.
-func (r *Ring) ReadFull(context.Context, int, []byte, int64, *ReadOptions) (int, error) {
-	return 0, ErrRingClosed
-}
-
-// ReadLent is never called: there is no Ring here.
-func (r *Ring) ReadLent(context.Context, int, int64, *ReadOptions, func(context.Context) ([]byte, error)) ([]byte, int, error) {
-	return nil, 0, ErrRingClosed
+// readLent is never called: there is no Ring here.
+func (r *Ring) readLent(context.Context, int, int64, *readOptions, func(context.Context) ([]byte, error)) ([]byte, int, error) {
+	return nil, 0, errRingClosed
 }
 
 // ReadLending is never called: there is no Ring here.
 func (r *Ring) ReadLending(context.Context, int, []byte, int64, func() func()) (int, error) {
-	return 0, ErrRingClosed
+	return 0, errRingClosed
 }
 
-// SetWorkers does nothing here.
-func (r *Ring) SetWorkers(int) {}
+// preadFull is never called: it redoes failed ring reads.
+func preadFull(int, []byte, int64) (int, error) { return 0, errors.ErrUnsupported }
 
-// Workers is 0 here.
-func (r *Ring) Workers() int { return 0 }
+// setWorkers does nothing here.
+func (r *Ring) setWorkers(int) {}
 
-// Busy is 0, 0 here.
-func (r *Ring) Busy() (ops, files int) { return 0, 0 }
+// workerCap is 0 here.
+func (r *Ring) workerCap() int { return 0 }
 
-// NoBlockDevice is false here: it only changes how the ring submits.
-func NoBlockDevice(int) bool { return false }
+// close does nothing here.
+func (r *Ring) close() error { return nil }
 
-// InjectShortReads does nothing here.
-func (r *Ring) InjectShortReads(int) {}
-
-// InjectFailures does nothing here.
-func (r *Ring) InjectFailures(int) {}
-
-// Close does nothing here.
-func (r *Ring) Close() error { return nil }
-
-// RingSupported is true where the io_uring engine is compiled in.
-const RingSupported = false
+// ringSupported is true where the io_uring engine is compiled in.
+const ringSupported = false

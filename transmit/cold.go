@@ -1,0 +1,251 @@
+package transmit
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"syscall"
+
+	"go.uber.org/zap"
+
+	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
+)
+
+// coldChunk is the most bytes one io_uring read brings in: large enough
+// for the disk's queue, small enough to start writing soon.
+const coldChunk = 256 << 10
+
+var coldBufPool = sync.Pool{New: func() any { b := make([]byte, coldChunk); return &b }}
+
+// coldBudget lends the chunks of ring reads, one token per coldChunk: at
+// most 64 MiB of them exist in the process at once, however many slow
+// clients there are. A chunk is borrowed for one read and its write, and
+// one that a read left to the ring comes back with the read's completion.
+var coldBudget = make(chan struct{}, 64<<20/coldChunk)
+
+// NoWaitMax is the largest EngineIOUring body read with one no-wait read
+// (preadv2 with RWF_NOWAIT) instead of a residency probe: copying it
+// costs less than the probe's two extra system calls and its mmap lock.
+// The handler's policy therefore sends such a body to the ring's engine
+// unprobed: that one read is the probe and the read at once.
+const NoWaitMax = 64 << 10
+
+// noWaitBufPool backs the one no-wait read of a small body.
+var noWaitBufPool = sync.Pool{New: func() any { b := make([]byte, NoWaitMax); return &b }}
+
+// coldRead is what a ring read the request lets go of must keep: the
+// body's descriptor (a reference on its open file) and the chunk it
+// reads into.
+type coldRead struct {
+	file Body
+	bufp *[]byte
+	lent bool
+}
+
+// hold is readOptions.Hold: the ring owns the chunk and a reference on
+// the open file until the kernel completes the read.
+func (c *coldRead) hold() func() {
+	c.file.Hold()
+	file, bufp := c.file, c.bufp
+	c.lent = true
+	return func() {
+		file.Release()
+		coldBufPool.Put(bufp)
+		<-coldBudget
+	}
+}
+
+// borrow takes a chunk from the budget, waiting while it is spent.
+func (c *coldRead) borrow(ctx context.Context) error {
+	select {
+	case coldBudget <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.bufp, c.lent = coldBufPool.Get().(*[]byte), false
+	return nil
+}
+
+// giveBack returns a chunk that is not lent to the ring.
+func (c *coldRead) giveBack() {
+	if c.bufp != nil && !c.lent {
+		coldBufPool.Put(c.bufp)
+		<-coldBudget
+	}
+	c.bufp = nil
+}
+
+// sendThroughRing sends a body of which some data may be missing from the
+// page cache. Resident runs leave as they would without io_uring (sendfile
+// on cleartext HTTP/1.x, pread otherwise); the rest is read through the
+// ring, so that the goroutine parks while the disk answers instead of
+// holding an OS thread in a blocking read. With RingOnly every byte is
+// read through the ring.
+func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Body, t *Transfer, start, length int64) (Counts, error) {
+	var sent Counts
+	file, fd := src.File(), src.FD()
+	sendfile := canSendfile(w, r, src)
+	// Ring reads end with the request: a client that leaves, a cancelled
+	// context or an unloaded config lets go of a read a stalled device
+	// holds.
+	ctx := r.Context()
+	var cold coldRead
+	var opts readOptions
+	var done int64
+	probe := newProbe(src)
+	// missing is set when the no-wait read below found the first page
+	// missing: that answers what a residency probe would ask (the kernel
+	// has also started reading it ahead), so the first chunk goes to the
+	// ring without the probe's mmap, mincore and munmap (about 6 % of the
+	// CPU on a cold tree of 8 KiB files).
+	missing := false
+	if !s.RingOnly && length <= NoWaitMax {
+		// A small body: one read that takes only what the page cache holds
+		// answers the residency question and reads the data at once. What
+		// it cannot take whole goes the long way below.
+		bufp := noWaitBufPool.Get().(*[]byte)
+		defer noWaitBufPool.Put(bufp)
+		buf := (*bufp)[:length]
+		n, err := pagecache.ReadNoWait(fd, buf, start)
+		if err == nil && n == len(buf) {
+			k, err := w.Write(buf)
+			sent[EngineCopy] = int64(k)
+			t.Engine = EngineCopy // the ring had nothing to do
+			if err == nil && start == 0 && length == src.Size() {
+				src.MarkResident()
+			}
+			return sent, err
+		}
+		missing = n == 0 && errors.Is(err, syscall.EAGAIN)
+	}
+	for done < length {
+		off := start + done
+		if !s.RingOnly && !missing {
+			stats.residencyProbes.Add(1)
+			resident, err := probe.Resident(off, min(length-done, residencyProbe))
+			if err == nil && resident > 0 {
+				var n int64
+				if sendfile {
+					var zeroCopy bool
+					n, zeroCopy, err = s.sendFile(w, r, src, off, resident)
+					if zeroCopy {
+						sent[EngineSendfile] += n
+					} else {
+						sent[EngineCopy] += n
+					}
+				} else {
+					n, err = copyRange(w, file, off, resident)
+					sent[EngineCopy] += n
+				}
+				done += n
+				if err != nil {
+					return sent, err
+				}
+				continue
+			}
+		}
+		if cold.file == nil {
+			cold.file = src
+			opts.Hold = cold.hold
+			opts.NoBlockDevice = src.NoBlockDevice()
+			opts.File = src.FileID()
+			defer cold.giveBack()
+		}
+		missing = false // past the first chunk, probe again
+		want := min(coldChunk, length-done)
+		eng := EngineIOUring
+		// The chunk is borrowed once the read has its turn, so that the
+		// readers of a stalled file, waiting for it, hold none.
+		buf, n, err := s.Ring.readLent(ctx, fd, off, &opts, func(ctx context.Context) ([]byte, error) {
+			if err := cold.borrow(ctx); err != nil {
+				return nil, err
+			}
+			return (*cold.bufp)[:want], nil
+		})
+		if cold.lent {
+			// The request went away with the read in the kernel: the chunk
+			// and the descriptor are the ring's until it completes.
+			cold.bufp = nil
+			return sent, err
+		}
+		if err != nil && ctx.Err() != nil {
+			return sent, err
+		}
+		if buf == nil {
+			// The ring failed before lending was asked for (closed).
+			if err := cold.borrow(ctx); err != nil {
+				return sent, err
+			}
+			buf = (*cold.bufp)[:want]
+		}
+		if m, perr, redone := preadIfRingFailed(ctx, fd, buf, off, n, err); redone {
+			// The ring failed, not the disk: this read went on with pread,
+			// and the response does not notice.
+			s.Logger.Debug("io_uring read failed; read with pread", zap.Error(err))
+			n, err, eng = m, perr, EngineCopy
+		}
+		if err := pagecache.ShortRead(n, len(buf), err); err != nil {
+			// The read went on after short reads: only a read of 0 bytes
+			// before the end stops it, and that is truncation.
+			if n > 0 {
+				w.Write(buf[:n])
+				done += int64(n)
+			}
+			cold.giveBack()
+			return sent, &ReadError{Offset: off + int64(n), Err: err}
+		}
+		k, err := w.Write(buf)
+		cold.giveBack()
+		done += int64(k)
+		sent[eng] += int64(k)
+		if err != nil {
+			return sent, err
+		}
+	}
+	if start == 0 && length == src.Size() {
+		// All of it was resident or has just been read: it is now.
+		src.MarkResident()
+	}
+	return sent, nil
+}
+
+// preadIfRingFailed is the one fallback of ring reads, for the bodies
+// and for prewarm: a read that failed for the ring's own reasons
+// (ringFault: the ring was closed under it, the kernel cancelled it or
+// had no memory for it) is done again, whole, with pread, and redone
+// says so. A failure of the file is returned as it is (n, err): pread
+// would meet the same disk error, holding an OS thread while it does,
+// which is what the ring is there to avoid; and an ended request (ctx's
+// error) wants no bytes at all. A short count from pread, with a nil
+// error, is the end of the file.
+func preadIfRingFailed(ctx context.Context, fd int, buf []byte, off int64, n int, err error) (int, error, bool) {
+	if err == nil || ctx.Err() != nil || !ringFault(err) {
+		return n, err, false
+	}
+	stats.ringFallbacks.Add(1)
+	m, err := preadFull(fd, buf, off)
+	return m, err, true
+}
+
+// ringFault reports whether a failed ring read is the ring's failure (it
+// was closed, cancelled, refused or out of memory) rather than the file's,
+// so that pread may do it instead.
+func ringFault(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false // the request's end, not the ring's
+	}
+	if errors.Is(err, errRingClosed) {
+		return true
+	}
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return true
+	}
+	switch errno {
+	case syscall.ECANCELED, syscall.EAGAIN, syscall.EINTR, syscall.ENOMEM, syscall.EINVAL,
+		syscall.EOPNOTSUPP, syscall.EBUSY, syscall.EBADF:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,40 @@
+package transmit
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestColdBuffersBounded: the cold chunks of ring reads come from one
+// budget of 64 MiB for the process: once it is lent, the next reader
+// waits (here until its context ends) instead of allocating more.
+func TestColdBuffersBounded(t *testing.T) {
+	if n := len(coldBudget); n != 0 {
+		t.Fatalf("%d chunks lent before the test", n)
+	}
+	var lent []*coldRead
+	for range cap(coldBudget) {
+		c := &coldRead{}
+		if err := c.borrow(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		lent = append(lent, c)
+	}
+	if got := int64(len(lent)) * coldChunk; got != 64<<20 {
+		t.Fatalf("the budget lent %d bytes, want 64 MiB", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	extra := &coldRead{}
+	if err := extra.borrow(ctx); err == nil {
+		t.Error("a chunk was lent past the 64 MiB budget")
+		extra.giveBack()
+	}
+	for _, c := range lent {
+		c.giveBack()
+	}
+	if n := len(coldBudget); n != 0 {
+		t.Errorf("%d chunks still lent after all were given back", n)
+	}
+}

@@ -1,0 +1,240 @@
+package transmit
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"sync"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+)
+
+// Body is a response body's file as the handler's cache shares it
+// between requests (a *statacc.Entry): open, and what the cache keeps of
+// it in memory.
+type Body interface {
+	// File is the open file; FD its descriptor, read once at open.
+	File() *os.File
+	FD() int
+	// Size is the file's size: a body of all of it that had to be read
+	// through the ring marks the file resident once it is sent.
+	Size() int64
+	// Data, if not nil, is the whole file in memory, for EngineMemory. It
+	// is shared by every response: Send copies it before a writer sees
+	// it.
+	Data() []byte
+	// Head, if not nil, is the file's first bytes, shared as Data is:
+	// net/http reads that much of a body through its own buffer before it
+	// hands the rest to sendfile, and serving it from here saves a pread.
+	Head() []byte
+	// Hold takes one more reference on the open file and Release gives
+	// one back: a ring read that its request let go of keeps the
+	// descriptor open until the kernel completes it.
+	Hold()
+	Release()
+	// FileID identifies the file (its device and inode), 0 if unknown:
+	// the bound on ring reads of one file in flight counts by it.
+	FileID() uint64
+	// NoBlockDevice reports a filesystem without a block device (FUSE,
+	// NFS, tmpfs), whose ring reads are submitted differently.
+	NoBlockDevice() bool
+	// MincoreTrusted reports whether mincore(2) tells this process the
+	// truth about the file's pages (it owns the file or may write it).
+	MincoreTrusted() bool
+	// MarkResident records that the whole file is in the page cache now.
+	MarkResident()
+}
+
+// Transfer is one response body on its way out, over the Send calls of
+// its ranges and paced chunks.
+type Transfer struct {
+	// Engine is the engine the next bytes leave with: the handler's
+	// choice at first, then the one that sent the last bytes. Sendfile
+	// becomes copy where the writer chain or the kernel does not take
+	// it; io_uring becomes copy when a small body was read whole from
+	// the page cache.
+	Engine Engine
+	// FileServerWrites is set under a writer that is not the server's
+	// own (encode, a plugin's wrapper), which may answer differently
+	// depending on how the body is cut into writes: the body is then
+	// written the way file_server writes it.
+	FileServerWrites bool
+}
+
+// Sender sends the bodies of one handler's responses. Its fields are set
+// at provision and not changed after.
+type Sender struct {
+	// Ring reads data not in the page cache; nil without io_uring.
+	Ring *Ring
+	// RingOnly reads every byte of an EngineIOUring body through the
+	// ring, without asking the page cache first (`transmit io_uring`).
+	RingOnly bool
+	// SendfileMaxChunk is the most bytes one turn of the listener
+	// wrapper's connection sends (sendfile_max_chunk).
+	SendfileMaxChunk int
+	// Logger gets the debug messages: sendfile refused by the kernel, a
+	// ring read redone with pread.
+	Logger *zap.Logger
+	// Copied, if set, is called when a cleartext HTTP/1 body handed to
+	// the writer chain for sendfile was copied instead, although the
+	// kernel did not refuse sendfile: the listener wrapper is missing, or
+	// a writer or wrapper hides the connection.
+	Copied func(*http.Request)
+}
+
+// Send sends length bytes of body from offset start to w with t.Engine,
+// and returns how many of them each engine sent. The response's status
+// and headers are written already. A *ReadError means the file could not
+// be read (it was truncated, the disk failed): the body can no longer be
+// completed honestly. Any other error is the client's.
+func (s *Sender) Send(w http.ResponseWriter, r *http.Request, body Body, t *Transfer, start, length int64) (Counts, error) {
+	var sent Counts
+	var n int64
+	var err error
+	if t.FileServerWrites {
+		n, t.Engine, err = s.sendLikeFileServer(w, body, t.Engine, start, length)
+		sent[t.Engine] = n
+		return sent, err
+	}
+	switch t.Engine {
+	case EngineMemory:
+		n, err = writeCopy(w, body.Data()[start:start+length])
+	case EngineIOUring:
+		return s.sendThroughRing(w, r, body, t, start, length)
+	case EngineSendfile:
+		var zeroCopy bool
+		n, zeroCopy, err = s.sendFile(w, r, body, start, length)
+		if !zeroCopy {
+			t.Engine = EngineCopy
+		}
+	default:
+		if r.ProtoMajor >= 2 {
+			n, err = copyRangeSmall(w, body.File(), start, length)
+		} else {
+			n, err = copyRange(w, body.File(), start, length)
+		}
+	}
+	sent[t.Engine] = n
+	return sent, err
+}
+
+// canSendfile reports whether the response may be handed to the writer
+// chain for sendfile: cleartext HTTP/1.x, a writer with ReadFrom, a file.
+func canSendfile(w http.ResponseWriter, r *http.Request, body Body) bool {
+	_, ok := w.(io.ReaderFrom)
+	return ok && r.ProtoMajor == 1 && r.TLS == nil && body.FD() >= 0
+}
+
+// memChunk is the most bytes of a memory-cached body copied per Write: a
+// file of the default memory_cache max_file leaves in one Write, with the
+// headers.
+const memChunk = 16 << 10
+
+var memBufPool = sync.Pool{New: func() any { b := make([]byte, memChunk); return &b }}
+
+// writeCopy writes b, shared by every response of its file, through a
+// pooled buffer: a writer in front (encode, templates, any handler's
+// wrapper) is given bytes it may keep or change without reaching the cache.
+func writeCopy(w io.Writer, b []byte) (int64, error) {
+	bp := memBufPool.Get().(*[]byte)
+	defer memBufPool.Put(bp)
+	var n int64
+	for len(b) > 0 {
+		k := copy(*bp, b)
+		m, err := w.Write((*bp)[:k])
+		n += int64(m)
+		if err != nil {
+			return n, err
+		}
+		b = b[k:]
+	}
+	return n, nil
+}
+
+var sourcePool = sync.Pool{New: func() any { return new(fileSource) }}
+
+// sniffLen is what net/http copies through its own buffer before it hands
+// a ReadFrom to the connection.
+const sniffLen = 512
+
+// sendFile hands the body down the writer chain, which must have
+// ReadFrom (canSendfile), as a *fileSource: the listener wrapper's
+// connection sends it with sendfile. It reports whether the bytes really
+// went with sendfile.
+func (s *Sender) sendFile(w http.ResponseWriter, r *http.Request, body Body, start, length int64) (int64, bool, error) {
+	rf := w.(io.ReaderFrom)
+	file := body.File()
+	src := sourcePool.Get().(*fileSource)
+	*src = fileSource{File: file, FD: body.FD(), Off: start, N: length, Head: body.Head()}
+	defer func() {
+		*src = fileSource{}
+		sourcePool.Put(src)
+	}()
+	if restore := widenWriteChunk(w, s.SendfileMaxChunk, src); restore != nil {
+		defer restore()
+	}
+	// One ReadFrom sends the whole body through the listener wrapper. A
+	// chain that copies instead ends each ReadFrom after one ReadTurn, so
+	// that Caddy renews its deadline between them: loop until done.
+	var n int64
+	var err error
+	for {
+		src.StartTurn()
+		var k int64
+		k, err = rf.ReadFrom(src)
+		n += k
+		if err != nil || src.N <= 0 || k <= 0 {
+			break
+		}
+	}
+	if err == nil && n != length {
+		err = &ReadError{Offset: start + n, Err: errTruncated}
+	}
+	if src.Refused {
+		s.Logger.Debug("sendfile refused by the kernel; the rest of the body was copied",
+			zap.String("filename", file.Name()))
+	}
+	zeroCopy := src.ZeroCopy
+	if !zeroCopy && !src.Refused && length > sniffLen && s.Copied != nil {
+		s.Copied(r)
+	}
+	return n, zeroCopy, err
+}
+
+// widenWriteChunk raises Caddy's write chunk (max_write_chunk, 64 KiB by
+// default) to the sendfile chunk for this response, so that one turn of
+// the listener wrapper's connection can send up to that much, as nginx's
+// sendfile_max_chunk does, and hands the connection Caddy's write-idle
+// policy, which it applies within the turn (idlePolicy). The rate window
+// is left alone: Override would restart it on every call. Caddy's own
+// chunk stays the bound of a turn that is copied through its writer
+// (src.ReadTurn), so that its deadline is renewed as often as for
+// file_server.
+func widenWriteChunk(w http.ResponseWriter, chunk int, src *fileSource) (restore func()) {
+	for {
+		if itw, ok := w.(*caddyhttp.IdleTimeoutWriter); ok {
+			src.Idle = idlePolicy{
+				Timeout: itw.Deadline.Timeout,
+				MinRate: itw.Deadline.MinRate,
+				Ceiling: itw.Deadline.HardDeadline,
+			}
+			prev := itw.MaxChunk
+			own := prev
+			if own <= 0 {
+				own = caddyhttp.DefaultMaxWriteChunk
+			}
+			src.ReadTurn = int64(own)
+			if own >= chunk {
+				return nil
+			}
+			itw.MaxChunk = chunk
+			return func() { itw.MaxChunk = prev }
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return nil
+		}
+		w = u.Unwrap()
+	}
+}
