@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 )
@@ -17,16 +15,7 @@ import (
 // is read again, whole, with pread and counted; a failure of the file, or
 // any failure once the request has ended, is returned as it is.
 func TestOneFallbackRule(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "f")
-	want := bytes.Repeat([]byte("0123456789abcdef"), 4096)
-	if err := os.WriteFile(p, want, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f, want := testFile(t, 64<<10)
 	fd := int(f.Fd())
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
