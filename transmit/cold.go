@@ -182,7 +182,7 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 		if m, perr, redone := preadIfRingFailed(ctx, fd, buf, off, n, err); redone {
 			// The ring failed, not the disk: this read went on with pread,
 			// and the response does not notice.
-			s.Logger.Debug("io_uring read failed; read with pread", zap.Error(err))
+			s.Logger.Debug("io_uring read failed; reading with pread", zap.Error(err))
 			n, err, eng = m, perr, EngineCopy
 		}
 		if err := pagecache.ShortRead(n, len(buf), err); err != nil {
