@@ -110,7 +110,7 @@ type prewarmRequest struct {
 	// Budget is the most bytes to read: a number or a size such as "2GiB".
 	// Default: 1GiB.
 	Budget json.RawMessage `json:"budget,omitempty"`
-	// Workers is how many files are read at once. Default: 2.
+	// Workers is how many files are read at once. Default: 1.
 	Workers int `json:"workers,omitempty"`
 	// Wait makes the request return when the warm-up is done, with its
 	// figures; otherwise it returns at once with what was planned.

@@ -112,7 +112,8 @@ type FlashServe struct {
 	Revalidate caddy.Duration `json:"revalidate,omitempty"`
 
 	// Turns inotify off: every cached lookup is then trusted for at most
-	// `revalidate`.
+	// one second (or `revalidate`, if shorter), as in a directory inotify
+	// cannot watch.
 	// Default: false (inotify on, where the OS has it).
 	DisableInotify bool `json:"disable_inotify,omitempty"`
 

@@ -19,6 +19,10 @@ const Supported = true
 
 var pageSize = int64(os.Getpagesize())
 
+// euid is read once: Trusted runs on every miss, and Caddy does not change
+// its user after it starts (Geteuid is a system call every time).
+var euid = os.Geteuid()
+
 // Trusted reports whether mincore(2) tells this process the truth about
 // which pages of the open file fd (described by info, from the fstat
 // already made) are in the page cache. Since Linux 5.0 it does only for
@@ -28,7 +32,7 @@ var pageSize = int64(os.Getpagesize())
 // see cold data as cached. The owner is read from info; write access costs
 // one faccessat2 with the effective ids, as the kernel checks it.
 func Trusted(fd int, info fs.FileInfo) bool {
-	if st, ok := info.Sys().(*syscall.Stat_t); ok && int(st.Uid) == os.Geteuid() {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok && int(st.Uid) == euid {
 		return true
 	}
 	err := unix.Faccessat2(fd, "", unix.W_OK, unix.AT_EACCESS|unix.AT_EMPTY_PATH)
