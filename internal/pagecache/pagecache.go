@@ -15,7 +15,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"time"
 )
+
+var pageSize = int64(os.Getpagesize())
 
 // ErrTruncated is the cause of a read that ended before the bytes it was
 // asked for without an error: the file is shorter than when it was
@@ -49,6 +53,13 @@ func ShortRead[N int | int64](n, want N, err error) error {
 // The read of a span's end takes the next byte too, so that a file probed
 // span after span costs about one system call per span.
 //
+// With mincore, one probe looks 64 MiB ahead and its answer is used for
+// the spans that follow it for 250 ms, so that a body sent chunk after
+// chunk costs one mmap, mincore and munmap per 64 MiB, not one per chunk.
+// A page evicted within that time is not seen (the read or sendfile that
+// meets it waits for the disk), as it would not be between a probe and the
+// send that follows it.
+//
 // The no-wait reads have two limits: a missing page between two cached
 // ends is not seen (the read that meets it waits for the disk), and a
 // no-wait read of a missing page starts the kernel's readahead there, as
@@ -59,7 +70,19 @@ type Probe struct {
 	// next is one more than an offset the last no-wait probe found cached,
 	// 0 for none: a span that starts there needs no read for its start.
 	next int64
+	// vec is the last mincore answer, one byte per page from vecStart
+	// (bit 0 set for a resident page), asked at vecAt; buf holds it.
+	vec, buf []byte
+	vecStart int64
+	vecAt    time.Time
 }
+
+// Probing ahead: how far one mincore of a Probe looks, and how long its
+// answer stands.
+const (
+	probeAhead = 64 << 20
+	probeFresh = 250 * time.Millisecond
+)
 
 // NewProbe returns a Probe of the open file fd; trusted says whether
 // mincore tells this process the truth about it (Trusted, asked once when
@@ -72,10 +95,37 @@ func NewProbe(fd int, trusted bool) Probe { return Probe{fd: fd, trusted: truste
 // not (or cannot be read without waiting: a file system without
 // RWF_NOWAIT, the end of the file).
 func (p *Probe) Resident(off, n int64) (int64, error) {
-	if p.trusted {
-		return residentPrefix(p.fd, off, n)
+	if !p.trusted {
+		return p.noWait(off, n), nil
 	}
-	return p.noWait(off, n), nil
+	if n <= 0 {
+		return 0, nil
+	}
+	if off < p.vecStart || off+n > p.vecStart+int64(len(p.vec))*pageSize || time.Since(p.vecAt) > probeFresh {
+		if p.buf == nil {
+			p.buf = make([]byte, probeAhead/pageSize+1)
+		}
+		// Past the end of the file the mapping has no pages: they count as
+		// missing, and no caller asks for them.
+		vec, start, err := mincore(p.fd, off, max(n, probeAhead), p.buf)
+		if err != nil {
+			p.vec = nil
+			return 0, err
+		}
+		p.vec, p.vecStart, p.vecAt = vec, start, time.Now()
+	}
+	return residentFrom(p.vec, p.vecStart, off, n), nil
+}
+
+// residentFrom counts, in a mincore vector of the pages from start, the
+// bytes from off that are resident, up to n and the first missing page.
+func residentFrom(vec []byte, start, off, n int64) int64 {
+	for i := (off - start) / pageSize; i < int64(len(vec)) && i*pageSize+start < off+n; i++ {
+		if vec[i]&1 == 0 {
+			return max(0, min(n, i*pageSize+start-off))
+		}
+	}
+	return n
 }
 
 // Whole reports whether the first size bytes of the file are all in the

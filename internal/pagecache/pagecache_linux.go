@@ -17,8 +17,6 @@ import (
 // Supported is true where the page cache can be asked.
 const Supported = true
 
-var pageSize = int64(os.Getpagesize())
-
 // euid is read once: Trusted runs on every miss, and Caddy does not change
 // its user after it starts (Geteuid is a system call every time).
 var euid = os.Geteuid()
@@ -60,12 +58,7 @@ func residentPrefix(fd int, off, n int64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	for i, v := range vec {
-		if v&1 == 0 {
-			return max(0, min(n, int64(i)*pageSize+start-off)), nil
-		}
-	}
-	return n, nil
+	return residentFrom(vec, start, off, n), nil
 }
 
 // Count reports how many of the first size bytes of fd are in the page

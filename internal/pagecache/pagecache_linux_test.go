@@ -317,3 +317,53 @@ func TestNonOwnerProbesWithoutMincore(t *testing.T) {
 		t.Error("read whole: the no-wait probe says it is not all resident")
 	}
 }
+
+// TestProbeLooksAhead: with mincore, the first span's probe answers the
+// spans that follow it (no second probe within probeFresh), up to the
+// first missing page; past probeFresh the page cache is asked again and
+// an eviction since is seen. The file is smaller than the look-ahead, so
+// the probe maps past its end.
+func TestProbeLooksAhead(t *testing.T) {
+	const span, size = 1 << 20, 8<<20 + 100
+	f := testFile(t, size)
+	fd := int(f.Fd())
+	// All of it resident but 64 KiB from 5 MiB, read with readahead off.
+	const hole, gap = 5 << 20, 64 << 10
+	evict(t, f, size)
+	if _, err := f.ReadAt(make([]byte, hole), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ReadAt(make([]byte, size-hole-gap), hole+gap); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := Count(fd, size); n != size-gap {
+		t.Fatalf("%d of %d bytes resident, want all but the %d at %d: the test would prove nothing", n, size, gap, hole)
+	}
+	p := NewProbe(fd, true)
+	want := func(off, n, resident int64) {
+		t.Helper()
+		if got, err := p.Resident(off, n); got != resident || err != nil {
+			t.Errorf("Resident(%d, %d) = %d, %v; want %d", off, n, got, err, resident)
+		}
+	}
+	want(100, span, span)
+	asked := p.vecAt
+	want(span+100, span, span)
+	want(4<<20, span, span)
+	want(4<<20+100, span, hole-(4<<20+100))
+	want(hole+4096, span, 0)
+	want(hole+gap, size-(hole+gap), size-(hole+gap))
+	if took := time.Since(asked); p.vecAt != asked && took < probeFresh {
+		t.Errorf("the spans after the first were probed again within %v (%v after the first)", probeFresh, took)
+	}
+	// All of it evicted now: the answer stands until it is older than
+	// probeFresh, then the new state is seen.
+	evict(t, f, size)
+	want(0, span, span)
+	p.vecAt = p.vecAt.Add(-2 * probeFresh)
+	want(0, span, 0)
+	if p.vecAt == asked {
+		t.Error("an answer older than probeFresh was not asked again")
+	}
+	want(hole+gap, 1000, 0)
+}
