@@ -189,8 +189,11 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 			// The read went on after short reads: only a read of 0 bytes
 			// before the end stops it, and that is truncation.
 			if n > 0 {
-				w.Write(buf[:n])
-				done += int64(n)
+				// What is left is still sent, and counted: the
+				// connection is aborted after it.
+				k, _ := w.Write(buf[:n])
+				done += int64(k)
+				sent[eng] += int64(k)
 			}
 			cold.giveBack()
 			return sent, &ReadError{Offset: off + int64(n), Err: err}
