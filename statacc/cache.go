@@ -100,6 +100,8 @@ type counters struct {
 	Watches, WatchNodes, WatchEvictions, WatchRefused atomic.Int64
 	// DirEntries counts the cached entries without a descriptor.
 	DirEntries atomic.Int64
+	// SlotLookups, CachedLookups: see Counters.
+	SlotLookups, CachedLookups atomic.Int64
 }
 
 // Counters are a cache's counters and gauges at one moment, from
@@ -132,6 +134,12 @@ type Counters struct {
 	// left unwatched because MaxWatches was reached: the entries of both
 	// are revalidated after at most a second.
 	UnwatchedDirs, WatchRefused int64
+	// SlotLookups counts the misses resolved holding a filesystem slot
+	// (on the request's goroutine while one is free, else by a worker);
+	// CachedLookups those answered from the kernel's dentry cache without
+	// one (openat2 with RESOLVE_CACHED, in a watched directory on a local
+	// filesystem), which cannot wait for a disk.
+	SlotLookups, CachedLookups int64
 }
 
 // Snapshot reads the cache's counters now. It walks the map to count the
@@ -157,6 +165,8 @@ func (c *Cache) Snapshot() Counters {
 		MemoryBytes:     m.MemoryBytes.Load(),
 		UnwatchedDirs:   m.UnwatchedDirs.Load(),
 		WatchRefused:    m.WatchRefused.Load(),
+		SlotLookups:     m.SlotLookups.Load(),
+		CachedLookups:   m.CachedLookups.Load(),
 	}
 }
 
@@ -395,36 +405,51 @@ func (c *Cache) miss(ctx context.Context, key lookupKey) (*Entry, error) {
 		return nil, errors.New("statacc: cache closed")
 	}
 	c.mu.Lock()
-	cl, ok := c.inflight[key]
-	if ok {
+	if cl, ok := c.inflight[key]; ok {
 		c.counts.Merged.Add(1)
-	} else {
-		cl = &call{key: key, done: make(chan struct{})}
-		cl.pending.Store(1) // the resolver's: this goroutine's or a worker's
-		c.counts.Misses.Add(1)
-		select {
-		case c.slots <- struct{}{}:
-			// A slot is free: resolve on this goroutine, which saves two
-			// goroutine switches per miss; the slot still bounds the
-			// threads that lookups can hold.
-			c.inflight[key] = cl
-			c.mu.Unlock()
-			c.finish(cl, true)
-			defer cl.leave()
-			return c.acquireResult(cl)
-		default:
-		}
-		select {
-		case c.jobs <- cl:
-			c.inflight[key] = cl
-		default:
-			c.mu.Unlock()
-			c.counts.QueueFull.Add(1)
-			return nil, ErrQueueFull
-		}
+		cl.pending.Add(1)
+		c.mu.Unlock()
+		return c.wait(ctx, cl)
 	}
-	cl.pending.Add(1)
+	cl := &call{key: key, done: make(chan struct{})}
+	cl.pending.Store(1) // the resolver's: this goroutine's or a worker's
+	c.counts.Misses.Add(1)
+	c.inflight[key] = cl
 	c.mu.Unlock()
+	// What the kernel has cached is answered here without a slot: such a
+	// lookup cannot wait for a disk, and so cannot hold a thread.
+	if e := c.resolveCached(key); e != nil {
+		c.complete(cl, e)
+		defer cl.leave()
+		return c.acquireResult(cl)
+	}
+	select {
+	case c.slots <- struct{}{}:
+		// A slot is free: resolve on this goroutine, which saves two
+		// goroutine switches per miss; the slot still bounds the
+		// threads that lookups can hold.
+		c.finish(cl, true)
+		defer cl.leave()
+		return c.acquireResult(cl)
+	default:
+	}
+	cl.pending.Add(1) // this goroutine's, as a merged waiter's, before the worker can leave
+	select {
+	case c.jobs <- cl:
+		return c.wait(ctx, cl)
+	default:
+		// Misses merged with this one meanwhile are refused with it.
+		cl.pending.Add(-1)
+		c.counts.QueueFull.Add(1)
+		c.complete(cl, &Entry{path: key.path, err: ErrQueueFull})
+		cl.leave()
+		return nil, ErrQueueFull
+	}
+}
+
+// wait waits for a call resolved by another goroutine, holding one of its
+// pending counts, which it gives back.
+func (c *Cache) wait(ctx context.Context, cl *call) (*Entry, error) {
 	defer cl.leave()
 	start := nanotime()
 	select {
@@ -457,15 +482,22 @@ func (c *Cache) finish(cl *call, inline bool) {
 	if !inline {
 		c.slots <- struct{}{}
 	}
-	cl.entry = c.resolve(cl.key)
+	c.counts.SlotLookups.Add(1)
+	e := c.resolve(cl.key)
 	<-c.slots
+	c.complete(cl, e)
+	if !inline {
+		cl.leave()
+	}
+}
+
+// complete publishes a call's entry to its waiters.
+func (c *Cache) complete(cl *call, e *Entry) {
+	cl.entry = e
 	c.mu.Lock()
 	delete(c.inflight, cl.key)
 	c.mu.Unlock()
 	close(cl.done)
-	if !inline {
-		cl.leave()
-	}
 }
 
 // queueDepth is the number of misses waiting for a worker.
@@ -486,14 +518,39 @@ func (c *Cache) worker() {
 // resolve stats and opens path and caches the result. It always returns
 // an entry: a negative one holds the error.
 func (c *Cache) resolve(key lookupKey) *Entry {
-	path := key.path
 	// Watch every directory on the way before the stat, so that a change
 	// after it is an event for the entry.
-	ticket := c.watch.enter(filepath.Dir(path))
-	watched := ticket.watched
+	dir := filepath.Dir(key.path)
+	ticket := c.watch.enter(dir)
+	c.watch.learnFS(ticket, dir)
 	// The age counts from before the stat: what it saw may be that old.
 	checked := nanotime()
-	e := c.load(key, watched)
+	return c.record(key, ticket, checked, c.load(key, ticket.watched))
+}
+
+// resolveCached resolves a miss without waiting for a disk, or returns
+// nil: only in a directory watched already (a new watch can block) on a
+// filesystem whose open does not block on a cached dentry (learnFS), and
+// only if the kernel has every name on the way cached (openCached).
+func (c *Cache) resolveCached(key lookupKey) *Entry {
+	ticket, ok := c.watch.enterCached(filepath.Dir(key.path))
+	if !ok {
+		return nil
+	}
+	checked := nanotime()
+	info, f, err, ok := openCached(key)
+	if !ok {
+		c.watch.leave(ticket)
+		return nil
+	}
+	c.counts.CachedLookups.Add(1)
+	return c.record(key, ticket, checked, c.build(key.path, info, f, err, ticket.watched, false))
+}
+
+// record completes a resolved entry and caches it as its ticket allows.
+// It always returns the entry: a negative one holds the error.
+func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entry) *Entry {
+	path, watched := key.path, ticket.watched
 	e.root, e.symlinks = key.root, key.mode
 	if e.err == nil && e.fileMode.IsRegular() {
 		c.hot.Track(&e.hot, path)
@@ -559,6 +616,13 @@ func (c *Cache) load(key lookupKey, withHead bool) *Entry {
 		c.evict(int(min(int64(c.opts.MaxOpenFiles), c.counts.OpenFiles.Load()))/2, false)
 		info, f, err = c.open(key)
 	}
+	return c.build(path, info, f, err, withHead, true)
+}
+
+// build makes the entry of what open found. mayBlock says whether a small
+// file's content may be read from the disk; if not, it is kept only if
+// the page cache holds it.
+func (c *Cache) build(path string, info fs.FileInfo, f *os.File, err error, withHead, mayBlock bool) *Entry {
 	if err != nil {
 		return &Entry{path: path, err: err}
 	}
@@ -573,7 +637,14 @@ func (c *Cache) load(key lookupKey, withHead bool) *Entry {
 	if e.size <= c.opts.MemoryMaxFile && c.opts.MemoryBudget > 0 {
 		if c.counts.MemoryBytes.Add(e.size) <= c.opts.MemoryBudget {
 			data := make([]byte, e.size)
-			if n, err := f.ReadAt(data, 0); int64(n) == e.size && (err == nil || err == io.EOF) {
+			var n int
+			var err error
+			if mayBlock {
+				n, err = f.ReadAt(data, 0)
+			} else {
+				n, err = pagecache.ReadNoWait(e.fd, data, 0)
+			}
+			if int64(n) == e.size && (err == nil || err == io.EOF) {
 				e.data = data
 			} else {
 				c.counts.MemoryBytes.Add(-e.size)

@@ -84,6 +84,9 @@ type dirNode struct {
 	pins       int    // lookups in progress, plus dependents
 	gen        uint64 // events on this node's watch
 	dropped    bool
+	// fs says whether an open in this directory may be done without a
+	// filesystem slot when the kernel has its dentry cached (learnFS).
+	fs fsVerdict
 	// used is the second chance of the LRU, set by a cache hit.
 	used       atomic.Bool
 	prev, next *dirNode
@@ -161,6 +164,63 @@ type watchTicket struct {
 	leaf    *dirNode // pinned; nil when unwatched
 	gen     uint64
 	watched bool
+	fsKnown bool // leaf's fs verdict was known at enter
+}
+
+// fsVerdict is what a directory's filesystem allows: fsUnknown until the
+// first lookup in it that holds a slot asks statfs.
+type fsVerdict uint8
+
+const (
+	fsUnknown fsVerdict = iota
+	fsCachedOpens       // an open of a cached dentry does not block (localFS)
+	fsSlotOnly          // every lookup holds a slot (FUSE, NFS, ...)
+)
+
+// learnFS records the filesystem of a watched directory, once: a statfs
+// by a lookup that holds a slot, since it can block where the verdict is
+// "slot only".
+func (w *watcher) learnFS(t watchTicket, dir string) {
+	if w == nil || t.leaf == nil || !t.watched || t.fsKnown {
+		return
+	}
+	v := fsSlotOnly
+	if localFS(dir) {
+		v = fsCachedOpens
+	}
+	w.mu.Lock()
+	t.leaf.fs = v
+	w.mu.Unlock()
+}
+
+// enterCached is enter for a lookup that must not block: it gives a
+// ticket only if every directory from "/" down to dir is watched already,
+// none through a symlink, and dir's filesystem allows cached opens. It
+// makes no node and no watch (inotify_add_watch can block).
+func (w *watcher) enterCached(dir string) (watchTicket, bool) {
+	if w == nil || !filepath.IsAbs(dir) {
+		return watchTicket{}, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.root
+	for rest := strings.Trim(dir, "/"); n != nil && rest != ""; {
+		if n.state != nodeWatched && n.state != nodeBlind || n.link != nil || n.dropped {
+			return watchTicket{}, false
+		}
+		var name string
+		name, rest, _ = strings.Cut(rest, "/")
+		n = n.children[name]
+	}
+	if n == nil || n.state != nodeWatched || n.link != nil || n.dropped || n.fs != fsCachedOpens || !w.pathOK(n) {
+		return watchTicket{}, false
+	}
+	n.pins++
+	// As walkLocked: most recently used first, ancestors before descendants.
+	for m := n; m != nil; m = m.parent {
+		w.touchLocked(m)
+	}
+	return watchTicket{leaf: n, gen: n.gen, watched: true, fsKnown: true}, true
 }
 
 // enter makes sure every directory from "/" down to dir is watched and
@@ -180,7 +240,7 @@ func (w *watcher) enter(dir string) watchTicket {
 			break
 		}
 		w.mu.Lock()
-		t := watchTicket{leaf: leaf, gen: leaf.gen, watched: !leaf.dropped && w.pathOK(leaf)}
+		t := watchTicket{leaf: leaf, gen: leaf.gen, watched: !leaf.dropped && w.pathOK(leaf), fsKnown: leaf.fs != fsUnknown}
 		w.mu.Unlock()
 		return t
 	}

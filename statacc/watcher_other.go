@@ -23,6 +23,11 @@ func (w *watcher) publish(_ watchTicket, _ *Entry, store func()) { store() }
 
 func (w *watcher) leave(watchTicket) {}
 
+func (w *watcher) learnFS(watchTicket, string) {}
+
+// enterCached gives no ticket: without inotify every miss holds a slot.
+func (w *watcher) enterCached(string) (watchTicket, bool) { return watchTicket{}, false }
+
 func (w *watcher) forget(*Entry) {}
 
 func (w *watcher) watchFD() int { return -1 }
