@@ -1,0 +1,181 @@
+//go:build linux && !flashserve_portable
+
+package statacc
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// holdSlots takes every filesystem slot of c, so that a lookup that needs
+// one waits, and returns the function that gives them back.
+func holdSlots(c *Cache) func() {
+	for range cap(c.slots) {
+		c.slots <- struct{}{}
+	}
+	return func() {
+		for range cap(c.slots) {
+			<-c.slots
+		}
+	}
+}
+
+// lookups reads the two lookup counters.
+func lookups(c *Cache) (slot, cached int64) {
+	return c.counts.SlotLookups.Load(), c.counts.CachedLookups.Load()
+}
+
+func TestCachedMissSkipsTheSlots(t *testing.T) {
+	dir := t.TempDir()
+	if !localFS(dir) {
+		t.Skipf("%s is not on a filesystem that allows cached opens", dir)
+	}
+	for _, name := range []string{"first", "second", "third", "fourth"} {
+		write(t, filepath.Join(dir, name), "content of "+name)
+	}
+	if err := os.Symlink("second", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	defer c.Close()
+	ctx := context.Background()
+
+	// The directory's first miss holds a slot: it is watched and its
+	// filesystem asked here.
+	e, err := c.Get(ctx, filepath.Join(dir, "first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Release()
+	if slot, cached := lookups(c); slot != 1 || cached != 0 {
+		t.Fatalf("first miss: %d slot lookups, %d cached, want 1 and 0", slot, cached)
+	}
+
+	// With every slot taken, misses in the watched directory whose names
+	// the kernel has cached are still answered.
+	release := holdSlots(c)
+	for _, l := range []struct {
+		name string
+		root string
+		mode Symlinks
+	}{{"second", "", SymlinksFollow}, {"third", dir, SymlinksBeneath}, {"fourth", dir, SymlinksDeny}} {
+		path := filepath.Join(dir, l.name)
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		e, err := c.GetConfined(tctx, l.root, l.mode, path)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s (%v) with every slot taken: %v", l.name, l.mode, err)
+		}
+		if string(e.Data()) != "content of "+l.name || e.Size() != int64(len("content of "+l.name)) {
+			t.Fatalf("%s: data %q, size %d", l.name, e.Data(), e.Size())
+		}
+		e.Release()
+	}
+	// A name the kernel knows to be missing (a negative dentry) is
+	// answered too, as the slot's lookup answers it.
+	missing := filepath.Join(dir, "missing")
+	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("missing name: %v, want ErrNotExist", err)
+	}
+	if slot, cached := lookups(c); slot != 1 || cached != 4 {
+		t.Fatalf("after the cached misses: %d slot lookups, %d cached, want 1 and 4", slot, cached)
+	}
+
+	// A symlink goes to the slots, where a link may lead: it waits.
+	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Get(tctx, filepath.Join(dir, "link")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("link with every slot taken: %v, want DeadlineExceeded", err)
+	}
+	release()
+	e, err = c.Get(ctx, filepath.Join(dir, "link"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(e.Data()) != "content of second" {
+		t.Fatalf("link: %q", e.Data())
+	}
+	e.Release()
+	if slot, cached := lookups(c); slot != 2 || cached != 4 {
+		t.Fatalf("after the link: %d slot lookups, %d cached, want 2 and 4", slot, cached)
+	}
+}
+
+func TestUnwatchedMissHoldsASlot(t *testing.T) {
+	base := t.TempDir()
+	if !localFS(base) {
+		t.Skipf("%s is not on a filesystem that allows cached opens", base)
+	}
+	ctx := context.Background()
+	get := func(c *Cache, path string) {
+		t.Helper()
+		e, err := c.Get(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Release()
+	}
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	defer c.Close()
+	for _, d := range []string{"a", "b"} {
+		if err := os.Mkdir(filepath.Join(base, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(base, d, "1"), "one")
+		write(t, filepath.Join(base, d, "2"), "two")
+	}
+	get(c, filepath.Join(base, "a", "1"))
+	get(c, filepath.Join(base, "a", "2"))
+	if slot, cached := lookups(c); slot != 1 || cached != 1 {
+		t.Fatalf("directory a: %d slot lookups, %d cached, want 1 and 1", slot, cached)
+	}
+	// b is not watched yet, though its dentries are cached: its first
+	// miss holds a slot (its watch is made there), its second does not.
+	get(c, filepath.Join(base, "b", "1"))
+	if slot, cached := lookups(c); slot != 2 || cached != 1 {
+		t.Fatalf("new directory b: %d slot lookups, %d cached, want 2 and 1", slot, cached)
+	}
+	get(c, filepath.Join(base, "b", "2"))
+	if slot, cached := lookups(c); slot != 2 || cached != 2 {
+		t.Fatalf("watched directory b: %d slot lookups, %d cached, want 2 and 2", slot, cached)
+	}
+
+	// Without inotify, every miss holds a slot.
+	off := New(Options{Workers: 2, Revalidate: time.Hour, NoInotify: true})
+	defer off.Close()
+	for _, p := range []string{"a/1", "a/2", "b/1", "b/2"} {
+		get(off, filepath.Join(base, p))
+	}
+	if slot, cached := lookups(off); slot != 4 || cached != 0 {
+		t.Fatalf("inotify off: %d slot lookups, %d cached, want 4 and 0", slot, cached)
+	}
+}
+
+func TestOnlyLocalFilesystemsOpenCached(t *testing.T) {
+	// proc and sysfs are not on the allow-list: they stand here for the
+	// filesystems whose open may block on a cached dentry (FUSE, NFS).
+	for _, dir := range []string{"/proc/self", "/sys"} {
+		if localFS(dir) {
+			t.Errorf("localFS(%s) = true, want false", dir)
+		}
+	}
+	dir := t.TempDir()
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: f_type %#x, localFS %v", dir, st.Type, localFS(dir))
+	if uint32(st.Type) == unix.EXT4_SUPER_MAGIC && !localFS(dir) {
+		t.Errorf("localFS(%s) on ext4 = false, want true", dir)
+	}
+}
