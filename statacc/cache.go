@@ -186,10 +186,16 @@ type Cache struct {
 	jobs    chan *call
 	// slots holds one token per lookup in the filesystem, inline or by a
 	// worker: at most Workers at once, and so at most Workers threads.
-	slots    chan struct{}
-	mu       sync.Mutex // guards inflight; taken on the miss path only
-	inflight map[lookupKey]*call
-	watch    *watcher
+	slots chan struct{}
+	// cachedSlots holds one token per lookup tried without a slot
+	// (resolveCached): such a lookup waits for no disk, only for a CPU,
+	// so GOMAXPROCS of them are as many as can run; past that a miss
+	// takes a slot. Threads in the filesystem stay at most Workers plus
+	// GOMAXPROCS.
+	cachedSlots chan struct{}
+	mu          sync.Mutex // guards inflight; taken on the miss path only
+	inflight    map[lookupKey]*call
+	watch       *watcher
 	// ring holds the cached entries that hold a descriptor, in the order
 	// the eviction clock visits them; hand is the clock's position.
 	ringMu sync.Mutex
@@ -263,11 +269,12 @@ func New(o Options) *Cache {
 		o.MaxDirEntries = 10000
 	}
 	c := &Cache{
-		opts:     o,
-		jobs:     make(chan *call, o.queueLength),
-		slots:    make(chan struct{}, o.Workers),
-		inflight: make(map[lookupKey]*call),
-		stop:     make(chan struct{}),
+		opts:        o,
+		jobs:        make(chan *call, o.queueLength),
+		slots:       make(chan struct{}, o.Workers),
+		cachedSlots: make(chan struct{}, runtime.GOMAXPROCS(0)),
+		inflight:    make(map[lookupKey]*call),
+		stop:        make(chan struct{}),
 	}
 	c.hot = hotset.NewCounter(c.hotFiles)
 	if !o.NoInotify {
@@ -533,6 +540,12 @@ func (c *Cache) resolve(key lookupKey) *Entry {
 // filesystem whose open does not block on a cached dentry (learnFS), and
 // only if the kernel has every name on the way cached (openCached).
 func (c *Cache) resolveCached(key lookupKey) *Entry {
+	select {
+	case c.cachedSlots <- struct{}{}:
+		defer func() { <-c.cachedSlots }()
+	default:
+		return nil
+	}
 	ticket, ok := c.watch.enterCached(filepath.Dir(key.path))
 	if !ok {
 		return nil

@@ -149,6 +149,18 @@ func TestUnwatchedMissHoldsASlot(t *testing.T) {
 	if slot, cached := lookups(c); slot != 2 || cached != 2 {
 		t.Fatalf("watched directory b: %d slot lookups, %d cached, want 2 and 2", slot, cached)
 	}
+	// With every cached lookup's token taken, a miss takes a slot.
+	for range cap(c.cachedSlots) {
+		c.cachedSlots <- struct{}{}
+	}
+	c.Purge(filepath.Join(base, "b", "2"), false)
+	get(c, filepath.Join(base, "b", "2"))
+	for range cap(c.cachedSlots) {
+		<-c.cachedSlots
+	}
+	if slot, cached := lookups(c); slot != 3 || cached != 2 {
+		t.Fatalf("no cached token free: %d slot lookups, %d cached, want 3 and 2", slot, cached)
+	}
 
 	// Without inotify, every miss holds a slot.
 	off := New(Options{Workers: 2, Revalidate: time.Hour, NoInotify: true})

@@ -172,9 +172,9 @@ type watchTicket struct {
 type fsVerdict uint8
 
 const (
-	fsUnknown fsVerdict = iota
-	fsCachedOpens       // an open of a cached dentry does not block (localFS)
-	fsSlotOnly          // every lookup holds a slot (FUSE, NFS, ...)
+	fsUnknown     fsVerdict = iota
+	fsCachedOpens           // an open of a cached dentry does not block (localFS)
+	fsSlotOnly              // every lookup holds a slot (FUSE, NFS, ...)
 )
 
 // learnFS records the filesystem of a watched directory, once: a statfs
