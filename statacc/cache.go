@@ -423,13 +423,6 @@ func (c *Cache) miss(ctx context.Context, key lookupKey) (*Entry, error) {
 	c.counts.Misses.Add(1)
 	c.inflight[key] = cl
 	c.mu.Unlock()
-	// What the kernel has cached is answered here without a slot: such a
-	// lookup cannot wait for a disk, and so cannot hold a thread.
-	if e := c.resolveCached(key); e != nil {
-		c.complete(cl, e)
-		defer cl.leave()
-		return c.acquireResult(cl)
-	}
 	select {
 	case c.slots <- struct{}{}:
 		// A slot is free: resolve on this goroutine, which saves two
@@ -439,6 +432,15 @@ func (c *Cache) miss(ctx context.Context, key lookupKey) (*Entry, error) {
 		defer cl.leave()
 		return c.acquireResult(cl)
 	default:
+	}
+	// Every slot is taken (cold lookups waiting for a disk, or a burst):
+	// what the kernel has cached is answered here without one, rather
+	// than queued behind them. Only here, since this lookup costs one
+	// system call more than a slot's (os.NewFile's fcntl).
+	if e := c.resolveCached(key); e != nil {
+		c.complete(cl, e)
+		defer cl.leave()
+		return c.acquireResult(cl)
 	}
 	cl.pending.Add(1) // this goroutine's, as a merged waiter's, before the worker can leave
 	select {

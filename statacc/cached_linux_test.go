@@ -117,59 +117,82 @@ func TestUnwatchedMissHoldsASlot(t *testing.T) {
 		t.Skipf("%s is not on a filesystem that allows cached opens", base)
 	}
 	ctx := context.Background()
-	get := func(c *Cache, path string) {
+	// get looks path up and says whether it was answered within d.
+	get := func(c *Cache, path string, d time.Duration) bool {
 		t.Helper()
-		e, err := c.Get(ctx, path)
+		tctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		e, err := c.Get(tctx, path)
+		if errors.Is(err, context.DeadlineExceeded) {
+			return false
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.Release()
+		return true
 	}
-	c := New(Options{Workers: 2, Revalidate: time.Hour})
-	defer c.Close()
+	const answered, waits = 10 * time.Second, 50 * time.Millisecond
 	for _, d := range []string{"a", "b"} {
 		if err := os.Mkdir(filepath.Join(base, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		write(t, filepath.Join(base, d, "1"), "one")
-		write(t, filepath.Join(base, d, "2"), "two")
+		for _, f := range []string{"1", "2", "3"} {
+			write(t, filepath.Join(base, d, f), "content")
+		}
 	}
-	get(c, filepath.Join(base, "a", "1"))
-	get(c, filepath.Join(base, "a", "2"))
-	if slot, cached := lookups(c); slot != 1 || cached != 1 {
-		t.Fatalf("directory a: %d slot lookups, %d cached, want 1 and 1", slot, cached)
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	defer c.Close()
+	// A free slot is taken first, cached or not.
+	get(c, filepath.Join(base, "a", "1"), answered)
+	get(c, filepath.Join(base, "a", "2"), answered)
+	if slot, cached := lookups(c); slot != 2 || cached != 0 {
+		t.Fatalf("free slots: %d slot lookups, %d cached, want 2 and 0", slot, cached)
 	}
-	// b is not watched yet, though its dentries are cached: its first
-	// miss holds a slot (its watch is made there), its second does not.
-	get(c, filepath.Join(base, "b", "1"))
-	if slot, cached := lookups(c); slot != 2 || cached != 1 {
-		t.Fatalf("new directory b: %d slot lookups, %d cached, want 2 and 1", slot, cached)
+	// b is not watched yet, though its dentries are cached: with every
+	// slot taken, its miss waits for one (its watch is made there).
+	release := holdSlots(c)
+	if get(c, filepath.Join(base, "b", "1"), waits) {
+		t.Fatal("a miss in an unwatched directory was answered with every slot taken")
 	}
-	get(c, filepath.Join(base, "b", "2"))
-	if slot, cached := lookups(c); slot != 2 || cached != 2 {
-		t.Fatalf("watched directory b: %d slot lookups, %d cached, want 2 and 2", slot, cached)
+	release()
+	get(c, filepath.Join(base, "b", "1"), answered) // the queued lookup's answer
+	if _, cached := lookups(c); cached != 0 {
+		t.Fatalf("unwatched directory b: %d cached lookups, want 0", cached)
 	}
-	// With every cached lookup's token taken, a miss takes a slot.
+	// Now watched, b's misses go without a slot.
+	release = holdSlots(c)
+	if !get(c, filepath.Join(base, "b", "2"), answered) {
+		t.Fatal("a cached miss in watched b waited")
+	}
+	if _, cached := lookups(c); cached != 1 {
+		t.Fatalf("watched directory b: %d cached lookups, want 1", cached)
+	}
+	// With every cached lookup's token taken as well, a miss waits.
 	for range cap(c.cachedSlots) {
 		c.cachedSlots <- struct{}{}
 	}
-	c.Purge(filepath.Join(base, "b", "2"), false)
-	get(c, filepath.Join(base, "b", "2"))
+	if get(c, filepath.Join(base, "b", "3"), waits) {
+		t.Fatal("a miss was answered with every slot and every cached token taken")
+	}
 	for range cap(c.cachedSlots) {
 		<-c.cachedSlots
 	}
-	if slot, cached := lookups(c); slot != 3 || cached != 2 {
-		t.Fatalf("no cached token free: %d slot lookups, %d cached, want 3 and 2", slot, cached)
-	}
+	release()
+	get(c, filepath.Join(base, "b", "3"), answered)
 
-	// Without inotify, every miss holds a slot.
+	// Without inotify, every miss waits for a slot.
 	off := New(Options{Workers: 2, Revalidate: time.Hour, NoInotify: true})
 	defer off.Close()
-	for _, p := range []string{"a/1", "a/2", "b/1", "b/2"} {
-		get(off, filepath.Join(base, p))
+	get(off, filepath.Join(base, "a", "1"), answered)
+	release = holdSlots(off)
+	if get(off, filepath.Join(base, "a", "2"), waits) {
+		t.Fatal("inotify off: a miss was answered with every slot taken")
 	}
-	if slot, cached := lookups(off); slot != 4 || cached != 0 {
-		t.Fatalf("inotify off: %d slot lookups, %d cached, want 4 and 0", slot, cached)
+	release()
+	get(off, filepath.Join(base, "a", "2"), answered)
+	if _, cached := lookups(off); cached != 0 {
+		t.Fatalf("inotify off: %d cached lookups, want 0", cached)
 	}
 }
 
