@@ -46,6 +46,8 @@ var counters struct {
 	limited atomic.Int64
 	// fdExhausted counts 503s answered because the fd table was full.
 	fdExhausted atomic.Int64
+	// quiet404 counts 404s the handler wrote itself (quietNotFound).
+	quiet404 atomic.Int64
 }
 
 // errTransfersFull is why a request found max_transfers full.

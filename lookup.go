@@ -297,10 +297,16 @@ func (fsrv *FlashServe) lookupFailed(w http.ResponseWriter, r *http.Request, nex
 		if fsrv.PassThru {
 			return next.ServeHTTP(w, r)
 		}
-		// Returned as an error, as file_server does, never written here:
-		// Caddy's server then runs the error routes that apply (its own, or
-		// a subroute's), and writes the status below every handler's
-		// wrapper, so deferred header rules treat it as file_server's.
+		// Returned as an error, as file_server does: Caddy's server then
+		// runs the error routes that apply (its own, or a subroute's), and
+		// writes the status below every handler's wrapper, so deferred
+		// header rules treat it as file_server's. Written here only where
+		// nothing could tell (quietNotFound), as `respond 404` does.
+		if fsrv.quietNotFound(w, r) {
+			counters.quiet404.Add(1)
+			w.WriteHeader(http.StatusNotFound)
+			return nil
+		}
 		return notFoundError()
 	case errors.Is(err, errBrowse):
 		if fsrv.listing != nil {

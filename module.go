@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -249,6 +250,10 @@ type FlashServe struct {
 	// filesystem option.
 	fsmap  caddy.FileSystems
 	logger *zap.Logger
+	// errorLogDebug and quiet decide whether a 404 is written here
+	// (quietNotFound).
+	errorLogDebug bool
+	quiet         *atomic.Pointer[quietIn]
 }
 
 // MemoryCache configures the memory engine.
@@ -275,6 +280,8 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 		return err
 	}
 	fsrv.logger = ctx.Logger()
+	fsrv.errorLogDebug = errorLogDebug(ctx)
+	fsrv.quiet = new(atomic.Pointer[quietIn])
 	if err := registerMetrics(ctx); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
