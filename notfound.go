@@ -43,7 +43,7 @@ func errorLogDebug(ctx caddy.Context) bool {
 //   - the server has no error routes, no access logs (their per-host
 //     loggers also get the error) and no per-server metrics,
 //   - and every subroute on the way from the server to this handler has no
-//     error routes of its own (routesReach).
+//     error config of its own (routesReach).
 func (fsrv *FlashServe) quietNotFound(w http.ResponseWriter, r *http.Request) bool {
 	if fsrv.errorLogDebug || !netHTTPWriter(w) {
 		return false
@@ -71,24 +71,17 @@ type quietIn struct {
 }
 
 // reachedWithoutErrorRoutes reports whether this handler is found in the
-// server's routes (or its named routes) through subroutes none of which
-// has error routes. A handler found nowhere, or only inside something that
-// is not a subroute (a handler of another kind holding routes of its own),
-// is not: some unknown code may look at its errors.
+// server's routes through subroutes none of which has an error config. A
+// handler found nowhere, only in named routes (whose invoke may sit inside
+// such a subroute), or only inside something that is not a subroute (a
+// handler of another kind holding routes of its own) is not: some code may
+// look at its errors.
 func (fsrv *FlashServe) reachedWithoutErrorRoutes(srv *caddyhttp.Server) bool {
-	if routesReach(srv.Routes, fsrv, 0) {
-		return true
-	}
-	for _, route := range srv.NamedRoutes {
-		if route != nil && routesReach(caddyhttp.RouteList{*route}, fsrv, 0) {
-			return true
-		}
-	}
-	return false
+	return routesReach(srv.Routes, fsrv, 0)
 }
 
 // routesReach reports whether target is one of the routes' handlers,
-// directly or through subroutes without error routes.
+// directly or through subroutes without an error config.
 func routesReach(routes caddyhttp.RouteList, target caddyhttp.MiddlewareHandler, depth int) bool {
 	if depth > 64 {
 		return false // deeper than any config a person writes: do not guess
@@ -98,7 +91,9 @@ func routesReach(routes caddyhttp.RouteList, target caddyhttp.MiddlewareHandler,
 			if h == target {
 				return true
 			}
-			if sub, ok := h.(*caddyhttp.Subroute); ok && (sub.Errors == nil || len(sub.Errors.Routes) == 0) {
+			// Any error config, even an empty one, takes the error: an
+			// empty list of error routes hands it to the next handler.
+			if sub, ok := h.(*caddyhttp.Subroute); ok && sub.Errors == nil {
 				if routesReach(sub.Routes, target, depth+1) {
 					return true
 				}
@@ -108,8 +103,9 @@ func routesReach(routes caddyhttp.RouteList, target caddyhttp.MiddlewareHandler,
 	return false
 }
 
-// netHTTPWriter reports whether w is net/http's own response writer
-// (HTTP/1.x, or HTTP/2 over TLS or h2c), possibly inside the idle-timeout
+// netHTTPWriter reports whether w is net/http's own HTTP/1.x response
+// writer (Caddy serves HTTP/2 with golang.org/x/net/http2 and HTTP/3 with
+// quic-go, whose 404s take the error path), possibly inside the idle-timeout
 // writers that Caddy's server puts around it before any handler runs: the
 // server's error path writes its status through those same wrappers. Any
 // other wrapper, including the access log's recorder (whose type intercept

@@ -124,7 +124,8 @@ func TestRoutesReach(t *testing.T) {
 		want   bool
 	}{
 		{"directly", caddyhttp.RouteList{route(other), route(target)}, true},
-		{"in nested subroutes without errors", caddyhttp.RouteList{route(sub(nil, sub(&caddyhttp.HTTPErrorConfig{}, target)))}, true},
+		{"in nested subroutes without errors", caddyhttp.RouteList{route(sub(nil, sub(nil, target)))}, true},
+		{"in a subroute with an empty error config", caddyhttp.RouteList{route(sub(&caddyhttp.HTTPErrorConfig{}, target))}, false},
 		{"in a subroute with error routes", caddyhttp.RouteList{route(sub(withErrors, target))}, false},
 		{"below a subroute with error routes", caddyhttp.RouteList{route(sub(withErrors, sub(nil, target)))}, false},
 		{"not there", caddyhttp.RouteList{route(other, sub(nil, other))}, false},
