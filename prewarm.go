@@ -32,7 +32,7 @@ const (
 	// save, for the metrics: a sample of a large set, not each file.
 	hotSetProbes = 1000
 	// busyWindow is how long after a response a warm-up still counts
-	// requests as being served, and reads one file at a time.
+	// requests as being served, and reads one batch at a time.
 	busyWindow      = 100 * time.Millisecond
 	prewarmLogEvery = 5 * time.Second
 )
@@ -144,7 +144,7 @@ func (r *responses) serving() bool {
 }
 
 // sent tells the warm-ups whether this process sent a response in the
-// last busyWindow: they then read one file at a time (Warmer.Busy), so as
+// last busyWindow: they then read one batch at a time (Warmer.Busy), so as
 // not to slow the requests they are meant to help. It reads the response
 // counters; the request path pays nothing for it.
 var sent = &responses{window: busyWindow, count: func() int64 {

@@ -152,8 +152,11 @@ type Target struct {
 
 // Warmer warms targets with a few workers until the budget is spent.
 type Warmer struct {
-	Budget  int64 // bytes; <= 0 means no limit
-	Workers int   // files read at once; at least 1
+	Budget int64 // bytes; <= 0 means no limit
+	// Workers read at once, each a large file or a batch of up to
+	// prefetchBatch small ones (which hold a thread only in the opens);
+	// at least 1.
+	Workers int
 	// OnProgress, if set, is called every Every with a snapshot, and once
 	// at the end with Done set.
 	OnProgress func(Progress)
@@ -162,12 +165,15 @@ type Warmer struct {
 	// io_uring, so that a worker waiting for the disk holds no OS thread.
 	ReadAt ReaderAt
 	// Busy, if set, reports whether requests are being served. While it
-	// does, the workers read one at a time, so that a warm-up takes at
-	// most one of the disk's queue slots (and about one core) from the
-	// requests it is meant to help; all of them read when it does not.
+	// does, the workers take turns: one batch of small files (or one
+	// chunk of a large file) is read at a time, so that a warm-up takes
+	// at most prefetchBatch of the disk's queue slots (and about one
+	// core) from the requests it is meant to help; all of them read when
+	// it does not.
 	Busy func() bool
 
 	files, bytes atomic.Int64
+	yield        atomic.Pointer[yielder] // the last Run's, for tests
 }
 
 // Run warms the targets in order. The budget is counted in whole pages: a
@@ -220,41 +226,67 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 			}
 		}()
 	}
-	ch := make(chan job)
 	yctx := ctx
 	if w.Busy != nil {
-		yctx = context.WithValue(ctx, yielderKey{}, &yielder{busy: w.Busy, lane: make(chan struct{}, 1)})
+		y := &yielder{busy: w.Busy, lane: make(chan struct{}, 1)}
+		w.yield.Store(y)
+		yctx = context.WithValue(ctx, yielderKey{}, y)
 	}
 	var wg sync.WaitGroup
 	var firstErr atomic.Value
+	done := func(n int64, err error) {
+		w.bytes.Add(n)
+		totals.bytes.Add(n)
+		switch {
+		case err == nil:
+			w.files.Add(1)
+			totals.files.Add(1)
+		case errors.Is(err, errSkipped):
+		case ctx.Err() == nil:
+			firstErr.CompareAndSwap(nil, err)
+		}
+	}
+	// take hands a worker the next files in order: a large file alone, or
+	// a batch of up to prefetchBatch small ones that come in a row.
+	var mu sync.Mutex
+	next := 0
+	take := func(batch []batchFile) []batchFile {
+		mu.Lock()
+		defer mu.Unlock()
+		for next < len(jobs) && len(batch) < prefetchBatch {
+			j := jobs[next]
+			if j.n > batchFileMax && len(batch) > 0 {
+				break
+			}
+			next++
+			batch = append(batch, batchFile{path: j.t.Path, n: j.n})
+			if j.n > batchFileMax {
+				break
+			}
+		}
+		return batch
+	}
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for j := range ch {
-				n, err := w.warm(yctx, j.t.Path, j.n)
-				w.bytes.Add(n)
-				totals.bytes.Add(n)
+			batch := make([]batchFile, 0, prefetchBatch)
+			for ctx.Err() == nil {
+				batch = take(batch[:0])
 				switch {
-				case err == nil:
-					w.files.Add(1)
-					totals.files.Add(1)
-				case errors.Is(err, errSkipped):
-				case ctx.Err() == nil:
-					firstErr.CompareAndSwap(nil, err)
+				case len(batch) == 0:
+					return
+				case batch[0].n > batchFileMax:
+					done(w.warm(yctx, batch[0].path, batch[0].n))
+				default:
+					w.warmBatch(ctx, yctx, batch)
+					for _, b := range batch {
+						done(b.got, b.err)
+					}
 				}
 			}
 		}()
 	}
-feed:
-	for _, j := range jobs {
-		select {
-		case ch <- j:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(ch)
 	wg.Wait()
 	close(stop)
 	reporter.Wait()
@@ -279,16 +311,83 @@ var errSkipped = errors.New("not a regular file any more")
 // warm warms up to n bytes of the file at path, after a look at what it
 // is now: opening a FIFO would block for good.
 func (w *Warmer) warm(ctx context.Context, path string, n int64) (int64, error) {
+	f, n, err := openPrefetched(path, n)
+	if f == nil {
+		return 0, err
+	}
+	return readPrefix(ctx, f, n, w.ReadAt)
+}
+
+// openPrefetched opens the file at path, if it is still a regular file,
+// and starts the readahead of its first n bytes (fewer if it shrank),
+// which it returns; a nil file comes with errSkipped or the error.
+func openPrefetched(path string, n int64) (*os.File, int64, error) {
 	info, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return 0, errSkipped
+		return nil, 0, errSkipped
 	case err != nil:
-		return 0, err
+		return nil, 0, err
 	case !info.Mode().IsRegular():
-		return 0, errSkipped
+		return nil, 0, errSkipped
 	}
-	return warmFile(ctx, path, min(n, info.Size()), w.ReadAt)
+	n = min(n, info.Size())
+	f, err := openForWarming(path, n)
+	if err != nil {
+		return nil, 0, err
+	}
+	return f, n, nil
+}
+
+// batchFileMax is the largest file warmed in a batch, and prefetchBatch
+// the most files in one: a worker starts the readahead of a batch's files
+// one after the other, then waits for all of them at once, so that a
+// warm-up of small files keeps Workers × prefetchBatch reads in flight,
+// with at most Workers threads (in the opens of cold inodes).
+const (
+	batchFileMax  = 128 << 10
+	prefetchBatch = 16
+)
+
+// batchFile is one file of a batch and, once warmed, what it gave.
+type batchFile struct {
+	path string
+	n    int64
+	got  int64
+	err  error
+}
+
+// warmBatch warms small files: it opens each and starts its readahead,
+// then reads them all at once through ReadAt (or pread), which waits for
+// the readahead to land. While requests are served the batch takes the
+// one lane (yielder) for all of it, so that a warm-up then has one batch
+// in flight.
+func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile) {
+	release, err := yielderFrom(yctx).wait(ctx)
+	if err != nil {
+		for i := range batch {
+			batch[i].err = err
+		}
+		return
+	}
+	defer release()
+	files := make([]*os.File, len(batch))
+	for i := range batch {
+		files[i], batch[i].n, batch[i].err = openPrefetched(batch[i].path, batch[i].n)
+	}
+	var wg sync.WaitGroup
+	for i := range batch {
+		if files[i] == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// ctx, not yctx: the batch holds the lane already.
+			batch[i].got, batch[i].err = readPrefix(ctx, files[i], batch[i].n, w.ReadAt)
+		}()
+	}
+	wg.Wait()
 }
 
 var readBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}

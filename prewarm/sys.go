@@ -1,24 +1,23 @@
 package prewarm
 
 import (
-	"context"
 	"os"
 
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
-// warmFile brings the first n bytes of a file into the page cache: a
-// prefetch starts the readahead for the whole span (with the kernel's own
-// readahead off for this descriptor, so that exactly the budgeted pages
-// are read, no more), and reads through it make sure it has landed before
-// the file counts as warm. readPrefix closes f.
-func warmFile(ctx context.Context, path string, n int64, readAt ReaderAt) (int64, error) {
+// openForWarming opens a file to bring its first n bytes into the page
+// cache: a prefetch starts the readahead for the whole span (with the
+// kernel's own readahead off for this descriptor, so that exactly the
+// budgeted pages are read, no more); the reads of readPrefix make sure it
+// has landed before the file counts as warm.
+func openForWarming(path string, n int64) (*os.File, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	pagecache.Prefetch(int(f.Fd()), n)
-	return readPrefix(ctx, f, n, readAt)
+	return f, nil
 }
 
 // FileResidency asks mincore(2) which pages of the file are resident,

@@ -11,9 +11,10 @@ import (
 const busyPoll = 10 * time.Millisecond
 
 // yielder holds a warm-up's reads back while requests are being served:
-// then a read needs the one lane, so reads go one at a time; otherwise
-// they go at once. A read that started before the requests came runs to
-// its end: one chunk at most.
+// then a read (a chunk of a large file, or a batch of small files) needs
+// the one lane, so reads go one at a time; otherwise they go at once. A
+// read that started before the requests came runs to its end: one chunk
+// or batch at most.
 type yielder struct {
 	busy func() bool
 	lane chan struct{} // capacity 1
@@ -22,7 +23,8 @@ type yielder struct {
 }
 
 // yielderKey carries a Warmer's yielder to readPrefix, which reads each
-// chunk: warmFile, between them, has no use for it.
+// chunk of a large file; a batch of small files takes the lane once, in
+// warmBatch.
 type yielderKey struct{}
 
 func yielderFrom(ctx context.Context) *yielder {
