@@ -161,8 +161,9 @@ type Warmer struct {
 	// at the end with Done set.
 	OnProgress func(Progress)
 	Every      time.Duration
-	// ReadAt, if set, reads instead of pread: the handler passes its
-	// io_uring, so that a worker waiting for the disk holds no OS thread.
+	// ReadAt, if set, reads files larger than batchFileMax instead of
+	// pread: the handler passes its io_uring, so that a worker waiting
+	// for the disk holds no OS thread.
 	ReadAt ReaderAt
 	// Busy, if set, reports whether requests are being served. While it
 	// does, the workers take turns: one batch of small files (or one
@@ -174,6 +175,11 @@ type Warmer struct {
 
 	files, bytes atomic.Int64
 	yield        atomic.Pointer[yielder] // the last Run's, for tests
+	// prefetched, if set, is told of each file of a batch whose readahead
+	// started, and verify, if set, reads the file instead of pread (which
+	// closes f): for tests.
+	prefetched func(path string)
+	verify     func(ctx context.Context, f *os.File, n int64) (int64, error)
 }
 
 // Run warms the targets in order. The budget is counted in whole pages: a
@@ -341,9 +347,9 @@ func openPrefetched(path string, n int64) (*os.File, int64, error) {
 
 // batchFileMax is the largest file warmed in a batch, and prefetchBatch
 // the most files in one: a worker starts the readahead of a batch's files
-// one after the other, then waits for all of them at once, so that a
-// warm-up of small files keeps Workers × prefetchBatch reads in flight,
-// with at most Workers threads (in the opens of cold inodes).
+// one after the other, then waits for them, so that a warm-up of small
+// files keeps Workers × prefetchBatch reads in flight with at most
+// Workers threads (in the opens of cold inodes and the waits).
 const (
 	batchFileMax  = 128 << 10
 	prefetchBatch = 16
@@ -358,10 +364,13 @@ type batchFile struct {
 }
 
 // warmBatch warms small files: it opens each and starts its readahead,
-// then reads them all at once through ReadAt (or pread), which waits for
-// the readahead to land. While requests are served the batch takes the
-// one lane (yielder) for all of it, so that a warm-up then has one batch
-// in flight.
+// then reads them one after the other with pread, which waits for the
+// readahead to land. Not through ReadAt: the disk has the whole batch in
+// flight already, and a pread that finds the pages there costs one
+// syscall where the ring costs a round trip through its reaper; one that
+// does not waits in the worker's thread, so threads stay at most Workers.
+// While requests are served the batch takes the one lane (yielder) for
+// all of it, so that a warm-up then has one batch in flight.
 func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile) {
 	release, err := yielderFrom(yctx).wait(ctx)
 	if err != nil {
@@ -374,20 +383,19 @@ func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile) {
 	files := make([]*os.File, len(batch))
 	for i := range batch {
 		files[i], batch[i].n, batch[i].err = openPrefetched(batch[i].path, batch[i].n)
-	}
-	var wg sync.WaitGroup
-	for i := range batch {
-		if files[i] == nil {
-			continue
+		if files[i] != nil && w.prefetched != nil {
+			w.prefetched(batch[i].path)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// ctx, not yctx: the batch holds the lane already.
-			batch[i].got, batch[i].err = readPrefix(ctx, files[i], batch[i].n, w.ReadAt)
-		}()
 	}
-	wg.Wait()
+	verify := w.verify
+	if verify == nil {
+		verify = func(ctx context.Context, f *os.File, n int64) (int64, error) { return readPrefix(ctx, f, n, nil) }
+	}
+	for i := range batch {
+		if files[i] != nil {
+			batch[i].got, batch[i].err = verify(ctx, files[i], batch[i].n)
+		}
+	}
 }
 
 var readBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}

@@ -11,15 +11,16 @@ import (
 	"time"
 )
 
-// TestWarmUpYieldsToRequests counts how a warm-up's reads of small files
-// interleave with requests: with no request being served, each of its
-// four workers has a batch of prefetchBatch reads in flight, all at once;
-// while requests are served (Busy), one batch is in flight, its reads
-// all at once (the disk keeps a queue) while the other workers wait
-// their turn; when the requests stop, the rest of the warm-up runs.
-// Reads are held by the test, not timed: the reads of a batch that
-// starts while requests are served are let go only once the other three
-// workers are seen held back.
+// TestWarmUpYieldsToRequests counts how a warm-up of small files keeps
+// reads in flight, and how they interleave with requests. With no
+// request being served, each of its four workers starts the readahead of
+// a batch of prefetchBatch files before it waits for the first: 64 reads
+// in flight. While requests are served (Busy), one batch is in flight
+// (the disk keeps a queue of 16) while the other workers wait their
+// turn; when the requests stop, the rest of the warm-up runs. The waits
+// for the data are held by the test, not timed: a batch that starts
+// while requests are served is let go only once the other three workers
+// are seen held back.
 func TestWarmUpYieldsToRequests(t *testing.T) {
 	const workers, busyRounds = 4, 3
 	// Enough that each of the other workers still has a batch to wait with
@@ -34,39 +35,47 @@ func TestWarmUpYieldsToRequests(t *testing.T) {
 	}
 	var busy atomic.Bool
 	var mu sync.Mutex
-	var active, activeBusy, maxIdle, maxBusy, busyReads int
-	arrived := make(chan bool, files)         // a read began; true if while busy
-	idleRelease := make(chan struct{})        // closed: lets the idle reads go
-	busyRelease := make(chan struct{}, files) // one token lets one busy read go
-	readAt := func(ctx context.Context, fd int, buf []byte, off int64, hold func() func()) (int, error) {
-		duringBusy := busy.Load()
+	// inFlight counts the files whose readahead started and whose wait
+	// has not ended, busyInFlight those of them started while busy.
+	var inFlight, busyInFlight, maxIdle, maxBusy, busyFiles int
+	whileBusy := map[string]bool{}            // files whose readahead started while busy
+	arrived := make(chan bool, files)         // a wait for the data began; true if its readahead started while busy
+	idleRelease := make(chan struct{})        // closed: lets the idle waits go
+	busyRelease := make(chan struct{}, files) // one token lets one busy wait go
+	w := &Warmer{Workers: workers, Busy: busy.Load}
+	w.prefetched = func(path string) {
+		b := busy.Load()
 		mu.Lock()
-		active++
-		if duringBusy {
-			activeBusy++
-			busyReads++
-			maxBusy = max(maxBusy, activeBusy)
+		defer mu.Unlock()
+		whileBusy[path] = b
+		inFlight++
+		if b {
+			busyFiles++
+			busyInFlight++
+			maxBusy = max(maxBusy, busyInFlight)
 		} else {
-			maxIdle = max(maxIdle, active)
+			maxIdle = max(maxIdle, inFlight)
 		}
+	}
+	w.verify = func(ctx context.Context, f *os.File, n int64) (int64, error) {
+		defer f.Close()
+		mu.Lock()
+		b := whileBusy[f.Name()]
 		mu.Unlock()
-		arrived <- duringBusy
-		if duringBusy {
+		arrived <- b
+		if b {
 			<-busyRelease
 		} else {
 			<-idleRelease
 		}
 		mu.Lock()
-		active--
-		if duringBusy {
-			activeBusy--
+		inFlight--
+		if b {
+			busyInFlight--
 		}
 		mu.Unlock()
-		return len(buf), nil
+		return n, nil
 	}
-	w := &Warmer{Workers: workers, ReadAt: readAt, Busy: func() bool {
-		return busy.Load()
-	}}
 	done := make(chan error, 1)
 	var p Progress
 	go func() {
@@ -74,21 +83,32 @@ func TestWarmUpYieldsToRequests(t *testing.T) {
 		p, err = w.Run(context.Background(), targets)
 		done <- err
 	}()
-	// No request: every worker's batch is read at once.
-	for range workers * prefetchBatch {
+	// No request: every worker starts its whole batch, then waits.
+	for range workers {
 		if <-arrived {
-			t.Fatal("a read saw requests before any came")
+			t.Fatal("a batch saw requests before any came")
 		}
 	}
-	// Requests arrive; the reads that began before them end.
+	mu.Lock()
+	if inFlight != workers*prefetchBatch {
+		t.Errorf("%d reads in flight when each worker waits for its first file, want %d workers × %d", inFlight, workers, prefetchBatch)
+	}
+	mu.Unlock()
+	// Requests arrive; the batches that began before them end.
 	busy.Store(true)
 	close(idleRelease)
-	for round := range busyRounds {
-		for range prefetchBatch {
-			if !<-arrived {
-				t.Fatal("a read began as if no request were served")
+	// nextBusy waits for the next wait of a busy batch, letting by those
+	// of the rest of the idle batches.
+	idleLeft := workers * (prefetchBatch - 1)
+	nextBusy := func() {
+		for !<-arrived {
+			if idleLeft--; idleLeft < 0 {
+				t.Fatal("more files read as if no request were served than the idle batches held")
 			}
 		}
+	}
+	for round := range busyRounds {
+		nextBusy()
 		yl := w.yield.Load()
 		if yl == nil {
 			t.Fatal("the warm-up has no yielder")
@@ -101,11 +121,13 @@ func TestWarmUpYieldsToRequests(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		mu.Lock()
-		if activeBusy != prefetchBatch {
-			t.Errorf("round %d: %d reads at once while requests are served, want one batch of %d", round, activeBusy, prefetchBatch)
+		if inFlight != prefetchBatch {
+			t.Errorf("round %d: %d reads in flight while requests are served, want one batch of %d", round, inFlight, prefetchBatch)
 		}
 		mu.Unlock()
-		for range prefetchBatch {
+		busyRelease <- struct{}{}
+		for range prefetchBatch - 1 {
+			nextBusy()
 			busyRelease <- struct{}{}
 		}
 	}
@@ -117,12 +139,12 @@ func TestWarmUpYieldsToRequests(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	t.Logf("concurrent reads: %d with no requests, %d while requests were served (%d reads then)", maxIdle, maxBusy, busyReads)
+	t.Logf("reads in flight: %d with no requests, %d while requests were served (%d files then)", maxIdle, maxBusy, busyFiles)
 	if maxIdle != workers*prefetchBatch {
-		t.Errorf("%d reads at once with no requests, want %d workers × %d", maxIdle, workers, prefetchBatch)
+		t.Errorf("%d reads in flight with no requests, want %d workers × %d", maxIdle, workers, prefetchBatch)
 	}
-	if busyReads < busyRounds*prefetchBatch || maxBusy != prefetchBatch {
-		t.Errorf("%d reads while requests were served, %d of them at once; want at least %d, one batch of %d at a time", busyReads, maxBusy, busyRounds*prefetchBatch, prefetchBatch)
+	if busyFiles < busyRounds*prefetchBatch || maxBusy != prefetchBatch {
+		t.Errorf("%d files started while requests were served, %d of them in flight at once; want at least %d, one batch of %d at a time", busyFiles, maxBusy, busyRounds*prefetchBatch, prefetchBatch)
 	}
 	if p.Files != files {
 		t.Errorf("%d files warmed, want all %d once the requests stopped", p.Files, files)
