@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"log"
 	"os"
@@ -36,7 +37,13 @@ var restartVariants = []restartVariant{
 
 func restartCaddyfile(cfg *config, v restartVariant) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "{\n\tadmin off\n\tpersist_config off\n\tlog {\n\t\tlevel ERROR\n\t}\n")
+	// INFO with prewarm: its "prewarm done" lines say how long the hot set
+	// took (warmUpReport); no access log is on either way.
+	level := "ERROR"
+	if v.prewarm {
+		level = "INFO"
+	}
+	fmt.Fprintf(&b, "{\n\tadmin off\n\tpersist_config off\n\tlog {\n\t\tlevel %s\n\t}\n", level)
 	if v.handler == "flash_serve" {
 		b.WriteString(flashGlobalOptions)
 	}
@@ -83,7 +90,38 @@ func restartOnce(cfg *config, v restartVariant) (measurement, int, int, error) {
 	smp := sample(s.pid)
 	m, err := wrk(cfg, 200, s.url(""), filepath.Join(cfg.work, "many.uris"), int64(cfg.set.manyFileSize))
 	th, kb := smp.finish()
+	if v.prewarm {
+		logf.Sync()
+		log.Printf("j  %-20s warm-ups: %s", v.name, warmUpReport(conf+".log"))
+	}
 	return m, th, kb, err
+}
+
+// warmUpReport sums up the "prewarm done" lines of a server's log: each
+// pass's files, seconds and files per second, so that j says whether the
+// hot set was warm before the window ended.
+func warmUpReport(logPath string) string {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, line := range strings.Split(string(b), "\n") {
+		var e struct {
+			Msg   string  `json:"msg"`
+			Pass  string  `json:"pass"`
+			Files int64   `json:"files"`
+			Took  float64 `json:"took"`
+		}
+		if json.Unmarshal([]byte(line), &e) != nil || e.Msg != "prewarm done" {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %d files in %.2f s (%.0f files/s)", e.Pass, e.Files, e.Took, float64(e.Files)/max(e.Took, 1e-9)))
+	}
+	if len(parts) == 0 {
+		return "none done in the window"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // measureRestart runs workload j, variants interleaved.
