@@ -37,8 +37,13 @@ type Options struct {
 	// Default: a quarter of RLIMIT_NOFILE (the rest is for connections),
 	// at most 262144.
 	MaxOpenFiles int
-	// NegativeEntries bounds the cached "no such file" answers. Default:
-	// 10000. A negative value disables negative caching.
+	// NegativeEntries bounds the cached "no such file" answers, each about
+	// 500 bytes of memory plus its path. While there is room every one is
+	// kept; when full, a path missing for the first time is answered
+	// without being kept (a scanner's distinct paths displace nothing),
+	// and one that missed before replaces the entries least recently hit
+	// (negative.go). Default: 65536, about 40 MiB with 100-byte paths. A
+	// negative value disables negative caching.
 	NegativeEntries int
 	// MemoryBudget is how many bytes of small files are kept in memory.
 	// Default: 64 MiB. A negative value disables it.
@@ -89,6 +94,7 @@ type counters struct {
 	QueueFull, Invalidations, Flushes  atomic.Int64
 	WaitNanos                          atomic.Int64
 	OpenFiles, NegativeCount           atomic.Int64
+	NegativeEvictions                  atomic.Int64
 	MemoryBytes, Evictions, Shed       atomic.Int64
 	// UnwatchedDirs counts the directories whose watch failed
 	// (permission, the user's inotify limit).
@@ -123,6 +129,9 @@ type Counters struct {
 	// MaxOpenFiles, Shed the lookups that found the fd table full and
 	// closed idle descriptors to make room.
 	Invalidations, Flushes, Evictions, Shed int64
+	// NegativeEvictions counts the negative entries dropped to make room
+	// for one that missed again while the negative cache was full.
+	NegativeEvictions int64
 	// OpenFiles is the number of descriptors held open now (cached or
 	// still in use), NegativeEntries the cached "no such file" answers,
 	// Entries every cached entry (a walk of the map), QueueDepth the
@@ -148,25 +157,26 @@ type Counters struct {
 func (c *Cache) Snapshot() Counters {
 	m := &c.counts
 	return Counters{
-		Hits:            m.Hits.Load(),
-		NegativeHits:    m.NegativeHits.Load(),
-		Misses:          m.Misses.Load(),
-		Merged:          m.Merged.Load(),
-		Wait:            time.Duration(m.WaitNanos.Load()),
-		QueueFull:       m.QueueFull.Load(),
-		Invalidations:   m.Invalidations.Load(),
-		Flushes:         m.Flushes.Load(),
-		Evictions:       m.Evictions.Load(),
-		Shed:            m.Shed.Load(),
-		OpenFiles:       m.OpenFiles.Load(),
-		NegativeEntries: m.NegativeCount.Load(),
-		Entries:         int64(c.entryCount()),
-		QueueDepth:      int64(c.queueDepth()),
-		MemoryBytes:     m.MemoryBytes.Load(),
-		UnwatchedDirs:   m.UnwatchedDirs.Load(),
-		WatchRefused:    m.WatchRefused.Load(),
-		SlotLookups:     m.SlotLookups.Load(),
-		CachedLookups:   m.CachedLookups.Load(),
+		Hits:              m.Hits.Load(),
+		NegativeHits:      m.NegativeHits.Load(),
+		Misses:            m.Misses.Load(),
+		Merged:            m.Merged.Load(),
+		Wait:              time.Duration(m.WaitNanos.Load()),
+		QueueFull:         m.QueueFull.Load(),
+		Invalidations:     m.Invalidations.Load(),
+		Flushes:           m.Flushes.Load(),
+		Evictions:         m.Evictions.Load(),
+		Shed:              m.Shed.Load(),
+		NegativeEvictions: m.NegativeEvictions.Load(),
+		OpenFiles:         m.OpenFiles.Load(),
+		NegativeEntries:   m.NegativeCount.Load(),
+		Entries:           int64(c.entryCount()),
+		QueueDepth:        int64(c.queueDepth()),
+		MemoryBytes:       m.MemoryBytes.Load(),
+		UnwatchedDirs:     m.UnwatchedDirs.Load(),
+		WatchRefused:      m.WatchRefused.Load(),
+		SlotLookups:       m.SlotLookups.Load(),
+		CachedLookups:     m.CachedLookups.Load(),
 	}
 }
 
@@ -196,11 +206,12 @@ type Cache struct {
 	mu          sync.Mutex // guards inflight; taken on the miss path only
 	inflight    map[lookupKey]*call
 	watch       *watcher
-	// ring holds the cached entries that hold a descriptor, in the order
-	// the eviction clock visits them; hand is the clock's position.
-	ringMu sync.Mutex
-	ring   []*Entry
-	hand   int
+	// fds holds the cached entries that hold a descriptor, negs the
+	// negative ones, each in the order its eviction clock visits them.
+	fds, negs clock
+	// doors remembers the paths that missed while the negative cache was
+	// full (negative.go); nil until then.
+	doors  atomic.Pointer[doorkeeper]
 	counts counters
 	stop   chan struct{}
 	wg     sync.WaitGroup
@@ -254,7 +265,7 @@ func New(o Options) *Cache {
 		o.MaxOpenFiles = defaultMaxOpenFiles()
 	}
 	if o.NegativeEntries == 0 {
-		o.NegativeEntries = 10000
+		o.NegativeEntries = defaultNegativeEntries
 	}
 	if o.MemoryBudget == 0 {
 		o.MemoryBudget = 64 << 20
@@ -373,6 +384,12 @@ func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, pat
 		e := v.(*Entry)
 		if e.root == root && e.symlinks == mode && c.fresh(e) {
 			if e.err != nil {
+				if !e.used.Load() {
+					e.used.Store(true) // the eviction clock's mark, written once per sweep
+				}
+				if d := e.dir; d != nil && !d.used.Load() {
+					d.used.Store(true)
+				}
 				c.counts.NegativeHits.Add(1)
 				return nil, e.err
 			}
@@ -527,6 +544,11 @@ func (c *Cache) worker() {
 // resolve stats and opens path and caches the result. It always returns
 // an entry: a negative one holds the error.
 func (c *Cache) resolve(key lookupKey) *Entry {
+	if c.negativesFull() {
+		if e := c.probeMissing(key); e != nil {
+			return e
+		}
+	}
 	// Watch every directory on the way before the stat, so that a change
 	// after it is an event for the entry.
 	dir := filepath.Dir(key.path)
@@ -580,7 +602,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 		return e // an answer for this request, not for the next one
 	}
 	if e.err != nil {
-		if c.opts.NegativeEntries < 0 || c.counts.NegativeCount.Load() >= int64(c.opts.NegativeEntries) {
+		if !c.keepsNegative(path) {
 			c.watch.leave(ticket)
 			return e
 		}
@@ -604,9 +626,14 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 		c.drop(old.(*Entry))
 	}
 	if e.file != nil {
-		c.ringAdd(e)
+		c.ringAdd(&c.fds, e, c.opts.MaxOpenFiles)
 		if c.counts.OpenFiles.Load() > int64(c.opts.MaxOpenFiles) {
 			c.evict(c.opts.MaxOpenFiles*9/10, true)
+		}
+	} else if e.err != nil {
+		c.ringAdd(&c.negs, e, c.opts.NegativeEntries)
+		if c.counts.NegativeCount.Load() > int64(c.opts.NegativeEntries) {
+			c.evictNegatives()
 		}
 	}
 	return e
@@ -823,61 +850,11 @@ func (c *Cache) flush() {
 	})
 }
 
-// evict closes cached descriptors until at most target remain. It is a
-// CLOCK sweep over the ring of entries that hold one: with secondChance, an
-// entry used since the hand last passed loses its mark and stays. This
-// approximates LRU without making a hit write anything but one flag. An
-// evicted entry is forgotten: a later request for it is a miss.
+// evict closes cached descriptors until at most target remain, by the
+// descriptors' CLOCK (sweep). An evicted entry is forgotten: a later
+// request for it is a miss.
 func (c *Cache) evict(target int, secondChance bool) {
-	c.ringMu.Lock()
-	defer c.ringMu.Unlock()
-	for steps := 0; c.counts.OpenFiles.Load() > int64(target) && len(c.ring) > 0 && steps < 3*len(c.ring); steps++ {
-		if c.hand >= len(c.ring) {
-			c.hand = 0
-		}
-		e := c.ring[c.hand]
-		if v, ok := c.entries.Load(e.path); !ok || v.(*Entry) != e {
-			c.unring() // invalidated or replaced since: no longer the cache's to close
-			continue
-		}
-		if secondChance && e.used.Swap(false) {
-			c.hand++
-			continue
-		}
-		if c.entries.CompareAndDelete(e.path, e) {
-			c.counts.Evictions.Add(1)
-			c.drop(e)
-		}
-		c.unring()
-	}
-	// Entries invalidated behind the hand stay in the ring until it comes
-	// round; keep it from growing without bound meanwhile.
-	if len(c.ring) > 2*c.opts.MaxOpenFiles+64 {
-		live := c.ring[:0]
-		for _, e := range c.ring {
-			if v, ok := c.entries.Load(e.path); ok && v.(*Entry) == e {
-				live = append(live, e)
-			}
-		}
-		clear(c.ring[len(live):])
-		c.ring, c.hand = live, 0
-	}
-}
-
-// unring removes the entry under the hand, by moving the last one there.
-// Called with ringMu held.
-func (c *Cache) unring() {
-	last := len(c.ring) - 1
-	c.ring[c.hand] = c.ring[last]
-	c.ring[last] = nil
-	c.ring = c.ring[:last]
-}
-
-// ringAdd puts an entry that holds a descriptor under the clock.
-func (c *Cache) ringAdd(e *Entry) {
-	c.ringMu.Lock()
-	c.ring = append(c.ring, e)
-	c.ringMu.Unlock()
+	c.sweep(&c.fds, &c.counts.OpenFiles, target, c.opts.MaxOpenFiles, secondChance, &c.counts.Evictions)
 }
 
 // entryCount is the number of cached entries.

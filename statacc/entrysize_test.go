@@ -1,0 +1,91 @@
+package statacc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"unsafe"
+)
+
+// heapPerEntry returns the Go heap that caching the n paths that paths
+// gives costs per entry, less the bytes of the path itself, after a
+// forced collection before and after, so that what is measured is what
+// the cache keeps, not what the lookups left for the collector.
+func heapPerEntry(t *testing.T, c *Cache, paths []string, wantErr bool) float64 {
+	t.Helper()
+	ctx := context.Background()
+	pathBytes := 0
+	for _, p := range paths {
+		pathBytes += len(p)
+	}
+	var before, after runtime.MemStats
+	had := c.entryCount()
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for _, p := range paths {
+		e, err := c.Get(ctx, p)
+		if wantErr != (err != nil) {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if wantErr && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s: %v, want ErrNotExist", p, err)
+		}
+		if e != nil {
+			e.Release()
+		}
+	}
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if got := c.entryCount() - had; got != len(paths) {
+		t.Fatalf("%d entries cached, want %d", got, len(paths))
+	}
+	return (float64(after.HeapAlloc) - float64(before.HeapAlloc) - float64(pathBytes)) / float64(len(paths))
+}
+
+// TestHeapPerEntry measures what a cached negative entry and a cached file
+// entry cost in Go heap beyond their path, and holds both under the
+// issue's bound of 1 KiB per entry plus its path. The paths are built
+// before the measurement, as a request's path is.
+func TestHeapPerEntry(t *testing.T) {
+	const dirs, perDir = 20, 150
+	root := t.TempDir()
+	var missing, files []string
+	for d := range dirs {
+		dir := filepath.Join(root, fmt.Sprintf("d%03d", d))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i := range perDir {
+			missing = append(missing, filepath.Join(dir, fmt.Sprintf("missing-%08x.bin", i)))
+			p := filepath.Join(dir, fmt.Sprintf("f%05d.bin", i))
+			// 8 KiB, more than MemoryMaxFile: the entry keeps no body.
+			if err := os.WriteFile(p, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(p, 8<<10); err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, p)
+		}
+	}
+	c := New(Options{Workers: 2, NegativeEntries: len(missing) + 1, MaxOpenFiles: len(files) + 64})
+	defer c.Close()
+	// A first lookup elsewhere makes the watcher's root and the cache's
+	// lazily made structures, which are not per entry.
+	describe(t, c, filepath.Join(root, "warm-up"))
+	c.Purge(root, true)
+
+	neg := heapPerEntry(t, c, missing, true)
+	file := heapPerEntry(t, c, files, false)
+	t.Logf("Go heap per entry beyond its path: negative %.0f B, file %.0f B (Entry struct %d B)", neg, file, unsafe.Sizeof(Entry{}))
+	if neg > 1024 || file > 1024 {
+		t.Errorf("negative %.0f B, file %.0f B per entry: more than 1 KiB beyond the path", neg, file)
+	}
+}

@@ -1,0 +1,203 @@
+package statacc
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+)
+
+// defaultNegativeEntries is the default bound of the negative cache: a
+// cached "no such file" answer costs about 500 bytes of Go heap plus its
+// path (TestHeapPerEntry), so 65,536 of them take about 40 MiB with
+// paths of 100 bytes, and a storm of that many distinct missing paths is
+// answered from memory.
+const defaultNegativeEntries = 65536
+
+// The negative cache's replacement policy, for a cache that is full:
+//
+//   - A path that misses for the first time is answered and not kept: a
+//     scanner, whose paths are all distinct, costs one failed open per
+//     request and displaces nothing (the open is made before the watcher
+//     is entered: see probeMissing).
+//   - A path seen missing before (remembered by the doorkeeper, a table of
+//     hashes as large as the cache, about 4 bytes an entry) is kept, and
+//     makes room by evicting the entries a CLOCK sweep finds unused since
+//     it last passed: a negative hit marks its entry, so the paths that
+//     are asked again stay.
+//
+// While there is room every negative is kept, so a storm of repeated
+// missing paths that fits is answered from memory from its second
+// request on.
+
+// doorkeeper remembers, lossily, the paths that missed while the negative
+// cache was full: one tag per slot, overwritten by any later path that
+// hashes to the same slot.
+type doorkeeper struct {
+	seed  maphash.Seed
+	slots []atomic.Uint32
+}
+
+func newDoorkeeper(entries int) *doorkeeper {
+	n := 1024
+	for n < entries {
+		n *= 2
+	}
+	return &doorkeeper{seed: maphash.MakeSeed(), slots: make([]atomic.Uint32, n)}
+}
+
+// sawBefore reports whether path was marked since its slot was last
+// taken, and marks it.
+func (d *doorkeeper) sawBefore(path string) bool {
+	h := maphash.String(d.seed, path)
+	s := &d.slots[h&uint64(len(d.slots)-1)]
+	tag := uint32(h>>32) | 1 // never 0, an empty slot
+	if s.Load() == tag {
+		return true
+	}
+	s.Store(tag)
+	return false
+}
+
+// door returns the cache's doorkeeper, made by the first miss that finds
+// the negative cache full.
+func (c *Cache) door() *doorkeeper {
+	if d := c.doors.Load(); d != nil {
+		return d
+	}
+	c.doors.CompareAndSwap(nil, newDoorkeeper(c.opts.NegativeEntries))
+	return c.doors.Load()
+}
+
+// negativesFull reports whether a new negative entry finds the cache
+// full, or negative caching is off.
+func (c *Cache) negativesFull() bool {
+	return c.opts.NegativeEntries < 0 || c.counts.NegativeCount.Load() >= int64(c.opts.NegativeEntries)
+}
+
+// keepsNegative reports whether a negative answer for path is to be kept:
+// yes while there is room, when it replaces a cached entry of the same
+// path (a revalidation), or when the path missed before while the cache
+// was full. It marks the path in the doorkeeper.
+func (c *Cache) keepsNegative(path string) bool {
+	if c.opts.NegativeEntries < 0 {
+		return false
+	}
+	if !c.negativesFull() {
+		return true
+	}
+	if _, ok := c.entries.Load(path); ok {
+		return true
+	}
+	return c.door().sawBefore(path)
+}
+
+// probeMissing answers a miss whose negative answer would not be kept
+// without entering the watcher: it opens the path, and if the path is
+// missing returns an entry for this request only. It returns nil when the
+// path exists or the error says nothing about it (the fd table is full):
+// the caller then looks it up as any miss, so that what it caches was
+// opened after its directory was watched.
+func (c *Cache) probeMissing(key lookupKey) *Entry {
+	if c.keepsNegative(key.path) {
+		return nil
+	}
+	_, f, err := c.open(key)
+	if f != nil {
+		f.Close()
+	}
+	if err == nil || !cacheableError(err) {
+		return nil
+	}
+	return &Entry{path: key.path, err: err, root: key.root, symlinks: key.mode}
+}
+
+// clock is a ring of cached entries in the order a CLOCK sweep visits
+// them; hand is the sweep's position.
+type clock struct {
+	mu   sync.Mutex
+	ring []*Entry
+	hand int
+}
+
+// add puts a cached entry under the clock. bound is the most entries the
+// ring is meant to hold: past twice that, the entries that left the cache
+// since (invalidated, expired, replaced) are compacted away, so that a
+// cache whose entries churn below its bound, and so is never swept, does
+// not keep them.
+func (c *Cache) ringAdd(k *clock, e *Entry, bound int) {
+	k.mu.Lock()
+	k.ring = append(k.ring, e)
+	if len(k.ring) > 2*bound+64 {
+		c.compactLocked(k)
+	}
+	k.mu.Unlock()
+}
+
+// compactLocked removes from k the entries no longer in the cache. Called
+// with k.mu held.
+func (c *Cache) compactLocked(k *clock) {
+	live := k.ring[:0]
+	for _, e := range k.ring {
+		if v, ok := c.entries.Load(e.path); ok && v.(*Entry) == e {
+			live = append(live, e)
+		}
+	}
+	clear(k.ring[len(live):])
+	k.ring, k.hand = live, 0
+}
+
+// sweep forgets entries of k until count is at most target. With
+// secondChance, an entry used since the hand last passed loses its mark
+// and stays. This approximates LRU without making a hit write anything
+// but one flag. evicted counts the entries forgotten; bound is the most
+// entries the ring is meant to hold, past twice which the entries that
+// left the cache behind the hand are compacted away.
+func (c *Cache) sweep(k *clock, count *atomic.Int64, target, bound int, secondChance bool, evicted *atomic.Int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for steps := 0; count.Load() > int64(target) && len(k.ring) > 0 && steps < 3*len(k.ring); steps++ {
+		if k.hand >= len(k.ring) {
+			k.hand = 0
+		}
+		e := k.ring[k.hand]
+		if v, ok := c.entries.Load(e.path); !ok || v.(*Entry) != e {
+			k.unring() // invalidated or replaced since: no longer the cache's to drop
+			continue
+		}
+		if secondChance && e.used.Swap(false) {
+			k.hand++
+			continue
+		}
+		if c.entries.CompareAndDelete(e.path, e) {
+			evicted.Add(1)
+			c.drop(e)
+		}
+		k.unring()
+	}
+	// Entries invalidated behind the hand stay in the ring until it comes
+	// round; keep it from growing without bound meanwhile.
+	if len(k.ring) > 2*bound+64 {
+		c.compactLocked(k)
+	}
+}
+
+// unring removes the entry under the hand, by moving the last one there,
+// and moves the hand past it: the last is the newest entry, which must
+// not be the next one the sweep looks at (it would be evicted before it
+// could be used). It waits for the hand's next round. Called with mu
+// held.
+func (k *clock) unring() {
+	last := len(k.ring) - 1
+	k.ring[k.hand] = k.ring[last]
+	k.ring[last] = nil
+	k.ring = k.ring[:last]
+	k.hand++
+}
+
+// evictNegatives makes room in a negative cache that an admitted entry
+// overfilled: down to fifteen sixteenths of the bound, so that the sweep
+// runs once per sixteenth of the cache rather than once per miss.
+func (c *Cache) evictNegatives() {
+	n := c.opts.NegativeEntries
+	c.sweep(&c.negs, &c.counts.NegativeCount, n-max(1, n/16), n, true, &c.counts.NegativeEvictions)
+}

@@ -1,0 +1,159 @@
+package statacc
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// missingPaths names n paths that do not exist in dir.
+func missingPaths(dir, prefix string, n int) []string {
+	paths := make([]string, n)
+	for i := range paths {
+		paths[i] = filepath.Join(dir, fmt.Sprintf("%s-%05d.bin", prefix, i))
+	}
+	return paths
+}
+
+// lookMissing looks each path up once and fails unless every one is
+// missing.
+func lookMissing(t *testing.T, c *Cache, paths []string) {
+	t.Helper()
+	for _, p := range paths {
+		if got := describe(t, c, p); got != "missing" {
+			t.Fatalf("%s: %q, want missing", p, got)
+		}
+	}
+}
+
+// negativeHitsOf counts the negative hits that looking each path up once
+// makes.
+func negativeHitsOf(t *testing.T, c *Cache, paths []string) int64 {
+	t.Helper()
+	before := c.counts.NegativeHits.Load()
+	lookMissing(t, c, paths)
+	return c.counts.NegativeHits.Load() - before
+}
+
+// fullNegativeCache returns a cache whose negative cache of n entries is
+// full of the paths it returns, all in dir.
+func fullNegativeCache(t *testing.T, dir string, n int) (*Cache, []string) {
+	t.Helper()
+	c := New(Options{Workers: 2, NegativeEntries: n, Revalidate: time.Hour})
+	t.Cleanup(func() { c.Close() })
+	kept := missingPaths(dir, "kept", n)
+	lookMissing(t, c, kept)
+	if got := c.counts.NegativeCount.Load(); got != int64(n) {
+		t.Fatalf("%d negative entries after %d distinct misses, want %d", got, n, n)
+	}
+	return c, kept
+}
+
+// TestNegativeCacheFullScannerDisplacesNothing: once the negative cache is
+// full, paths that miss once each (a scanner) are answered, not kept, evict
+// nothing, and do not even enter the watcher (no node for their directory).
+func TestNegativeCacheFullScannerDisplacesNothing(t *testing.T) {
+	root := t.TempDir()
+	c, kept := fullNegativeCache(t, root, 100)
+	nodes := c.counts.WatchNodes.Load()
+	scan := missingPaths(filepath.Join(root, "scanned-dir"), "scan", 1000)
+	misses := c.counts.Misses.Load()
+	lookMissing(t, c, scan)
+	if got := c.counts.Misses.Load() - misses; got != int64(len(scan)) {
+		t.Errorf("%d misses for %d distinct paths", got, len(scan))
+	}
+	if got := c.counts.NegativeCount.Load(); got != 100 {
+		t.Errorf("%d negative entries after the scan, want 100", got)
+	}
+	if got := c.counts.NegativeEvictions.Load(); got != 0 {
+		t.Errorf("the scan evicted %d negative entries", got)
+	}
+	if got := c.counts.WatchNodes.Load(); got != nodes {
+		t.Errorf("the scan made %d watcher nodes (%d before, %d after)", got-nodes, nodes, got)
+	}
+	if got := negativeHitsOf(t, c, kept); got != int64(len(kept)) {
+		t.Errorf("%d of the %d paths cached before the scan are still hits", got, len(kept))
+	}
+}
+
+// TestNegativeCacheFullRepeatedMissIsKept: once the negative cache is
+// full, a path that misses a second time is kept (its third lookup is a
+// hit), and room is made for it so that the cache stays within its bound.
+func TestNegativeCacheFullRepeatedMissIsKept(t *testing.T) {
+	root := t.TempDir()
+	c, _ := fullNegativeCache(t, root, 100)
+	again := missingPaths(root, "again", 30)
+	lookMissing(t, c, again) // first sight: not kept
+	if got := negativeHitsOf(t, c, again); got != 0 {
+		t.Fatalf("%d negative hits on the second sight of paths not kept", got)
+	}
+	if got := negativeHitsOf(t, c, again); got != int64(len(again)) {
+		t.Errorf("%d of %d paths missed twice are hits on their third lookup", got, len(again))
+	}
+	if got := c.counts.NegativeCount.Load(); got > 100 {
+		t.Errorf("%d negative entries, more than the bound of 100", got)
+	}
+	if got := c.counts.NegativeEvictions.Load(); got < int64(len(again)) {
+		t.Errorf("%d evictions to admit %d paths into a full cache", got, len(again))
+	}
+}
+
+// TestNegativeCacheEvictsTheUnusedFirst: when paths that missed again
+// need room in a full negative cache, the entries that keep being hit
+// stay and the ones nobody asked for again go.
+func TestNegativeCacheEvictsTheUnusedFirst(t *testing.T) {
+	root := t.TempDir()
+	c, kept := fullNegativeCache(t, root, 100)
+	used, unused := kept[:50], kept[50:]
+	newer := missingPaths(root, "newer", 40)
+	lookMissing(t, c, used)
+	for _, p := range newer {
+		lookMissing(t, c, []string{p, p}) // the second sight is kept
+		if got := negativeHitsOf(t, c, used); got != int64(len(used)) {
+			t.Fatalf("after admitting %s: %d of %d entries in use are still hits", p, got, len(used))
+		}
+	}
+	if got := negativeHitsOf(t, c, newer); got != int64(len(newer)) {
+		t.Errorf("%d of %d admitted paths are hits", got, len(newer))
+	}
+	left := negativeHitsOf(t, c, unused)
+	t.Logf("of the 50 entries nobody hit, %d are left; %d evictions", left, c.counts.NegativeEvictions.Load())
+	if left > 50-int64(len(newer)) {
+		t.Errorf("%d of the unused entries are left, want at most %d: the admitted paths must have displaced them", left, 50-len(newer))
+	}
+}
+
+// TestNegativeCacheStormThatFitsIsAllHits: a storm cycling through more
+// distinct missing paths than the old default of 10,000 but fewer than
+// the bound is answered from the cache from its second round on.
+func TestNegativeCacheStormThatFitsIsAllHits(t *testing.T) {
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	defer c.Close()
+	storm := missingPaths(t.TempDir(), "storm", 20000)
+	lookMissing(t, c, storm)
+	if got := negativeHitsOf(t, c, storm); got != int64(len(storm)) {
+		t.Errorf("second round: %d of %d lookups were negative hits", got, len(storm))
+	}
+}
+
+// TestNegativeCacheFullCreatedFileIsSeen: a file created where an
+// admitted negative entry of a full cache says nothing is, is served as
+// soon as inotify tells, as in a cache with room.
+func TestNegativeCacheFullCreatedFileIsSeen(t *testing.T) {
+	delays := newChangeDelays(t)
+	root := t.TempDir()
+	c, kept := fullNegativeCache(t, root, 100)
+	admitted := filepath.Join(root, "created.txt")
+	lookMissing(t, c, kept[:1]) // hit: it stays when the admission makes room
+	lookMissing(t, c, []string{admitted, admitted})
+	for _, p := range []string{admitted, kept[0]} {
+		if got := negativeHitsOf(t, c, []string{p}); got != 1 {
+			t.Fatalf("%s: not a negative hit before its file is created", p)
+		}
+		changed := time.Now()
+		write(t, p, "new")
+		took := delays.seen(t, c, changed, p, "3:new")
+		t.Logf("%s seen after %v", filepath.Base(p), took)
+	}
+}
