@@ -24,13 +24,15 @@ import (
 // strings (a response puts them into slices of its own), and Data and
 // Head, the only shared bytes, must be copied before they reach a writer.
 type Entry struct {
+	// Fields are ordered so that the small ones share words: the struct
+	// is 288 bytes rather than 320 (a size class less per cached entry).
 	path string
 	size int64
-	// fileMode is the file's mode; IsDir and IsRegular derive from it.
-	fileMode fs.FileMode
-	// modTime is zero when the file's mtime carries no information (the
-	// epoch, or 1 s after it, as some build tools set).
-	modTime time.Time
+	// modSec and modNsec are the mtime (modNsec at the end, with the
+	// other small fields), modSec 0 when it carries no information (the
+	// epoch, or 1 s after it, as some build tools set): 12 bytes where a
+	// time.Time takes 24.
+	modSec int64
 	// etag, lastModified, contentType and length are the header values;
 	// see their methods.
 	etag, lastModified, contentType, length string
@@ -43,38 +45,42 @@ type Entry struct {
 	// head holds the file's first headSize bytes (see Head), set once:
 	// at the load from data, or by the entry's second request while
 	// headWanted says it is still to be read (Cache.fillHead).
-	head       atomic.Pointer[[]byte]
-	headWanted atomic.Bool
+	head atomic.Pointer[[]byte]
 
 	file *os.File // the open file of a regular-file entry
 	fd   int      // file's descriptor, read once so Fd() is never called again
-	// trusted is set at open when mincore tells this process the truth
-	// about the file's pages (pagecache.Trusted): it owns the file or may
-	// write it.
-	trusted bool
 	// refs counts the cache's reference (while the entry is in the map)
 	// plus one per request using the descriptor. The descriptor is closed
 	// when it falls to 0, never while a transfer still reads from it.
-	refs    atomic.Int32
-	checked int64       // nanotime of the last stat
-	watched bool        // whether inotify watches the entry's directory
-	used    atomic.Bool // CLOCK mark: used since the last eviction sweep
+	refs atomic.Int32
+	// fileMode is the file's mode; IsDir and IsRegular derive from it.
+	fileMode fs.FileMode
+	checked  int64 // nanotime of the last stat
 	// residentAt is the nanotime when the whole file was last seen in the
 	// page cache, 0 if never; probedAt when it was last looked for there.
 	residentAt, probedAt atomic.Int64
 	// hot counts the requests that used the entry for the cache's hot set
 	// (internal/hotset).
-	hot      hotset.Tally
-	cache    *Cache
-	root     string   // the root it was confined to, "" with SymlinksFollow
-	symlinks Symlinks // the confinement it was resolved with
+	hot   hotset.Tally
+	cache *Cache
+	root  string // the root it was confined to, "" with SymlinksFollow
 	// dir is the watcher's node of the entry's directory, nil if unwatched.
 	dir *dirNode
 	// memBytes is what data and head hold against the memory budget.
 	memBytes atomic.Int64
+	fileID   uint64 // device and inode, mixed; 0 if unknown
+
+	headWanted atomic.Bool
+	// trusted is set at open when mincore tells this process the truth
+	// about the file's pages (pagecache.Trusted): it owns the file or may
+	// write it.
+	trusted  bool
+	watched  bool        // whether inotify watches the entry's directory
+	used     atomic.Bool // CLOCK mark: used since the last eviction sweep
+	symlinks Symlinks    // the confinement it was resolved with
 	// noBlockDev is set for a file on a filesystem without a block device.
 	noBlockDev bool
-	fileID     uint64 // device and inode, mixed; 0 if unknown
+	modNsec    int32
 }
 
 // Path is the filesystem path the entry describes.
@@ -85,7 +91,12 @@ func (e *Entry) Size() int64 { return e.size }
 
 // ModTime is the modification time, or the zero time when it carries no
 // information (the epoch, or 1 s after it, as some build tools set).
-func (e *Entry) ModTime() time.Time { return e.modTime }
+func (e *Entry) ModTime() time.Time {
+	if e.modSec == 0 {
+		return time.Time{}
+	}
+	return time.Unix(e.modSec, int64(e.modNsec))
+}
 
 // ETag is file_server's strong validator: the mtime in nanoseconds and the
 // size, both in base 36, quoted. "" when ModTime is zero.
@@ -252,7 +263,7 @@ func newEntry(path string, info fs.FileInfo) *Entry {
 	}
 	e.noBlockDev, e.fileID = fileIdentity(info)
 	if mt := info.ModTime(); usefulModTime(mt) {
-		e.modTime = mt
+		e.modSec, e.modNsec = mt.Unix(), int32(mt.Nanosecond())
 		e.etag = strongETag(mt, e.size)
 		e.lastModified = mt.UTC().Format(http.TimeFormat)
 	}
