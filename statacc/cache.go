@@ -633,7 +633,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 	} else if e.err != nil {
 		c.ringAdd(&c.negs, e, c.opts.NegativeEntries)
 		if c.counts.NegativeCount.Load() > int64(c.opts.NegativeEntries) {
-			c.evictNegatives()
+			c.evictNegatives(e)
 		}
 	}
 	return e
@@ -854,7 +854,7 @@ func (c *Cache) flush() {
 // descriptors' CLOCK (sweep). An evicted entry is forgotten: a later
 // request for it is a miss.
 func (c *Cache) evict(target int, secondChance bool) {
-	c.sweep(&c.fds, &c.counts.OpenFiles, target, c.opts.MaxOpenFiles, secondChance, &c.counts.Evictions)
+	c.sweep(&c.fds, &c.counts.OpenFiles, target, c.opts.MaxOpenFiles, secondChance, &c.counts.Evictions, nil)
 }
 
 // entryCount is the number of cached entries.

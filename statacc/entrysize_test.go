@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -87,5 +88,67 @@ func TestHeapPerEntry(t *testing.T) {
 	t.Logf("Go heap per entry beyond its path: negative %.0f B, file %.0f B (Entry struct %d B)", neg, file, unsafe.Sizeof(Entry{}))
 	if neg > 1024 || file > 1024 {
 		t.Errorf("negative %.0f B, file %.0f B per entry: more than 1 KiB beyond the path", neg, file)
+	}
+}
+
+// BenchmarkMissChurn is e's miss: lookups cycling through more files than
+// the cache keeps descriptors for, so that nearly every one opens its file
+// and evicts another; -benchmem gives a miss's allocations.
+func BenchmarkMissChurn(b *testing.B) {
+	root := b.TempDir()
+	var paths []string
+	for d := range 4 {
+		dir := filepath.Join(root, fmt.Sprintf("d%03d", d))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		for i := range 500 {
+			p := filepath.Join(dir, fmt.Sprintf("f%05d.bin", i))
+			if err := os.WriteFile(p, nil, 0o644); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.Truncate(p, 8<<10); err != nil {
+				b.Fatal(err)
+			}
+			paths = append(paths, p)
+		}
+	}
+	c := New(Options{Workers: 2, MaxOpenFiles: 200, Revalidate: time.Hour})
+	defer c.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		e, err := c.Get(ctx, paths[i%len(paths)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		e.Release()
+	}
+	b.StopTimer()
+	s := c.Snapshot()
+	b.ReportMetric(float64(s.Misses)/float64(b.N), "misses/op")
+}
+
+// BenchmarkMissingScan is a scanner: every lookup a distinct missing path,
+// in a cache whose negative entries are full.
+func BenchmarkMissingScan(b *testing.B) {
+	dir := b.TempDir()
+	c := New(Options{Workers: 2, NegativeEntries: 1000, Revalidate: time.Hour})
+	defer c.Close()
+	ctx := context.Background()
+	for i := range 1000 {
+		c.Get(ctx, filepath.Join(dir, fmt.Sprintf("kept-%d", i)))
+	}
+	paths := make([]string, b.N)
+	for i := range paths {
+		paths[i] = filepath.Join(dir, fmt.Sprintf("scan-%08d", i))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := c.Get(ctx, paths[i]); !errors.Is(err, fs.ErrNotExist) {
+			b.Fatal(err)
+		}
 	}
 }

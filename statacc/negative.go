@@ -151,8 +151,9 @@ func (c *Cache) compactLocked(k *clock) {
 // and stays. This approximates LRU without making a hit write anything
 // but one flag. evicted counts the entries forgotten; bound is the most
 // entries the ring is meant to hold, past twice which the entries that
-// left the cache behind the hand are compacted away.
-func (c *Cache) sweep(k *clock, count *atomic.Int64, target, bound int, secondChance bool, evicted *atomic.Int64) {
+// left the cache behind the hand are compacted away. except, if set, is
+// not evicted: the entry whose arrival made the sweep necessary.
+func (c *Cache) sweep(k *clock, count *atomic.Int64, target, bound int, secondChance bool, evicted *atomic.Int64, except *Entry) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for steps := 0; count.Load() > int64(target) && len(k.ring) > 0 && steps < 3*len(k.ring); steps++ {
@@ -164,7 +165,7 @@ func (c *Cache) sweep(k *clock, count *atomic.Int64, target, bound int, secondCh
 			k.unring() // invalidated or replaced since: no longer the cache's to drop
 			continue
 		}
-		if secondChance && e.used.Swap(false) {
+		if e == except || secondChance && e.used.Swap(false) {
 			k.hand++
 			continue
 		}
@@ -181,23 +182,23 @@ func (c *Cache) sweep(k *clock, count *atomic.Int64, target, bound int, secondCh
 	}
 }
 
-// unring removes the entry under the hand, by moving the last one there,
-// and moves the hand past it: the last is the newest entry, which must
-// not be the next one the sweep looks at (it would be evicted before it
-// could be used). It waits for the hand's next round. Called with mu
-// held.
+// unring removes the entry under the hand, by moving the last one there.
+// The last is the newest: the sweep looks at it next, and evicts it if
+// nothing used it since it came. So entries that were never hit again go
+// before older ones that were, which keeps a part of a cycle of more
+// files than the cache holds (e's wrk list) instead of none. Called with
+// mu held.
 func (k *clock) unring() {
 	last := len(k.ring) - 1
 	k.ring[k.hand] = k.ring[last]
 	k.ring[last] = nil
 	k.ring = k.ring[:last]
-	k.hand++
 }
-
-// evictNegatives makes room in a negative cache that an admitted entry
+// evictNegatives makes room in a negative cache that the admission of e
 // overfilled: down to fifteen sixteenths of the bound, so that the sweep
-// runs once per sixteenth of the cache rather than once per miss.
-func (c *Cache) evictNegatives() {
+// runs once per sixteenth of the cache rather than once per miss. e
+// stays: the sweep looks at the newest entries first (unring).
+func (c *Cache) evictNegatives(e *Entry) {
 	n := c.opts.NegativeEntries
-	c.sweep(&c.negs, &c.counts.NegativeCount, n-max(1, n/16), n, true, &c.counts.NegativeEvictions)
+	c.sweep(&c.negs, &c.counts.NegativeCount, n-max(1, n/16), n, true, &c.counts.NegativeEvictions, e)
 }
