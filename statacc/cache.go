@@ -236,12 +236,25 @@ type lookupKey struct {
 // so that an eviction between the resolution and the waiters cannot close
 // the descriptor under them.
 type call struct {
-	key   lookupKey // root is "" and mode follow for unconfined lookups
+	key lookupKey // root is "" and mode follow for unconfined lookups
+	// done is closed when entry is set; made by the first goroutine that
+	// waits for the call (doneLocked), so that a miss nobody merges with,
+	// resolved by the goroutine that missed, makes no channel. Guarded by
+	// Cache.mu.
 	done  chan struct{}
 	entry *Entry
 	// pending counts the waiters plus the worker; the last to leave drops
 	// the call's reference. Incremented under Cache.mu only.
 	pending atomic.Int32
+}
+
+// doneLocked returns the channel closed when the call is complete, making
+// it if need be. Called with Cache.mu held, before complete.
+func (cl *call) doneLocked() chan struct{} {
+	if cl.done == nil {
+		cl.done = make(chan struct{})
+	}
+	return cl.done
 }
 
 func (cl *call) leave() {
@@ -432,10 +445,11 @@ func (c *Cache) miss(ctx context.Context, key lookupKey) (*Entry, error) {
 	if cl, ok := c.inflight[key]; ok {
 		c.counts.Merged.Add(1)
 		cl.pending.Add(1)
+		done := cl.doneLocked()
 		c.mu.Unlock()
-		return c.wait(ctx, cl)
+		return c.wait(ctx, cl, done)
 	}
-	cl := &call{key: key, done: make(chan struct{})}
+	cl := &call{key: key}
 	cl.pending.Store(1) // the resolver's: this goroutine's or a worker's
 	c.counts.Misses.Add(1)
 	c.inflight[key] = cl
@@ -460,9 +474,12 @@ func (c *Cache) miss(ctx context.Context, key lookupKey) (*Entry, error) {
 		return c.acquireResult(cl)
 	}
 	cl.pending.Add(1) // this goroutine's, as a merged waiter's, before the worker can leave
+	c.mu.Lock()
+	done := cl.doneLocked()
+	c.mu.Unlock()
 	select {
 	case c.jobs <- cl:
-		return c.wait(ctx, cl)
+		return c.wait(ctx, cl, done)
 	default:
 		// Misses merged with this one meanwhile are refused with it.
 		cl.pending.Add(-1)
@@ -474,12 +491,12 @@ func (c *Cache) miss(ctx context.Context, key lookupKey) (*Entry, error) {
 }
 
 // wait waits for a call resolved by another goroutine, holding one of its
-// pending counts, which it gives back.
-func (c *Cache) wait(ctx context.Context, cl *call) (*Entry, error) {
+// pending counts, which it gives back; done is the call's (doneLocked).
+func (c *Cache) wait(ctx context.Context, cl *call, done <-chan struct{}) (*Entry, error) {
 	defer cl.leave()
 	start := nanotime()
 	select {
-	case <-cl.done:
+	case <-done:
 	case <-ctx.Done():
 		// The worker finishes the call anyway and caches the answer.
 		return nil, ctx.Err()
@@ -522,8 +539,11 @@ func (c *Cache) complete(cl *call, e *Entry) {
 	cl.entry = e
 	c.mu.Lock()
 	delete(c.inflight, cl.key)
+	done := cl.done
 	c.mu.Unlock()
-	close(cl.done)
+	if done != nil {
+		close(done)
+	}
 }
 
 // queueDepth is the number of misses waiting for a worker.

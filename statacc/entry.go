@@ -262,15 +262,24 @@ func newEntry(path string, info fs.FileInfo) *Entry {
 		fileMode: info.Mode(),
 	}
 	e.noBlockDev, e.fileID = fileIdentity(info)
+	// The header values are made in one buffer and cut from one string:
+	// one allocation per miss instead of three.
+	var buf [96]byte
+	b := buf[:0]
+	etagEnd, lmEnd := 0, 0
 	if mt := info.ModTime(); usefulModTime(mt) {
 		e.modSec, e.modNsec = mt.Unix(), int32(mt.Nanosecond())
-		e.etag = strongETag(mt, e.size)
-		e.lastModified = mt.UTC().Format(http.TimeFormat)
+		b = appendStrongETag(b, mt, e.size)
+		etagEnd = len(b)
+		b = mt.UTC().AppendFormat(b, http.TimeFormat)
+		lmEnd = len(b)
 	}
+	b = strconv.AppendInt(b, e.size, 10)
+	values := string(b)
+	e.etag, e.lastModified, e.length = values[:etagEnd], values[etagEnd:lmEnd], values[lmEnd:]
 	if !e.fileMode.IsDir() {
 		e.contentType = mime.TypeByExtension(filepath.Ext(path))
 	}
-	e.length = strconv.FormatInt(e.size, 10)
 	return e
 }
 
@@ -282,14 +291,13 @@ func usefulModTime(t time.Time) bool {
 	return u != 0 && u != 1
 }
 
-// strongETag returns the strong entity tag file_server computes for a file, so
-// that caches stay valid when a site switches between the two handlers.
-func strongETag(modTime time.Time, size int64) string {
-	var buf [48]byte
-	b := append(buf[:0], '"')
+// appendStrongETag appends the strong entity tag file_server computes for
+// a file, so that caches stay valid when a site switches between the two
+// handlers.
+func appendStrongETag(b []byte, modTime time.Time, size int64) []byte {
+	b = append(b, '"')
 	b = strconv.AppendInt(b, modTime.UnixNano(), 36)
 	b = append(b, '-')
 	b = strconv.AppendInt(b, size, 36)
-	b = append(b, '"')
-	return string(b)
+	return append(b, '"')
 }

@@ -194,6 +194,7 @@ func (k *clock) unring() {
 	k.ring[last] = nil
 	k.ring = k.ring[:last]
 }
+
 // evictNegatives makes room in a negative cache that the admission of e
 // overfilled: down to fifteen sixteenths of the bound, so that the sweep
 // runs once per sixteenth of the cache rather than once per miss. e

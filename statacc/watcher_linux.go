@@ -79,11 +79,14 @@ type dirNode struct {
 	// dependents are the link nodes whose target this node is.
 	link       *dirNode
 	dependents map[*dirNode]struct{}
-	entries    map[string][]*Entry // by name
-	nentries   int
-	pins       int    // lookups in progress, plus dependents
-	gen        uint64 // events on this node's watch
-	dropped    bool
+	// entries are the cached entries of the directory, by name: one per
+	// name, since the cache holds one entry per path. A publication
+	// replaces the entry of its name, which has left the cache map by
+	// then (publish).
+	entries map[string]*Entry
+	pins    int    // lookups in progress, plus dependents
+	gen     uint64 // events on this node's watch
+	dropped bool
 	// fs says whether an open in this directory may be done without a
 	// filesystem slot when the kernel has its dentry cached (learnFS).
 	fs fsVerdict
@@ -231,6 +234,9 @@ func (w *watcher) enter(dir string) watchTicket {
 	if w == nil {
 		return watchTicket{}
 	}
+	if t, ok := w.enterKnown(dir); ok {
+		return t
+	}
 	for range 3 {
 		leaf, again := w.ensure(dir, nil)
 		if again {
@@ -245,6 +251,38 @@ func (w *watcher) enter(dir string) watchTicket {
 		return t
 	}
 	return watchTicket{}
+}
+
+// enterKnown is enter for a directory whose nodes all exist and are
+// settled, as on most misses: one walk under mu, without the slices and
+// the map that making nodes needs (ensure). It reports false where ensure
+// has work to do: a node to make, one being installed, or a failed one
+// due for another try.
+func (w *watcher) enterKnown(dir string) (watchTicket, bool) {
+	if !filepath.IsAbs(dir) {
+		return watchTicket{}, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	settled := func(n *dirNode) bool {
+		return n != nil && !n.dropped && n.state != nodePending &&
+			(n.state != nodeFailed || nanotime()-n.failedAt <= watchRetry)
+	}
+	n := w.root
+	for rest := strings.Trim(dir, "/"); settled(n) && rest != ""; {
+		var name string
+		name, rest, _ = strings.Cut(rest, "/")
+		n = n.children[name]
+	}
+	if !settled(n) {
+		return watchTicket{}, false
+	}
+	n.pins++
+	// As walkLocked: most recently used first, ancestors before descendants.
+	for m := n; m != nil; m = m.parent {
+		w.touchLocked(m)
+	}
+	return watchTicket{leaf: n, gen: n.gen, watched: w.pathOK(n), fsKnown: n.fs != fsUnknown}, true
 }
 
 // pathOK reports whether every node from the root to n is watched, or
@@ -281,10 +319,12 @@ func (w *watcher) publish(t watchTicket, e *Entry, store func()) {
 		e.dir = n
 		name := filepath.Base(e.path)
 		if n.entries == nil {
-			n.entries = make(map[string][]*Entry)
+			n.entries = make(map[string]*Entry)
 		}
-		n.entries[name] = append(n.entries[name], e)
-		n.nentries++
+		// An entry indexed under this name left the cache map already
+		// (store swaps it out, under mu, or it was dropped and its forget
+		// is on its way, and then finds e and leaves it).
+		n.entries[name] = e
 	}
 	store()
 	w.unpinLocked(n)
@@ -309,21 +349,8 @@ func (w *watcher) forget(e *Entry) {
 	}
 	w.mu.Lock()
 	if n := e.dir; !n.dropped {
-		name := filepath.Base(e.path)
-		list := n.entries[name]
-		for i, x := range list {
-			if x == e {
-				list[i] = list[len(list)-1]
-				list[len(list)-1] = nil
-				list = list[:len(list)-1]
-				n.nentries--
-				break
-			}
-		}
-		if len(list) == 0 {
+		if name := filepath.Base(e.path); n.entries[name] == e {
 			delete(n.entries, name)
-		} else {
-			n.entries[name] = list
 		}
 		w.maybeRemoveLocked(n)
 	}
@@ -667,7 +694,7 @@ func (w *watcher) unpinLocked(n *dirNode) {
 // maybeRemoveLocked removes n and then its ancestors while nothing needs
 // them: no entries, children or pins. Their entries are gone already.
 func (w *watcher) maybeRemoveLocked(n *dirNode) {
-	for n != nil && !n.dropped && n.pins <= 0 && n.nentries == 0 && len(n.children) == 0 && len(n.dependents) == 0 {
+	for n != nil && !n.dropped && n.pins <= 0 && len(n.entries) == 0 && len(n.children) == 0 && len(n.dependents) == 0 {
 		parent := n.parent
 		w.dropLocked(n, nil)
 		n = parent
@@ -695,14 +722,12 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 	for d := range n.dependents {
 		w.dropLocked(d, gone)
 	}
-	for _, list := range n.entries {
-		for _, e := range list {
-			if w.cache.unpublish(e) && gone != nil {
-				*gone = append(*gone, e)
-			}
+	for _, e := range n.entries {
+		if w.cache.unpublish(e) && gone != nil {
+			*gone = append(*gone, e)
 		}
 	}
-	n.entries, n.nentries = nil, 0
+	n.entries = nil
 	if n.parent != nil && n.parent.children[n.name] == n {
 		delete(n.parent.children, n.name)
 	}
@@ -859,13 +884,10 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 		if ch := n.children[name]; ch != nil {
 			w.dropLocked(ch, &gone)
 		}
-		if list := n.entries[name]; len(list) > 0 {
-			for _, e := range list {
-				if c.unpublish(e) {
-					gone = append(gone, e)
-				}
+		if e := n.entries[name]; e != nil {
+			if c.unpublish(e) {
+				gone = append(gone, e)
 			}
-			n.nentries -= len(list)
 			delete(n.entries, name)
 			w.maybeRemoveLocked(n)
 		}
