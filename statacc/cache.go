@@ -801,6 +801,7 @@ func IsFDExhaustion(err error) bool {
 
 // drop removes the cache's reference to an entry that left the map.
 func (c *Cache) drop(e *Entry) {
+	e.gone.Store(true)
 	c.watch.forget(e)
 	if e.err != nil {
 		c.counts.NegativeCount.Add(-1)

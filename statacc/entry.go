@@ -74,10 +74,13 @@ type Entry struct {
 	// trusted is set at open when mincore tells this process the truth
 	// about the file's pages (pagecache.Trusted): it owns the file or may
 	// write it.
-	trusted  bool
-	watched  bool        // whether inotify watches the entry's directory
-	used     atomic.Bool // CLOCK mark: used since the last eviction sweep
-	symlinks Symlinks    // the confinement it was resolved with
+	trusted bool
+	watched bool        // whether inotify watches the entry's directory
+	used    atomic.Bool // CLOCK mark: used since the last eviction sweep
+	// gone is set when the entry has left the cache (Cache.drop), so that
+	// an eviction sweep skips it without a lookup in the map.
+	gone     atomic.Bool
+	symlinks Symlinks // the confinement it was resolved with
 	// noBlockDev is set for a file on a filesystem without a block device.
 	noBlockDev bool
 	modNsec    int32

@@ -138,7 +138,7 @@ func (c *Cache) ringAdd(k *clock, e *Entry, bound int) {
 func (c *Cache) compactLocked(k *clock) {
 	live := k.ring[:0]
 	for _, e := range k.ring {
-		if v, ok := c.entries.Load(e.path); ok && v.(*Entry) == e {
+		if !e.gone.Load() {
 			live = append(live, e)
 		}
 	}
@@ -161,7 +161,7 @@ func (c *Cache) sweep(k *clock, count *atomic.Int64, target, bound int, secondCh
 			k.hand = 0
 		}
 		e := k.ring[k.hand]
-		if v, ok := c.entries.Load(e.path); !ok || v.(*Entry) != e {
+		if e.gone.Load() {
 			k.unring() // invalidated or replaced since: no longer the cache's to drop
 			continue
 		}
@@ -169,6 +169,7 @@ func (c *Cache) sweep(k *clock, count *atomic.Int64, target, bound int, secondCh
 			k.hand++
 			continue
 		}
+		// Fails if e left the map since, and its drop is on its way.
 		if c.entries.CompareAndDelete(e.path, e) {
 			evicted.Add(1)
 			c.drop(e)
