@@ -13,6 +13,31 @@ import (
 	"unsafe"
 )
 
+// manyFiles makes dirs directories of perDir files of 8 KiB (more than
+// MemoryMaxFile: their entries keep no body; sparse, so quick to make)
+// under root, as e's tree, and returns their paths.
+func manyFiles(tb testing.TB, root string, dirs, perDir int) []string {
+	tb.Helper()
+	var paths []string
+	for d := range dirs {
+		dir := filepath.Join(root, fmt.Sprintf("d%03d", d))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		for i := range perDir {
+			p := filepath.Join(dir, fmt.Sprintf("f%05d.bin", i))
+			if err := os.WriteFile(p, nil, 0o644); err != nil {
+				tb.Fatal(err)
+			}
+			if err := os.Truncate(p, 8<<10); err != nil {
+				tb.Fatal(err)
+			}
+			paths = append(paths, p)
+		}
+	}
+	return paths
+}
+
 // heapPerEntry returns the Go heap that caching the n paths that paths
 // gives costs per entry, less the bytes of the path itself, after a
 // forced collection before and after, so that what is measured is what
@@ -55,26 +80,11 @@ func heapPerEntry(t *testing.T, c *Cache, paths []string, wantErr bool) float64 
 // issue's bound of 1 KiB per entry plus its path. The paths are built
 // before the measurement, as a request's path is.
 func TestHeapPerEntry(t *testing.T) {
-	const dirs, perDir = 20, 150
 	root := t.TempDir()
-	var missing, files []string
-	for d := range dirs {
-		dir := filepath.Join(root, fmt.Sprintf("d%03d", d))
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for i := range perDir {
-			missing = append(missing, filepath.Join(dir, fmt.Sprintf("missing-%08x.bin", i)))
-			p := filepath.Join(dir, fmt.Sprintf("f%05d.bin", i))
-			// 8 KiB, more than MemoryMaxFile: the entry keeps no body.
-			if err := os.WriteFile(p, nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Truncate(p, 8<<10); err != nil {
-				t.Fatal(err)
-			}
-			files = append(files, p)
-		}
+	files := manyFiles(t, root, 20, 150)
+	var missing []string
+	for _, p := range files {
+		missing = append(missing, filepath.Join(filepath.Dir(p), "missing-"+filepath.Base(p)))
 	}
 	c := New(Options{Workers: 2, NegativeEntries: len(missing) + 1, MaxOpenFiles: len(files) + 64})
 	defer c.Close()
@@ -95,24 +105,7 @@ func TestHeapPerEntry(t *testing.T) {
 // the cache keeps descriptors for, so that nearly every one opens its file
 // and evicts another; -benchmem gives a miss's allocations.
 func BenchmarkMissChurn(b *testing.B) {
-	root := b.TempDir()
-	var paths []string
-	for d := range 4 {
-		dir := filepath.Join(root, fmt.Sprintf("d%03d", d))
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		for i := range 500 {
-			p := filepath.Join(dir, fmt.Sprintf("f%05d.bin", i))
-			if err := os.WriteFile(p, nil, 0o644); err != nil {
-				b.Fatal(err)
-			}
-			if err := os.Truncate(p, 8<<10); err != nil {
-				b.Fatal(err)
-			}
-			paths = append(paths, p)
-		}
-	}
+	paths := manyFiles(b, b.TempDir(), 4, 500)
 	c := New(Options{Workers: 2, MaxOpenFiles: 200, Revalidate: time.Hour})
 	defer c.Close()
 	ctx := context.Background()
