@@ -7,9 +7,10 @@ import (
 )
 
 // defaultNegativeEntries is the default bound of the negative cache: a
-// cached "no such file" answer costs about 500 bytes of Go heap plus its
-// path (TestHeapPerEntry), so 65,536 of them take about 40 MiB with
-// paths of 100 bytes, and a storm of that many distinct missing paths is
+// cached "no such file" answer costs about 450 bytes of Go heap plus its
+// path (TestHeapPerEntry), and the doorkeeper 4 bytes, so 65,536 of them
+// take about 35 MiB with paths of 100 bytes (the collector's headroom
+// comes on top), and a storm of that many distinct missing paths is
 // answered from memory.
 const defaultNegativeEntries = 65536
 
