@@ -158,7 +158,8 @@ func TestMetricsAndAdminAPI(t *testing.T) {
 		for _, name := range []string{"caddy_flash_serve_statacc_open_files", "caddy_flash_serve_transfers_in_flight",
 			`caddy_flash_serve_rejected_total{cause="max_transfers"}`, "caddy_flash_serve_prewarm_bytes_total",
 			"caddy_flash_serve_hot_set_resident_bytes", "caddy_flash_serve_statacc_queue_depth",
-			"caddy_flash_serve_statacc_invalidations_total", "caddy_flash_serve_statacc_wait_seconds_total"} {
+			"caddy_flash_serve_statacc_invalidations_total", "caddy_flash_serve_statacc_wait_seconds_total",
+			"caddy_flash_serve_statacc_negative_evictions_total"} {
 			metricValue(t, after, name)
 		}
 		// Caddy's own metrics are still there, next to ours.
