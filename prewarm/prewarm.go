@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -180,6 +181,10 @@ type Warmer struct {
 	// closes f): for tests.
 	prefetched func(path string)
 	verify     func(ctx context.Context, f *os.File, n int64) (int64, error)
+	// cpu and pause, if set, stand for the thread's CPU clock and the
+	// pause of a batch while requests are served (yielder): for tests.
+	cpu   func() time.Duration
+	pause func(context.Context, time.Duration)
 }
 
 // Run warms the targets in order. The budget is counted in whole pages: a
@@ -234,7 +239,10 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 	}
 	yctx := ctx
 	if w.Busy != nil {
-		y := &yielder{busy: w.Busy, lane: make(chan struct{}, 1)}
+		y := &yielder{busy: w.Busy, lane: make(chan struct{}, 1), cpu: threadCPU, pause: sleep}
+		if w.cpu != nil {
+			y.cpu, y.pause = w.cpu, w.pause
+		}
 		w.yield.Store(y)
 		yctx = context.WithValue(ctx, yielderKey{}, y)
 	}
@@ -372,7 +380,8 @@ type batchFile struct {
 // While requests are served the batch takes the one lane (yielder) for
 // all of it, so that a warm-up then has one batch in flight.
 func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile) {
-	release, err := yielderFrom(yctx).wait(ctx)
+	y := yielderFrom(yctx)
+	release, held, err := y.wait(ctx)
 	if err != nil {
 		for i := range batch {
 			batch[i].err = err
@@ -380,6 +389,18 @@ func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile) {
 		return
 	}
 	defer release()
+	if held && y.cpu != nil {
+		// Requests are served: the batch pays for the CPU it takes with a
+		// pause, lane held, of busyPause times it, so that a warm-up takes
+		// at most 1/(1+busyPause) of a core from them. Its waits for the
+		// disk cost no CPU, so they earn no pause: the disk is not left
+		// idle for them. The thread is locked so that its CPU clock is
+		// the batch's.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		start := y.cpu()
+		defer func() { y.pause(ctx, busyPause*(y.cpu()-start)) }()
+	}
 	files := make([]*os.File, len(batch))
 	for i := range batch {
 		files[i], batch[i].n, batch[i].err = openPrefetched(batch[i].path, batch[i].n)
@@ -436,7 +457,7 @@ func readPrefix(ctx context.Context, f *os.File, n int64, readAt ReaderAt) (int6
 		}
 		chunk := buf[:min(int64(len(buf)), n-done)]
 		// Each read waits its turn while requests are being served.
-		release, err := yielderFrom(ctx).wait(ctx)
+		release, _, err := yielderFrom(ctx).wait(ctx)
 		if err != nil {
 			return done, err
 		}

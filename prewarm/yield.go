@@ -20,6 +20,30 @@ type yielder struct {
 	lane chan struct{} // capacity 1
 	// waiting counts the reads held back now.
 	waiting atomic.Int32
+	// cpu is the calling thread's CPU clock, nil where there is none;
+	// pause waits, or returns early when ctx ends. A batch of small files
+	// read while requests are served pauses for busyPause times the CPU
+	// it took (warmBatch).
+	cpu   func() time.Duration
+	pause func(context.Context, time.Duration)
+}
+
+// busyPause is how long, in CPU time taken, a batch read while requests
+// are served holds the lane idle after it: a warm-up takes at most a
+// quarter of a core from the requests, and all the disk time they leave.
+const busyPause = 3
+
+// sleep waits for d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // yielderKey carries a Warmer's yielder to readPrefix, which reads each
@@ -38,10 +62,11 @@ func noRelease() {}
 func (y *yielder) leave() { <-y.lane }
 
 // wait returns when a read may start, with the func to call when it is
-// done, or ctx's error if ctx ends first.
-func (y *yielder) wait(ctx context.Context) (release func(), err error) {
+// done, or ctx's error if ctx ends first; held says the read holds the
+// lane (requests are being served).
+func (y *yielder) wait(ctx context.Context) (release func(), held bool, err error) {
 	if y == nil || !y.busy() {
-		return noRelease, ctx.Err()
+		return noRelease, false, ctx.Err()
 	}
 	y.waiting.Add(1)
 	defer y.waiting.Add(-1)
@@ -50,12 +75,12 @@ func (y *yielder) wait(ctx context.Context) (release func(), err error) {
 	for {
 		select {
 		case y.lane <- struct{}{}:
-			return y.leave, nil
+			return y.leave, true, nil
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, false, ctx.Err()
 		case <-tick.C:
 			if !y.busy() {
-				return noRelease, nil
+				return noRelease, false, nil
 			}
 		}
 	}

@@ -150,3 +150,60 @@ func TestWarmUpYieldsToRequests(t *testing.T) {
 		t.Errorf("%d files warmed, want all %d once the requests stopped", p.Files, files)
 	}
 }
+
+// TestBusyBatchesPauseForTheirCPU: while requests are served, a batch
+// holds the lane after it for busyPause times the CPU it took, and only
+// the CPU (its waits for the disk earn no pause); with no request being
+// served, no batch pauses. The CPU clock and the pause are the test's:
+// each file's readahead "takes" 1 ms of CPU, each wait for its data none.
+func TestBusyBatchesPauseForTheirCPU(t *testing.T) {
+	const workers, batches = 3, 4
+	dir := t.TempDir()
+	var targets []Target
+	for i := range batches * prefetchBatch {
+		p := filepath.Join(dir, fmt.Sprintf("f%03d", i))
+		os.WriteFile(p, make([]byte, 8<<10), 0o644)
+		targets = append(targets, Target{Path: p, Size: 8 << 10})
+	}
+	for _, busy := range []bool{false, true} {
+		var mu sync.Mutex
+		var clock time.Duration
+		var pauses []time.Duration
+		var lanePaused []bool
+		w := &Warmer{Workers: workers, Busy: func() bool { return busy }}
+		w.prefetched = func(string) { mu.Lock(); clock += time.Millisecond; mu.Unlock() }
+		w.verify = func(_ context.Context, f *os.File, n int64) (int64, error) { f.Close(); return n, nil }
+		w.cpu = func() time.Duration { mu.Lock(); defer mu.Unlock(); return clock }
+		w.pause = func(_ context.Context, d time.Duration) {
+			y := w.yield.Load()
+			mu.Lock()
+			defer mu.Unlock()
+			pauses = append(pauses, d)
+			lanePaused = append(lanePaused, len(y.lane) == 1)
+		}
+		p, err := w.Run(context.Background(), targets)
+		if err != nil || p.Files != int64(len(targets)) {
+			t.Fatalf("busy %v: %d files, %v", busy, p.Files, err)
+		}
+		t.Logf("busy %v: pauses %v", busy, pauses)
+		if !busy {
+			if len(pauses) != 0 {
+				t.Errorf("with no request served, %d batches paused", len(pauses))
+			}
+			continue
+		}
+		if len(pauses) != batches {
+			t.Fatalf("%d pauses for %d batches read while requests were served", len(pauses), batches)
+		}
+		for i, d := range pauses {
+			// One batch at a time holds the lane, so the clock advanced by
+			// its own files only.
+			if want := busyPause * prefetchBatch * time.Millisecond; d != want {
+				t.Errorf("pause %d: %v, want %d × the batch's %v of CPU", i, d, busyPause, prefetchBatch*time.Millisecond)
+			}
+			if !lanePaused[i] {
+				t.Errorf("pause %d let go of the lane: another batch could run during it", i)
+			}
+		}
+	}
+}
