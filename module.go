@@ -166,10 +166,7 @@ type FlashServe struct {
 	// The most bytes one sendfile turn sends before the connection lets
 	// others have their turn, as nginx's sendfile_max_chunk. The
 	// write-idle deadline is renewed within a turn, after every sendfile
-	// call that made progress. A turn is sent in calls of at most 2 MiB;
-	// each call over pages known to be in the page cache is followed by
-	// a yield to the network poller, so that other connections are
-	// answered between two of them whatever the turn.
+	// call that made progress.
 	// Default: 2 MiB.
 	SendfileMaxChunk int `json:"sendfile_max_chunk,omitempty"`
 

@@ -138,7 +138,7 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 				var n int64
 				if sendfile {
 					var zeroCopy bool
-					n, zeroCopy, err = s.sendFile(w, r, src, off, resident, true)
+					n, zeroCopy, err = s.sendFile(w, r, src, off, resident)
 					if zeroCopy {
 						sent[EngineSendfile] += n
 					} else {

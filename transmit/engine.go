@@ -37,11 +37,6 @@ type Stats struct {
 	// SendfileBytes and SendfileCalls count what the listener wrapper's
 	// connections sent with sendfile(2), and in how many calls.
 	SendfileBytes, SendfileCalls int64
-	// SendfileRawCalls counts, as SendfileCalls does, the sendfile calls
-	// made raw, without the scheduler's system-call bookkeeping, because
-	// their pages were known to be in the page cache; tests see which
-	// calls were.
-	SendfileRawCalls int64
 	// SendfileFallbacks counts ReadFrom calls on a wrapped connection that
 	// were not a flash_serve body, or not a file, and were copied.
 	SendfileFallbacks int64
@@ -60,7 +55,7 @@ type Stats struct {
 // stats are the counters behind Snapshot: atomics, because every body
 // updates them.
 var stats struct {
-	sendfileBytes, sendfileCalls, sendfileRawCalls, fallbacks, refused, ringFallbacks, residencyProbes atomic.Int64
+	sendfileBytes, sendfileCalls, fallbacks, refused, ringFallbacks, residencyProbes atomic.Int64
 }
 
 // Snapshot reads the counters now.
@@ -68,7 +63,6 @@ func Snapshot() Stats {
 	return Stats{
 		SendfileBytes:     stats.sendfileBytes.Load(),
 		SendfileCalls:     stats.sendfileCalls.Load(),
-		SendfileRawCalls:  stats.sendfileRawCalls.Load(),
 		SendfileFallbacks: stats.fallbacks.Load(),
 		SendfileRefused:   stats.refused.Load(),
 		RingFallbacks:     stats.ringFallbacks.Load(),

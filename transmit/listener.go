@@ -40,7 +40,6 @@ func (ListenerWrapper) CaddyModule() caddy.ModuleInfo {
 
 // WrapListener implements caddy.ListenerWrapper.
 func (ListenerWrapper) WrapListener(ln net.Listener) net.Listener {
-	prepareConns()
 	return &listener{Listener: ln}
 }
 

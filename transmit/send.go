@@ -42,11 +42,8 @@ type Body interface {
 	// MincoreTrusted reports whether mincore(2) tells this process the
 	// truth about the file's pages (it owns the file or may write it).
 	MincoreTrusted() bool
-	// MarkResident records that the whole file is in the page cache now,
-	// and RecentlyResident whether it was seen whole there within the
-	// last second.
+	// MarkResident records that the whole file is in the page cache now.
 	MarkResident()
-	RecentlyResident() bool
 }
 
 // Transfer is one response body on its way out, over the Send calls of
@@ -107,7 +104,7 @@ func (s *Sender) Send(w http.ResponseWriter, r *http.Request, body Body, t *Tran
 		return s.sendThroughRing(w, r, body, t, start, length)
 	case EngineSendfile:
 		var zeroCopy bool
-		n, zeroCopy, err = s.sendFile(w, r, body, start, length, body.RecentlyResident())
+		n, zeroCopy, err = s.sendFile(w, r, body, start, length)
 		if !zeroCopy {
 			t.Engine = EngineCopy
 		}
@@ -163,15 +160,13 @@ const sniffLen = 512
 
 // sendFile hands the body down the writer chain, which must have
 // ReadFrom (canSendfile), as a *fileSource: the listener wrapper's
-// connection sends it with sendfile. resident says that the bytes were
-// just seen in the page cache (the connection's calls may then be raw:
-// residency). It reports whether the bytes really went with sendfile.
-func (s *Sender) sendFile(w http.ResponseWriter, r *http.Request, body Body, start, length int64, resident bool) (int64, bool, error) {
+// connection sends it with sendfile. It reports whether the bytes really
+// went with sendfile.
+func (s *Sender) sendFile(w http.ResponseWriter, r *http.Request, body Body, start, length int64) (int64, bool, error) {
 	rf := w.(io.ReaderFrom)
 	file := body.File()
 	src := sourcePool.Get().(*fileSource)
-	*src = fileSource{File: file, FD: body.FD(), Off: start, N: length, Head: body.Head(),
-		Res: newResidency(body, start+length, resident)}
+	*src = fileSource{File: file, FD: body.FD(), Off: start, N: length, Head: body.Head()}
 	defer func() {
 		*src = fileSource{}
 		sourcePool.Put(src)

@@ -15,18 +15,17 @@ import (
 // reviewBody is a Body over one open file, for Send's own tests.
 type reviewBody struct{ f *os.File }
 
-func (b reviewBody) File() *os.File         { return b.f }
-func (b reviewBody) FD() int                { return int(b.f.Fd()) }
-func (b reviewBody) Size() int64            { fi, _ := b.f.Stat(); return fi.Size() }
-func (b reviewBody) Data() []byte           { return nil }
-func (b reviewBody) Head() []byte           { return nil }
-func (b reviewBody) Hold()                  {}
-func (b reviewBody) Release()               {}
-func (b reviewBody) FileID() uint64         { return 0 }
-func (b reviewBody) NoBlockDevice() bool    { return false }
-func (b reviewBody) MincoreTrusted() bool   { return true }
-func (b reviewBody) MarkResident()          {}
-func (b reviewBody) RecentlyResident() bool { return false }
+func (b reviewBody) File() *os.File       { return b.f }
+func (b reviewBody) FD() int              { return int(b.f.Fd()) }
+func (b reviewBody) Size() int64          { fi, _ := b.f.Stat(); return fi.Size() }
+func (b reviewBody) Data() []byte         { return nil }
+func (b reviewBody) Head() []byte         { return nil }
+func (b reviewBody) Hold()                {}
+func (b reviewBody) Release()             {}
+func (b reviewBody) FileID() uint64       { return 0 }
+func (b reviewBody) NoBlockDevice() bool  { return false }
+func (b reviewBody) MincoreTrusted() bool { return true }
+func (b reviewBody) MarkResident()        {}
 
 // TestRingSendTruncatedAndFailing: through the ring's engine, plain and
 // file_server-shaped, a file cut short under the transfer ends the body

@@ -14,5 +14,3 @@ func newConn(tc *net.TCPConn) net.Conn { return tc }
 func (c *conn) sendfile(*fileSource, int64, *renewer) (int64, error) {
 	return 0, errors.New("sendfile is not supported on this OS")
 }
-
-func prepareConns() {}

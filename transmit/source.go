@@ -49,11 +49,6 @@ type fileSource struct {
 	// The wrapped connection's sendfile and copy do not count against it.
 	ReadTurn int64
 	turnLeft int64
-
-	// Res is what is known of the body's pages in the page cache: the
-	// wrapped connection makes its sendfile calls raw where they are
-	// known resident (see residency).
-	Res residency
 }
 
 // idlePolicy is Caddy's write-idle deadline for one response
