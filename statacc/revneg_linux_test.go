@@ -1,0 +1,565 @@
+//go:build linux && !flashserve_portable
+
+package statacc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// openCounter counts the opens of the files of one directory, as the
+// kernel reports them (inotify's IN_OPEN on the directory).
+type openCounter struct {
+	fd int
+}
+
+func countOpens(t *testing.T, dir string) *openCounter {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	// IN_CLOSE too: the kernel merges an event identical to the last one
+	// queued, so two opens in a row with only IN_OPEN watched would count
+	// once.
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_OPEN|unix.IN_CLOSE); err != nil {
+		t.Fatal(err)
+	}
+	return &openCounter{fd: fd}
+}
+
+// opens returns how many times name was opened since the last call. The
+// kernel queues the event during the open itself, so every open made
+// before the call is counted.
+func (o *openCounter) opens(t *testing.T, name string) int {
+	t.Helper()
+	n := 0
+	buf := make([]byte, 64<<10)
+	for {
+		got, err := unix.Read(o.fd, buf)
+		if errors.Is(err, unix.EAGAIN) {
+			return n
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= got; {
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			raw := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
+			off += unix.SizeofInotifyEvent + int(ev.Len)
+			if ev.Mask&unix.IN_OPEN != 0 && ev.Mask&unix.IN_ISDIR == 0 && cString(raw) == name {
+				n++
+			}
+		}
+	}
+}
+
+func cString(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}
+
+// TestExistingFileMissOpensOnceWithNegativesOff: with negative caching
+// off (negative_cache 0), the first lookup of a file that exists opens it
+// once, as it did before the negative cache's probe (#16 item 1, "a miss
+// that costs one open"). The probe that answers first misses of a full
+// cache without the watcher runs for every miss when negatives are off
+// (negativesFull is true), so an existing file is opened by the probe,
+// closed, and opened again by the lookup proper.
+func TestExistingFileMissOpensOnceWithNegativesOff(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "page.html")
+	write(t, p, "hello")
+	c := New(Options{Workers: 2, NegativeEntries: -1, Revalidate: time.Hour})
+	defer c.Close()
+	oc := countOpens(t, dir)
+	if got := describe(t, c, p); got != "5:hello" {
+		t.Fatalf("%q", got)
+	}
+	if n := oc.opens(t, "page.html"); n != 1 {
+		t.Errorf("the first lookup of an existing file opened it %d times, want 1", n)
+	}
+}
+
+// TestExistingFileMissOpensOnceWhenNegativesFull: once the negative cache
+// is full (a scanner filled it), the first lookup of a file that exists
+// still opens it once. The probe that keeps a scanner's paths out of the
+// watcher opens it first, finds it, closes it, and the lookup opens it
+// again: every cold hit costs two opens for as long as the negative cache
+// stays full.
+func TestExistingFileMissOpensOnceWhenNegativesFull(t *testing.T) {
+	root := t.TempDir()
+	c, _ := fullNegativeCache(t, root, 100)
+	dir := filepath.Join(root, "site")
+	p := filepath.Join(dir, "page.html")
+	write(t, p, "hello")
+	oc := countOpens(t, dir)
+	if got := describe(t, c, p); got != "5:hello" {
+		t.Fatalf("%q", got)
+	}
+	if n := oc.opens(t, "page.html"); n != 1 {
+		t.Errorf("the first lookup of an existing file in a cache whose negatives are full opened it %d times, want 1", n)
+	}
+}
+
+// TestHugeBoundsDoNotCompactEveryAdd: a bound set very large (a user's
+// "unlimited", negative_cache 9223372036854775807, which Validate
+// accepts) must not make the clock compact its ring on every admission.
+// 2*bound+64 overflows to 62, so every ringAdd past 62 entries walks the
+// whole ring (and resets its hand): quadratic in the number of entries.
+func TestHugeBoundsDoNotCompactEveryAdd(t *testing.T) {
+	dir := t.TempDir()
+	c := New(Options{Workers: 2, NegativeEntries: math.MaxInt, Revalidate: time.Hour})
+	defer c.Close()
+	lookMissing(t, c, missingPaths(dir, "m", 200))
+	c.negs.mu.Lock()
+	c.negs.hand = 100 // a mark: a compaction resets the hand to 0
+	c.negs.mu.Unlock()
+	lookMissing(t, c, missingPaths(dir, "one-more", 1))
+	c.negs.mu.Lock()
+	hand, n := c.negs.hand, len(c.negs.ring)
+	c.negs.mu.Unlock()
+	if hand != 100 {
+		t.Errorf("admitting one negative entry into a ring of %d live ones, far below its bound, compacted it (hand %d)", n, hand)
+	}
+}
+
+// TestNegativeHeapAfterChurnStaysAsDocumented: the README and the option's
+// doc say a negative entry costs about 450 B of heap plus its path, 35 MiB
+// at the default. Negatives churn: every one expires after revalidate and
+// the janitor drops it, files appear where negatives were, Purge. The
+// dropped entries stay referenced by the negative clock's ring until it
+// is compacted past 2*bound+64 entries, so a cache refilled once after
+// its negatives were dropped holds the heap of twice its entries.
+func TestNegativeHeapAfterChurnStaysAsDocumented(t *testing.T) {
+	const n = 2000
+	dir := t.TempDir()
+	c := New(Options{Workers: 2, NegativeEntries: n, Revalidate: time.Hour})
+	defer c.Close()
+	describe(t, c, filepath.Join(dir, "warm-up"))
+	c.Purge(dir, true)
+	first := missingPaths(dir, "first", n)
+	second := missingPaths(dir, "second", n)
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	base := heap()
+	lookMissing(t, c, first)
+	fresh := float64(heap()-base) / n
+	// What the janitor does to every negative after revalidate.
+	if got := c.Purge(dir, true); got != n {
+		t.Fatalf("purged %d, want %d", got, n)
+	}
+	first = nil
+	lookMissing(t, c, second)
+	if got := c.counts.NegativeCount.Load(); got != n {
+		t.Fatalf("%d negative entries, want %d", got, n)
+	}
+	churned := float64(heap()-base) / n
+	c.negs.mu.Lock()
+	ring := len(c.negs.ring)
+	c.negs.mu.Unlock()
+	t.Logf("heap per cached negative entry (path included): fresh %.0f B, after one refill %.0f B; ring %d for %d entries", fresh, churned, ring, n)
+	if churned > 1.25*fresh {
+		t.Errorf("after one refill a cached negative entry costs %.0f B of heap, %.1fx the %.0f B of a fresh cache: dropped entries are kept by the ring", churned, churned/fresh, fresh)
+	}
+}
+
+// --- Scenarios that hold on main (kept as regression tests). ---
+
+// TestFirstMissWhenFullSeesChangesAtOnce: a path whose only trace is the
+// doorkeeper (its first miss in a full cache) is looked up again by its
+// next request, so a file created, renamed into place, a `current` link
+// swapped or a parent directory made is served at once; once admitted (a
+// second miss) it is seen as soon as inotify tells.
+func TestFirstMissWhenFullSeesChangesAtOnce(t *testing.T) {
+	delays := newChangeDelays(t)
+	root := t.TempDir()
+	c, _ := fullNegativeCache(t, root, 100)
+	write(t, filepath.Join(root, "release-1/keep"), "1")
+	write(t, filepath.Join(root, "release-2/new.html"), "two")
+	if err := os.Symlink("release-1", filepath.Join(root, "current")); err != nil {
+		t.Fatal(err)
+	}
+	type step struct {
+		name, path, want string
+		apply            func()
+	}
+	steps := []step{
+		{"created", filepath.Join(root, "created.txt"), "3:new", func() { write(t, filepath.Join(root, "created.txt"), "new") }},
+		{"renamed into place", filepath.Join(root, "renamed.txt"), "4:move", func() {
+			write(t, filepath.Join(root, ".tmp-renamed"), "move")
+			mustRename(t, filepath.Join(root, ".tmp-renamed"), filepath.Join(root, "renamed.txt"))
+		}},
+		{"current swapped", filepath.Join(root, "current/new.html"), "3:two", func() { symlinkSwap(t, root, "current", "release-2") }},
+		{"parent made", filepath.Join(root, "later/sub/x.txt"), "1:x", func() { write(t, filepath.Join(root, "later/sub/x.txt"), "x") }},
+	}
+	for _, admitted := range []bool{false, true} {
+		for _, s := range steps {
+			p := s.path
+			if admitted {
+				p = filepath.Join(filepath.Dir(s.path), "a-"+filepath.Base(s.path))
+				if s.name == "current swapped" {
+					symlinkSwap(t, root, "current", "release-1")
+					write(t, filepath.Join(root, "release-2", filepath.Base(p)), "two")
+				}
+			}
+			lookMissing(t, c, []string{p})
+			if admitted {
+				for c.counts.NegativeCount.Load() < 100 {
+					lookMissing(t, c, missingPaths(root, fmt.Sprintf("fill-%d", time.Now().UnixNano()), 1))
+				}
+				lookMissing(t, c, []string{p, p})
+				if got := watchedHit(t, c, p); got != "missing" {
+					t.Fatalf("%s: %q", p, got)
+				}
+			}
+			changed := time.Now()
+			switch {
+			case !admitted:
+				s.apply()
+			case s.name == "current swapped":
+				symlinkSwap(t, root, "current", "release-2")
+			default:
+				write(t, p, s.want[len("N:"):])
+			}
+			took := delays.seen(t, c, changed, p, s.want)
+			t.Logf("%s (admitted %v): seen after %v", s.name, admitted, took)
+		}
+	}
+}
+
+// errClass names what a server answers for a lookup error.
+func errClass(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case IsRefused(err):
+		return "refused"
+	case errors.Is(err, syscall.ENOTDIR):
+		return "enotdir"
+	case errors.Is(err, fs.ErrNotExist):
+		return "missing"
+	case errors.Is(err, fs.ErrPermission):
+		return "permission"
+	}
+	return "other: " + err.Error()
+}
+
+// TestFirstMissWhenFullAnswersAsACacheWithRoom: the probe that answers a
+// first miss in a full cache gives the same answer as a lookup in a cache
+// with room, in every confinement: missing, ENOTDIR below a file,
+// refusals of deny and beneath, on both its first and its second miss.
+func TestFirstMissWhenFullAnswersAsACacheWithRoom(t *testing.T) {
+	root := t.TempDir()
+	site := filepath.Join(root, "site")
+	write(t, filepath.Join(site, "file.txt"), "f")
+	write(t, filepath.Join(root, "outside/secret"), "s")
+	os.Symlink("file.txt", filepath.Join(site, "rel-link"))
+	os.Symlink(filepath.Join(root, "outside"), filepath.Join(site, "abs-out"))
+	os.Symlink("../outside", filepath.Join(site, "rel-out"))
+	paths := []string{"nope", "file.txt/x", "file.txt/x/y", "rel-link", "rel-link/x", "abs-out/secret", "abs-out/none", "rel-out/secret", "rel-out/none", "no-dir/x"}
+	full, _ := fullNegativeCache(t, filepath.Join(root, "elsewhere"), 50)
+	for _, mode := range []Symlinks{SymlinksFollow, SymlinksDeny, SymlinksBeneath} {
+		room := New(Options{Workers: 2, Revalidate: time.Hour})
+		for _, rel := range paths {
+			p := filepath.Join(site, rel)
+			_, werr := room.GetConfined(context.Background(), site, mode, p)
+			want := errClass(werr)
+			for i := range 3 {
+				e, err := full.GetConfined(context.Background(), site, mode, p)
+				if e != nil {
+					e.Release()
+				}
+				if got := errClass(err); got != want {
+					t.Errorf("%v %s, lookup %d in a full cache: %s, a cache with room says %s", mode, rel, i+1, got, want)
+				}
+			}
+		}
+		room.Close()
+	}
+}
+
+// TestFullNegativeCacheCountsStayConsistent: concurrent first and second
+// misses of a full negative cache, hits, Purges, files appearing and
+// going and canceled waiters leave the counters equal to what the cache
+// holds, the rings within their bound and every cached negative on its
+// clock, under -race.
+func TestFullNegativeCacheCountsStayConsistent(t *testing.T) {
+	const bound = 64
+	root := t.TempDir()
+	c := New(Options{Workers: 2, NegativeEntries: bound, Revalidate: time.Hour, queueLength: 4096})
+	defer c.Close()
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// A few paths asked often (admitted), many once (a scanner).
+				p := filepath.Join(root, fmt.Sprintf("d%d", i%3), "hot-"+strconv.Itoa(i%40))
+				if i%2 == 1 {
+					p = filepath.Join(root, fmt.Sprintf("d%d", i%3), fmt.Sprintf("scan-%d-%d", g, i))
+				}
+				ctx := context.Background()
+				if i%7 == 0 {
+					cctx, cancel := context.WithCancel(ctx)
+					cancel()
+					ctx = cctx
+				}
+				if e, err := c.Get(ctx, p); err == nil {
+					e.Release()
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			p := filepath.Join(root, fmt.Sprintf("d%d", i%3), "hot-"+strconv.Itoa(i%40))
+			switch i % 4 {
+			case 0:
+				write(t, p, "x")
+			case 1:
+				os.Remove(p)
+			case 2:
+				c.Purge(filepath.Join(root, fmt.Sprintf("d%d", i%3)), true)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	// Quiesce: the events of the last changes are read.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		negs, inRing := 0, 0
+		c.entries.Range(func(_, v any) bool {
+			if v.(*Entry).err != nil {
+				negs++
+			}
+			return true
+		})
+		c.negs.mu.Lock()
+		ringLen := len(c.negs.ring)
+		live := map[*Entry]bool{}
+		for _, e := range c.negs.ring {
+			if !e.gone.Load() {
+				inRing++
+				if live[e] {
+					t.Errorf("%s is twice on the clock", e.path)
+				}
+				live[e] = true
+			}
+		}
+		c.negs.mu.Unlock()
+		count := c.counts.NegativeCount.Load()
+		if int64(negs) == count && inRing == negs {
+			t.Logf("%d negative entries, %d on a ring of %d; %d evictions, %d negative hits", negs, inRing, ringLen, c.counts.NegativeEvictions.Load(), c.counts.NegativeHits.Load())
+			if ringLen > 2*bound+64 {
+				t.Errorf("ring of %d entries for a bound of %d", ringLen, bound)
+			}
+			if negs > bound+8 {
+				t.Errorf("%d negative entries for a bound of %d", negs, bound)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("counter says %d negative entries, the map holds %d, the ring %d live", count, negs, inRing)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.Purge(root, true)
+	if got := c.counts.NegativeCount.Load(); got != 0 {
+		t.Errorf("%d negative entries counted after purging everything", got)
+	}
+}
+
+// TestModTimeAndValidatorsAsFileServer: the compacted mtime (seconds and
+// nanoseconds) gives the same ModTime, ETag and Last-Modified as
+// file_server computes from the FileInfo, for nanoseconds, times before
+// 1970, far in the future, and the useless epoch ones.
+func TestModTimeAndValidatorsAsFileServer(t *testing.T) {
+	dir := t.TempDir()
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	defer c.Close()
+	times := []time.Time{
+		time.Unix(1700000000, 123456789),
+		time.Unix(1700000000, 0),
+		time.Unix(1700000000, 999999999),
+		time.Unix(-1, 0),
+		time.Unix(-1, 500000000),
+		time.Unix(-86400*365*60, 1),
+		time.Unix(-(1 << 31), 0),
+		time.Unix(0, 0),
+		time.Unix(0, 1),
+		time.Unix(1, 0),
+		time.Unix(1, 999999999),
+		time.Unix(2, 0),
+		time.Date(2262, 4, 11, 23, 47, 16, 854775807, time.UTC),
+		time.Date(2400, 1, 1, 0, 0, 0, 5, time.UTC),
+		time.Date(2446, 5, 10, 22, 38, 55, 0, time.UTC),
+	}
+	for i, mt := range times {
+		p := filepath.Join(dir, fmt.Sprintf("f%02d.txt", i))
+		write(t, p, "content")
+		if err := os.Chtimes(p, mt, mt); err != nil {
+			t.Fatal(err)
+		}
+		info, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := info.ModTime()
+		wantETag, wantLM, wantMod := "", "", time.Time{}
+		if u := ref.Unix(); u != 0 && u != 1 {
+			wantETag = `"` + strconv.FormatInt(ref.UnixNano(), 36) + "-" + strconv.FormatInt(info.Size(), 36) + `"`
+			wantLM = ref.UTC().Format(http.TimeFormat)
+			wantMod = ref
+		}
+		e, err := c.Get(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.ETag() != wantETag || e.LastModified() != wantLM || !e.ModTime().Equal(wantMod) || e.ModTime().IsZero() != wantMod.IsZero() || e.Length() != "7" {
+			t.Errorf("mtime %v (stat %v): ETag %q LM %q ModTime %v Length %q; want %q %q %v 7",
+				mt, ref, e.ETag(), e.LastModified(), e.ModTime(), e.Length(), wantETag, wantLM, wantMod)
+		}
+		e.Release()
+	}
+}
+
+// TestMergedFirstMissesWhenFull: misses of one path merged into one call
+// while the negative cache is full, queued behind busy slots (so the call
+// goes to a worker and its channel is made by the waiters), some of them
+// with contexts that end while they wait: every waiter is woken with the
+// answer or its context's error, and the call leaves nothing behind.
+func TestMergedFirstMissesWhenFull(t *testing.T) {
+	root := t.TempDir()
+	c, _ := fullNegativeCache(t, filepath.Join(root, "kept"), 50)
+	for round := range 20 {
+		p := filepath.Join(root, fmt.Sprintf("merged-%d", round))
+		release := holdSlots(c)
+		var wg sync.WaitGroup
+		errs := make([]error, 16)
+		ctxs := make([]context.CancelFunc, 16)
+		for i := range errs {
+			ctx, cancel := context.WithCancel(context.Background())
+			ctxs[i] = cancel
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = c.Get(ctx, p)
+			}()
+		}
+		waitFor := time.Now().Add(5 * time.Second)
+		for c.counts.Misses.Load()+c.counts.Merged.Load() < int64(50+16*(round+1)) && time.Now().Before(waitFor) {
+			time.Sleep(time.Millisecond)
+		}
+		for i := 0; i < 16; i += 3 {
+			ctxs[i]()
+		}
+		release()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: waiters not woken", round)
+		}
+		for i, err := range errs {
+			if !errors.Is(err, fs.ErrNotExist) && !(i%3 == 0 && errors.Is(err, context.Canceled)) {
+				t.Errorf("round %d waiter %d: %v", round, i, err)
+			}
+		}
+		for _, cancel := range ctxs {
+			cancel()
+		}
+	}
+	c.mu.Lock()
+	left := len(c.inflight)
+	c.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d calls left in flight", left)
+	}
+}
+
+// TestScannerInFullCacheGrowsNothing: a scanner of many distinct missing
+// paths in a full negative cache, in many directories, leaves the
+// negative clock, the doorkeeper and the watcher as they were: nothing
+// per scanned path is kept.
+func TestScannerInFullCacheGrowsNothing(t *testing.T) {
+	root := t.TempDir()
+	c, kept := fullNegativeCache(t, root, 100)
+	lookMissing(t, c, missingPaths(filepath.Join(root, "warm"), "w", 1)) // makes the doorkeeper
+	slots := len(c.door().slots)
+	nodes := c.counts.WatchNodes.Load()
+	for d := range 20 {
+		lookMissing(t, c, missingPaths(filepath.Join(root, fmt.Sprintf("scan-%02d", d)), "s", 1000))
+	}
+	c.negs.mu.Lock()
+	ring := len(c.negs.ring)
+	c.negs.mu.Unlock()
+	if ring > 2*100+64 || c.counts.NegativeCount.Load() != 100 || len(c.door().slots) != slots || c.counts.WatchNodes.Load() != nodes {
+		t.Errorf("after 20,000 scanned paths: ring %d, %d negatives, doorkeeper %d slots (%d before), %d watcher nodes (%d before)",
+			ring, c.counts.NegativeCount.Load(), len(c.door().slots), slots, c.counts.WatchNodes.Load(), nodes)
+	}
+	if got := negativeHitsOf(t, c, kept); got != int64(len(kept)) {
+		t.Errorf("%d of %d kept paths are still hits", got, len(kept))
+	}
+}
+
+// TestNegativeHitAllocatesNothing: a negative hit in a full cache
+// allocates nothing and makes no system call (it is answered from the
+// entry: the hit counter moves, the miss counter does not).
+func TestNegativeHitAllocatesNothing(t *testing.T) {
+	root := t.TempDir()
+	c, kept := fullNegativeCache(t, root, 100)
+	ctx := context.Background()
+	misses := c.counts.Misses.Load()
+	allocs := testing.AllocsPerRun(1000, func() {
+		if _, err := c.Get(ctx, kept[7]); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 || c.counts.Misses.Load() != misses {
+		t.Errorf("a negative hit: %.1f allocations, %d misses", allocs, c.counts.Misses.Load()-misses)
+	}
+}
