@@ -563,3 +563,68 @@ func TestNegativeHitAllocatesNothing(t *testing.T) {
 		t.Errorf("a negative hit: %.1f allocations, %d misses", allocs, c.counts.Misses.Load()-misses)
 	}
 }
+
+// TestDroppedSmallFilesFreeTheirBodies: the bodies of small files kept in
+// memory count against memory_cache's budget while their entries are
+// cached; once the entries are dropped (Purge here; the janitor drops
+// every entry after revalidate, an event drops a changed file's), the
+// budget's counter says they are free, and the heap must free them too.
+// The descriptors' clock keeps the dropped entries (and so their bodies)
+// until it grows past 2*max_open_files+64: with the default max_open_files
+// of up to 262,144, up to half a million bodies of up to 3 KiB (1.5 GiB)
+// beyond a 64 MiB budget.
+func TestDroppedSmallFilesFreeTheirBodies(t *testing.T) {
+	// Bodies larger than the default 3 KiB, so that what the cache's
+	// structures keep beyond the bodies (the map, the hot set) is small
+	// beside them.
+	const files, size = 300, 32 << 10
+	root := t.TempDir()
+	body := make([]byte, size)
+	paths := make([]string, files)
+	for i := range paths {
+		paths[i] = filepath.Join(root, fmt.Sprintf("f%04d.txt", i))
+		if err := os.WriteFile(paths[i], body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := New(Options{Workers: 2, MaxOpenFiles: 1000, MemoryMaxFile: size, Revalidate: time.Hour})
+	defer c.Close()
+	describe(t, c, filepath.Join(root, "warm-up"))
+	heap := func() int64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
+	}
+	base := heap()
+	ctx := context.Background()
+	for round := range 3 {
+		for _, p := range paths {
+			e, err := c.Get(ctx, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Data() == nil {
+				t.Fatalf("%s: not kept in memory", p)
+			}
+			e.Release()
+		}
+		if got := c.counts.MemoryBytes.Load(); got != files*size {
+			t.Fatalf("round %d: %d bytes in memory, want %d", round, got, files*size)
+		}
+		c.Purge(root, true)
+	}
+	held := heap() - base
+	c.fds.mu.Lock()
+	ring := len(c.fds.ring)
+	c.fds.mu.Unlock()
+	t.Logf("after dropping everything: memory_bytes %d, heap %d B above the empty cache's, descriptors' ring %d entries",
+		c.counts.MemoryBytes.Load(), held, ring)
+	if c.counts.MemoryBytes.Load() != 0 {
+		t.Errorf("memory_bytes %d with nothing cached", c.counts.MemoryBytes.Load())
+	}
+	if held > files*size/4 {
+		t.Errorf("nothing is cached, yet %d B of heap are held (the bodies of %d files are %d B): dropped entries are kept by the ring", held, files, files*size)
+	}
+}
