@@ -564,19 +564,33 @@ func (c *Cache) worker() {
 // resolve stats and opens path and caches the result. It always returns
 // an entry: a negative one holds the error.
 func (c *Cache) resolve(key lookupKey) *Entry {
-	if c.negativesFull() {
-		if e := c.probeMissing(key); e != nil {
-			return e
+	dir := filepath.Dir(key.path)
+	admit := admitAsk
+	var ticket watchTicket
+	entered := false
+	if c.opts.NegativeEntries >= 0 && c.negativesFull() {
+		// With negative caching off there is nothing to keep out, and no
+		// probe: a miss is one open, as before the negative cache.
+		admit = admitNo
+		if c.keepsNegative(key.path) {
+			admit = admitYes
+		} else if ticket, entered = c.watch.enterSettled(dir); !entered {
+			// A negative answer would not be kept, and entering the
+			// watcher would make nodes and watches for it: open first.
+			if e := c.probeMissing(key, dir); e != nil {
+				return e
+			}
 		}
 	}
 	// Watch every directory on the way before the stat, so that a change
 	// after it is an event for the entry.
-	dir := filepath.Dir(key.path)
-	ticket := c.watch.enter(dir)
+	if !entered {
+		ticket = c.watch.enter(dir)
+	}
 	c.watch.learnFS(ticket, dir)
 	// The age counts from before the stat: what it saw may be that old.
 	checked := nanotime()
-	return c.record(key, ticket, checked, c.load(key, ticket.watched))
+	return c.record(key, ticket, checked, c.load(key, ticket.watched), admit, false)
 }
 
 // resolveCached resolves a miss without waiting for a disk, or returns
@@ -601,20 +615,34 @@ func (c *Cache) resolveCached(key lookupKey) *Entry {
 		return nil
 	}
 	c.counts.CachedLookups.Add(1)
-	return c.record(key, ticket, checked, c.build(key.path, info, f, err, ticket.watched, false))
+	return c.record(key, ticket, checked, c.build(key.path, info, f, err, ticket.watched, false), admitAsk, false)
 }
+
+// admission says whether record keeps a negative answer: as keepsNegative
+// says, or as the caller decided already (keepsNegative marks the
+// doorkeeper, so it is asked once per miss).
+type admission int8
+
+const (
+	admitAsk admission = iota
+	admitYes
+	admitNo
+)
 
 // record completes a resolved entry and caches it as its ticket allows.
 // It always returns the entry: a negative one holds the error.
-func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entry) *Entry {
-	path, watched := key.path, ticket.watched
+// openedFirst says that e was opened before its directory was entered in
+// the watcher (probeMissing): a change between the two sends no event for
+// it, so it is fresh for at most a second, as an unwatched entry.
+func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entry, admit admission, openedFirst bool) *Entry {
+	path := key.path
 	e.root, e.symlinks = key.root, key.mode
 	if e.err == nil && e.fileMode.IsRegular() {
 		c.hot.Track(&e.hot, path)
 	}
-	e.watched = watched
+	e.watched = ticket.watched && !openedFirst
 	e.checked = checked
-	if !watched && e.file != nil && !c.sawUnwatched.Load() {
+	if !ticket.watched && e.file != nil && !c.sawUnwatched.Load() {
 		c.sawUnwatched.Store(true)
 	}
 	if e.err != nil && !cacheableError(e.err) {
@@ -622,7 +650,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 		return e // an answer for this request, not for the next one
 	}
 	if e.err != nil {
-		if !c.keepsNegative(path) {
+		if admit == admitNo || admit == admitAsk && !c.keepsNegative(path) {
 			c.watch.leave(ticket)
 			return e
 		}
@@ -804,11 +832,14 @@ func (c *Cache) drop(e *Entry) {
 	e.gone.Store(true)
 	c.watch.forget(e)
 	if e.err != nil {
+		c.negs.dead.Add(1)
 		c.counts.NegativeCount.Add(-1)
 		return
 	}
 	if e.file == nil {
 		c.counts.DirEntries.Add(-1)
+	} else {
+		c.fds.dead.Add(1)
 	}
 	if e.fileMode.IsRegular() {
 		c.hot.Leave(&e.hot, hotset.File{Path: e.path, Size: e.size})

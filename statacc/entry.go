@@ -20,9 +20,11 @@ import (
 // is resolved so that a response only copies strings.
 //
 // An entry is shared by every request for its path and is never changed
-// once published: its values are read through methods, header values are
-// strings (a response puts them into slices of its own), and Data and
-// Head, the only shared bytes, must be copied before they reach a writer.
+// once published, but for its bodies (Data, Head), let go when its last
+// reference is released: its values are read through methods, header
+// values are strings (a response puts them into slices of its own), and
+// Data and Head, the only shared bytes, must be copied before they reach
+// a writer, and be read only while a reference is held.
 type Entry struct {
 	// Fields are ordered so that the small ones share words: the struct
 	// is 288 bytes rather than 320 (a size class less per cached entry).
@@ -228,6 +230,11 @@ func (e *Entry) Release() {
 				e.cache.counts.MemoryBytes.Add(-n)
 			}
 		}
+		// Nobody holds the entry or can acquire it again (acquire fails
+		// at 0), but the descriptors' clock may keep the husk until it is
+		// compacted: free what the memory budget counted now, with it.
+		e.data = nil
+		e.head.Store(nil)
 	}
 }
 

@@ -2,6 +2,7 @@ package statacc
 
 import (
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 )
@@ -92,24 +93,28 @@ func (c *Cache) keepsNegative(path string) bool {
 	return c.door().sawBefore(path)
 }
 
-// probeMissing answers a miss whose negative answer would not be kept
-// without entering the watcher: it opens the path, and if the path is
-// missing returns an entry for this request only. It returns nil when the
-// path exists or the error says nothing about it (the fd table is full):
-// the caller then looks it up as any miss, so that what it caches was
-// opened after its directory was watched.
-func (c *Cache) probeMissing(key lookupKey) *Entry {
-	if c.keepsNegative(key.path) {
-		return nil
+// probeMissing looks up a path whose negative answer would not be kept,
+// in a directory the watcher does not know yet, without entering the
+// watcher first: a scanner's paths make no node and no watch. A missing
+// path gets an entry for this request only. A path that exists is not
+// opened again: its entry is built from the probe's open, after the
+// directory is entered, and is fresh for at most a second (a change
+// between the open and the watch sends no event); the next lookup after
+// that finds the directory watched. It returns nil when the error says
+// nothing about the path (the fd table is full, a permission): the caller
+// then looks it up as any miss.
+func (c *Cache) probeMissing(key lookupKey, dir string) *Entry {
+	checked := nanotime()
+	info, f, err := c.open(key)
+	if err != nil {
+		if !cacheableError(err) {
+			return nil
+		}
+		return &Entry{path: key.path, err: err, root: key.root, symlinks: key.mode}
 	}
-	_, f, err := c.open(key)
-	if f != nil {
-		f.Close()
-	}
-	if err == nil || !cacheableError(err) {
-		return nil
-	}
-	return &Entry{path: key.path, err: err, root: key.root, symlinks: key.mode}
+	ticket := c.watch.enter(dir)
+	c.watch.learnFS(ticket, dir)
+	return c.record(key, ticket, checked, c.build(key.path, info, f, nil, false, true), admitAsk, true)
 }
 
 // clock is a ring of cached entries in the order a CLOCK sweep visits
@@ -118,31 +123,60 @@ type clock struct {
 	mu   sync.Mutex
 	ring []*Entry
 	hand int
+	// dead counts the entries of the ring that left the cache (or are
+	// about to join it, dropped already): Cache.drop adds one, their
+	// removal from the ring takes it back.
+	dead atomic.Int64
+}
+
+// compactMin is the shortest ring compacted for its dead entries alone.
+const compactMin = 64
+
+// ringLimit is the longest a ring meant to hold bound entries grows
+// before it is compacted whatever it holds: twice the bound, saturated
+// (a bound of math.MaxInt is a user's "unlimited").
+func ringLimit(bound int) int {
+	if bound > (math.MaxInt-compactMin)/2 {
+		return math.MaxInt
+	}
+	return 2*bound + compactMin
+}
+
+// needsCompactLocked reports whether k is to be compacted: it passed its
+// limit, or more than half of it is dead. The second keeps a cache whose
+// entries churn below its bound (expired, purged, invalidated, and so
+// never swept) from holding as many dropped entries as live ones; it
+// costs a walk per half a ring of drops, so the work per drop stays
+// constant. Called with k.mu held.
+func (k *clock) needsCompactLocked(bound int) bool {
+	n := len(k.ring)
+	return n > ringLimit(bound) || n >= compactMin && 2*k.dead.Load() > int64(n)
 }
 
 // add puts a cached entry under the clock. bound is the most entries the
-// ring is meant to hold: past twice that, the entries that left the cache
-// since (invalidated, expired, replaced) are compacted away, so that a
-// cache whose entries churn below its bound, and so is never swept, does
-// not keep them.
+// ring is meant to hold: past twice that, or when dropped entries are
+// most of it, the entries that left the cache since (invalidated,
+// expired, replaced) are compacted away, so that a cache whose entries
+// churn below its bound, and so is never swept, does not keep them.
 func (c *Cache) ringAdd(k *clock, e *Entry, bound int) {
 	k.mu.Lock()
 	k.ring = append(k.ring, e)
-	if len(k.ring) > 2*bound+64 {
-		c.compactLocked(k)
+	if k.needsCompactLocked(bound) {
+		k.compactLocked()
 	}
 	k.mu.Unlock()
 }
 
 // compactLocked removes from k the entries no longer in the cache. Called
 // with k.mu held.
-func (c *Cache) compactLocked(k *clock) {
+func (k *clock) compactLocked() {
 	live := k.ring[:0]
 	for _, e := range k.ring {
 		if !e.gone.Load() {
 			live = append(live, e)
 		}
 	}
+	k.dead.Add(-int64(len(k.ring) - len(live)))
 	clear(k.ring[len(live):])
 	k.ring, k.hand = live, 0
 }
@@ -179,8 +213,8 @@ func (c *Cache) sweep(k *clock, count *atomic.Int64, target, bound int, secondCh
 	}
 	// Entries invalidated behind the hand stay in the ring until it comes
 	// round; keep it from growing without bound meanwhile.
-	if len(k.ring) > 2*bound+64 {
-		c.compactLocked(k)
+	if k.needsCompactLocked(bound) {
+		k.compactLocked()
 	}
 }
 
@@ -188,9 +222,11 @@ func (c *Cache) sweep(k *clock, count *atomic.Int64, target, bound int, secondCh
 // The last is the newest: the sweep looks at it next, and evicts it if
 // nothing used it since it came. So entries that were never hit again go
 // before older ones that were, which keeps a part of a cycle of more
-// files than the cache holds (e's wrk list) instead of none. Called with
-// mu held.
+// files than the cache holds (e's wrk list) instead of none. The entry is
+// dropped, or its drop is on its way, so it leaves the dead count. Called
+// with mu held.
 func (k *clock) unring() {
+	k.dead.Add(-1)
 	last := len(k.ring) - 1
 	k.ring[k.hand] = k.ring[last]
 	k.ring[last] = nil

@@ -285,6 +285,16 @@ func (w *watcher) enterKnown(dir string) (watchTicket, bool) {
 	return watchTicket{leaf: n, gen: n.gen, watched: w.pathOK(n), fsKnown: n.fs != fsUnknown}, true
 }
 
+// enterSettled is enterKnown for a lookup that must make no node (a
+// negative answer that will not be kept): ok is false where enter would
+// have to make or install one. Without a watcher there is nothing to make.
+func (w *watcher) enterSettled(dir string) (watchTicket, bool) {
+	if w == nil {
+		return watchTicket{}, true
+	}
+	return w.enterKnown(dir)
+}
+
 // pathOK reports whether every node from the root to n is watched, or
 // watched down to one that is missing (whose appearance its parent sees).
 func (w *watcher) pathOK(n *dirNode) bool {
