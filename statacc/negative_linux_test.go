@@ -28,3 +28,46 @@ func TestNegativeCacheFullCreatedFileIsSeen(t *testing.T) {
 		t.Logf("%s seen after %v", filepath.Base(p), took)
 	}
 }
+
+// TestExistingFileMissWhenFullIsWatched: while the negative cache is
+// full, a file that exists is opened once by its first lookup and its
+// entry answers the next lookups without an open: at once in a directory
+// the watcher knows (the lookup entered it before the open, so the entry
+// is as fresh as inotify tells); in a directory it did not know (opened
+// by the probe, before the watch) within the second its entry is fresh
+// for, and after that one lookup opens it again, watched, and the next
+// ones are hits.
+func TestExistingFileMissWhenFullIsWatched(t *testing.T) {
+	root := t.TempDir()
+	c, _ := fullNegativeCache(t, root, 100)
+	for _, dir := range []string{root, filepath.Join(root, "new-dir")} {
+		if n := firstLookupOpens(t, c, dir); n != 1 {
+			t.Errorf("%s: the first lookup opened the file %d times, want 1", dir, n)
+		}
+		oc := countOpens(t, dir)
+		p := filepath.Join(dir, "page.html")
+		hits := c.counts.Hits.Load()
+		describe(t, c, p)
+		if n := oc.opens(t, "page.html"); n != 0 || c.counts.Hits.Load() != hits+1 {
+			t.Errorf("%s: the second lookup opened the file %d times (%d hits), want a hit", dir, n, c.counts.Hits.Load()-hits)
+		}
+		v, _ := c.entries.Load(p)
+		e := v.(*Entry)
+		if want := dir == root; e.watched != want {
+			t.Errorf("%s: entry watched %v, want %v (a watched directory's lookup enters it before the open, the probe after)", dir, e.watched, want)
+		}
+		if !e.watched {
+			// Opened before its directory was watched: looked up again
+			// after a second, then watched.
+			e.checked = nanotime() - int64(2*time.Second)
+			describe(t, c, p)
+			describe(t, c, p)
+			if n := oc.opens(t, "page.html"); n != 1 {
+				t.Errorf("%s: %d opens for two lookups after the probe's entry expired, want 1", dir, n)
+			}
+			if v, _ := c.entries.Load(p); !v.(*Entry).watched {
+				t.Errorf("%s: the entry looked up again is not watched", dir)
+			}
+		}
+	}
+}

@@ -79,6 +79,18 @@ func cString(b []byte) string {
 	return string(b)
 }
 
+// firstLookupOpens writes dir/page.html, looks it up once and returns how
+// many times the lookup opened it.
+func firstLookupOpens(t *testing.T, c *Cache, dir string) int {
+	t.Helper()
+	write(t, filepath.Join(dir, "page.html"), "hello")
+	oc := countOpens(t, dir)
+	if got := describe(t, c, filepath.Join(dir, "page.html")); got != "5:hello" {
+		t.Fatalf("%q", got)
+	}
+	return oc.opens(t, "page.html")
+}
+
 // TestExistingFileMissOpensOnceWithNegativesOff: with negative caching
 // off (negative_cache 0), the first lookup of a file that exists opens it
 // once, as it did before the negative cache's probe (#16 item 1, "a miss
@@ -87,16 +99,9 @@ func cString(b []byte) string {
 // (negativesFull is true), so an existing file is opened by the probe,
 // closed, and opened again by the lookup proper.
 func TestExistingFileMissOpensOnceWithNegativesOff(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "page.html")
-	write(t, p, "hello")
 	c := New(Options{Workers: 2, NegativeEntries: -1, Revalidate: time.Hour})
 	defer c.Close()
-	oc := countOpens(t, dir)
-	if got := describe(t, c, p); got != "5:hello" {
-		t.Fatalf("%q", got)
-	}
-	if n := oc.opens(t, "page.html"); n != 1 {
+	if n := firstLookupOpens(t, c, t.TempDir()); n != 1 {
 		t.Errorf("the first lookup of an existing file opened it %d times, want 1", n)
 	}
 }
@@ -110,14 +115,7 @@ func TestExistingFileMissOpensOnceWithNegativesOff(t *testing.T) {
 func TestExistingFileMissOpensOnceWhenNegativesFull(t *testing.T) {
 	root := t.TempDir()
 	c, _ := fullNegativeCache(t, root, 100)
-	dir := filepath.Join(root, "site")
-	p := filepath.Join(dir, "page.html")
-	write(t, p, "hello")
-	oc := countOpens(t, dir)
-	if got := describe(t, c, p); got != "5:hello" {
-		t.Fatalf("%q", got)
-	}
-	if n := oc.opens(t, "page.html"); n != 1 {
+	if n := firstLookupOpens(t, c, filepath.Join(root, "site")); n != 1 {
 		t.Errorf("the first lookup of an existing file in a cache whose negatives are full opened it %d times, want 1", n)
 	}
 }
@@ -304,6 +302,20 @@ func TestFirstMissWhenFullAnswersAsACacheWithRoom(t *testing.T) {
 	}
 }
 
+// untilStopped calls step with 0, 1, 2... until stop is closed, then
+// marks wg done.
+func untilStopped(wg *sync.WaitGroup, stop <-chan struct{}, step func(i int)) {
+	defer wg.Done()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		step(i)
+	}
+}
+
 // TestFullNegativeCacheCountsStayConsistent: concurrent first and second
 // misses of a full negative cache, hits, Purges, files appearing and
 // going and canceled waiters leave the counters equal to what the cache
@@ -318,52 +330,36 @@ func TestFullNegativeCacheCountsStayConsistent(t *testing.T) {
 	stop := make(chan struct{})
 	for g := range 4 {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				// A few paths asked often (admitted), many once (a scanner).
-				p := filepath.Join(root, fmt.Sprintf("d%d", i%3), "hot-"+strconv.Itoa(i%40))
-				if i%2 == 1 {
-					p = filepath.Join(root, fmt.Sprintf("d%d", i%3), fmt.Sprintf("scan-%d-%d", g, i))
-				}
-				ctx := context.Background()
-				if i%7 == 0 {
-					cctx, cancel := context.WithCancel(ctx)
-					cancel()
-					ctx = cctx
-				}
-				if e, err := c.Get(ctx, p); err == nil {
-					e.Release()
-				}
+		go untilStopped(&wg, stop, func(i int) {
+			// A few paths asked often (admitted), many once (a scanner).
+			p := filepath.Join(root, fmt.Sprintf("d%d", i%3), "hot-"+strconv.Itoa(i%40))
+			if i%2 == 1 {
+				p = filepath.Join(root, fmt.Sprintf("d%d", i%3), fmt.Sprintf("scan-%d-%d", g, i))
 			}
-		}()
+			ctx := context.Background()
+			if i%7 == 0 {
+				cctx, cancel := context.WithCancel(ctx)
+				cancel()
+				ctx = cctx
+			}
+			if e, err := c.Get(ctx, p); err == nil {
+				e.Release()
+			}
+		})
 	}
 	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			p := filepath.Join(root, fmt.Sprintf("d%d", i%3), "hot-"+strconv.Itoa(i%40))
-			switch i % 4 {
-			case 0:
-				write(t, p, "x")
-			case 1:
-				os.Remove(p)
-			case 2:
-				c.Purge(filepath.Join(root, fmt.Sprintf("d%d", i%3)), true)
-			}
-			time.Sleep(time.Millisecond)
+	go untilStopped(&wg, stop, func(i int) {
+		p := filepath.Join(root, fmt.Sprintf("d%d", i%3), "hot-"+strconv.Itoa(i%40))
+		switch i % 4 {
+		case 0:
+			write(t, p, "x")
+		case 1:
+			os.Remove(p)
+		case 2:
+			c.Purge(filepath.Join(root, fmt.Sprintf("d%d", i%3)), true)
 		}
-	}()
+		time.Sleep(time.Millisecond)
+	})
 	time.Sleep(1500 * time.Millisecond)
 	close(stop)
 	wg.Wait()
