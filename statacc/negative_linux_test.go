@@ -46,6 +46,11 @@ func TestExistingFileMissWhenFullIsWatched(t *testing.T) {
 		}
 		oc := countOpens(t, dir)
 		p := filepath.Join(dir, "page.html")
+		if v, _ := c.entries.Load(p); !v.(*Entry).watched {
+			// The next lookup comes within the entry's second, however
+			// loaded the machine.
+			v.(*Entry).checked = nanotime()
+		}
 		hits := c.counts.Hits.Load()
 		describe(t, c, p)
 		if n := oc.opens(t, "page.html"); n != 0 || c.counts.Hits.Load() != hits+1 {
