@@ -2,12 +2,7 @@ package flashserve
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,16 +65,14 @@ var lastHotSet struct{ bytes, resident, unknown atomic.Int64 }
 // cache: it belongs to the cache, so it runs on across the reloads that
 // keep the cache, and Destruct stops it with a last save. The set holds
 // at most budget bytes: the prewarm budget of the handler provisioned
-// last. Its file is named by key (hotSetKey) of the handler provisioned
-// first: handlers with other roots that share the cache add their files
-// to that set.
-func (s *sharedCache) startHotSaver(key string, budget int64, logger *zap.Logger) *hotset.Saver {
+// last.
+func (s *sharedCache) startHotSaver(cacheKey string, budget int64, logger *zap.Logger) *hotset.Saver {
 	started := false
 	s.hotOnce.Do(func() {
 		started = true
-		s.hot = hotset.StartSaver(hotSetPath(key), s.HotSet(), hotSetFiles, budget, hotSetEvery, func(files []hotset.File, err error) {
+		s.hot = hotset.StartSaver(hotSetPath(cacheKey), s.HotSet(), hotSetFiles, budget, hotSetEvery, func(files []hotset.File, err error) {
 			if err != nil {
-				logger.Warn("saving the hot set", zap.String("file", hotSetPath(key)), zap.Error(err))
+				logger.Warn("saving the hot set", zap.String("file", hotSetPath(cacheKey)), zap.Error(err))
 			}
 			recordHotSet(files)
 		})
@@ -155,65 +148,10 @@ var sent = &responses{window: busyWindow, count: func() int64 {
 	return n
 }}
 
-// hotSetPath is where the hot set with the given identity (hotSetKey) is
-// kept, in Caddy's data directory.
-func hotSetPath(key string) string {
-	return hotset.Path(filepath.Join(caddy.AppDataDir(), "flash_serve"), key)
-}
-
-// hotSetOptionFields decides, for every field of statacc.Options, whether
-// it belongs to a hot set's identity: whether a saved hot set still
-// applies when the field changes. None does now: they tune how the cache
-// looks files up and how much it keeps, not which files the clients ask
-// for. A field added to statacc.Options must be decided here
-// (TestHotSetIdentityDecidesEveryOption fails until it is); a field marked
-// true enters the identity with its value.
-var hotSetOptionFields = map[string]bool{
-	"Workers":         false,
-	"queueLength":     false,
-	"Revalidate":      false,
-	"MaxOpenFiles":    false,
-	"NegativeEntries": false,
-	"MemoryBudget":    false,
-	"MemoryMaxFile":   false,
-	"NoInotify":       false,
-	"MaxWatches":      false,
-	"MaxDirEntries":   false,
-}
-
-// hotSetKey is the identity of the hot set this handler starts, written
-// by hand rather than taken from the shared cache's key, so that a change
-// of a tuning setting (stat_workers, memory_cache) or an upgrade that
-// adds a cache option keeps the hot set: what makes a saved set apply is
-// the files it names, so the identity is where they are served from, the
-// root (canonical when it has no placeholder, as written otherwise) and
-// the filesystem, with the cache options hotSetOptionFields marks.
-func (fsrv *FlashServe) hotSetKey() string {
-	// The options as configured, not as the cache filled in its defaults
-	// (which follow RLIMIT_NOFILE and GOMAXPROCS).
-	o := fsrv.cacheOptions()
-	root := fsrv.roots.static
-	if root == "" {
-		root = fsrv.Root
-	}
-	key := fmt.Sprintf("hotset root=%q fs=%q", root, fsrv.FileSystem)
-	v, t := reflect.ValueOf(o), reflect.TypeOf(o)
-	for i := range t.NumField() {
-		if hotSetOptionFields[t.Field(i).Name] {
-			key += fmt.Sprintf(" %s=%v", t.Field(i).Name, v.Field(i))
-		}
-	}
-	return key
-}
-
-// loadHotTargets reads the saved hot set at path or, while there is none
-// yet, the one a version before the hand-written identity saved under the
-// shared cache's key (legacyPath), so that an upgrade keeps the set.
-func loadHotTargets(path, legacyPath string) ([]prewarm.Target, error) {
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) && legacyPath != "" && legacyPath != path {
-		path = legacyPath
-	}
-	return prewarm.HotTargets(path)
+// hotSetPath is where the hot set of a cache is kept: one file per cache
+// settings, in Caddy's data directory.
+func hotSetPath(cacheKey string) string {
+	return hotset.Path(filepath.Join(caddy.AppDataDir(), "flash_serve"), cacheKey)
 }
 
 // startPrewarm starts the warm-up in the background; Provision never
@@ -227,8 +165,7 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 	if budget == 0 {
 		budget = defaultPrewarmBudget
 	}
-	saver := fsrv.shared.startHotSaver(fsrv.hotSetKey(), budget, logger)
-	legacyPath := hotSetPath(fsrv.cacheKey)
+	saver := fsrv.shared.startHotSaver(fsrv.cacheKey, budget, logger)
 	workers := fsrv.PrewarmWorkers
 	if workers == 0 {
 		workers = 2
@@ -239,7 +176,7 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 		defer run.wg.Done()
 		// The hot set first, at once: it names absolute paths, and it is
 		// what the clients asked for most before the restart.
-		hotTargets, err := loadHotTargets(hotPath, legacyPath)
+		hotTargets, err := prewarm.HotTargets(hotPath)
 		if err != nil {
 			logger.Warn("ignoring the hot set", zap.Error(err))
 		}
@@ -269,7 +206,7 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 			case <-t.C:
 				// The saved snapshot, not a fresh one: the saver decays
 				// the counts after each snapshot it takes.
-				targets, _ := loadHotTargets(hotPath, legacyPath)
+				targets, _ := prewarm.HotTargets(hotPath)
 				warm(runCtx, logger, targets, budget, workers, "keep_hot", fsrv.ringReader())
 			}
 		}

@@ -61,7 +61,7 @@ func TestHotSetSurvivesRestart(t *testing.T) {
 	if err := a.Cleanup(); err != nil { // the last user: the hot set is saved
 		t.Fatal(err)
 	}
-	hs, err := hotset.Load(hotSetPath(a.hotSetKey()))
+	hs, err := hotset.Load(hotSetPath(a.cacheKey))
 	if err != nil || len(hs.Files) != len(hot) {
 		t.Fatalf("saved hot set: %+v, %v", hs, err)
 	}
