@@ -322,8 +322,8 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 // earlier run.
 var errSkipped = errors.New("not a regular file any more")
 
-// warm warms up to n bytes of the file at path, after a look at what it
-// is now: opening a FIFO would block for good.
+// warm warms up to n bytes of the file at path, if it is still a regular
+// file.
 func (w *Warmer) warm(ctx context.Context, path string, n int64) (int64, error) {
 	f, n, err := openPrefetched(path, n)
 	if f == nil {
@@ -332,24 +332,20 @@ func (w *Warmer) warm(ctx context.Context, path string, n int64) (int64, error) 
 	return readPrefix(ctx, f, n, w.ReadAt)
 }
 
-// openPrefetched opens the file at path, if it is still a regular file,
-// and starts the readahead of its first n bytes (fewer if it shrank),
-// which it returns; a nil file comes with errSkipped or the error.
+// openPrefetched opens the file at path, if it is a regular file, and
+// starts the readahead of its first n bytes (fewer if it shrank), which
+// it returns; a nil file comes with errSkipped or the error. The
+// readahead covers the whole span with the kernel's own readahead off for
+// this descriptor, so that exactly the budgeted pages are read, no more;
+// the reads of readPrefix make sure it has landed before the file counts
+// as warm.
 func openPrefetched(path string, n int64) (*os.File, int64, error) {
-	info, err := os.Stat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, 0, errSkipped
-	case err != nil:
-		return nil, 0, err
-	case !info.Mode().IsRegular():
-		return nil, 0, errSkipped
-	}
-	n = min(n, info.Size())
-	f, err := openForWarming(path, n)
+	f, info, err := openRegular(path)
 	if err != nil {
 		return nil, 0, err
 	}
+	n = min(n, info.Size())
+	pagecache.Prefetch(int(f.Fd()), n)
 	return f, n, nil
 }
 

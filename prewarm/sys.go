@@ -1,23 +1,35 @@
 package prewarm
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
-// openForWarming opens a file to bring its first n bytes into the page
-// cache: a prefetch starts the readahead for the whole span (with the
-// kernel's own readahead off for this descriptor, so that exactly the
-// budgeted pages are read, no more); the reads of readPrefix make sure it
-// has landed before the file counts as warm.
-func openForWarming(path string, n int64) (*os.File, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+// openRegular opens the file at path if it is a regular file, which it
+// checks with fstat on what it opened (openRead does not block on a FIFO):
+// a stat by name before the open would leave a window for another file
+// to take the path. Anything else is closed again and skipped
+// (errSkipped), as is a file that is gone.
+func openRegular(path string) (*os.File, os.FileInfo, error) {
+	f, err := openRead(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, errSkipped
 	}
-	pagecache.Prefetch(int(f.Fd()), n)
-	return f, nil
+	if err != nil {
+		return nil, nil, err
+	}
+	info, err := f.Stat()
+	if err == nil && !info.Mode().IsRegular() {
+		err = errSkipped
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, info, nil
 }
 
 // FileResidency asks mincore(2) which pages of the file are resident,
@@ -27,15 +39,14 @@ func openForWarming(path string, n int64) (*os.File, error) {
 // errors.ErrUnsupported.
 func FileResidency(path string) (Residency, error) {
 	r := Residency{Path: path}
-	f, err := os.Open(path)
+	f, info, err := openRegular(path)
+	if errors.Is(err, errSkipped) {
+		return r, &fs.PathError{Op: "open", Path: path, Err: errSkipped}
+	}
 	if err != nil {
 		return r, err
 	}
 	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return r, err
-	}
 	r.Size = info.Size()
 	fd := int(f.Fd())
 	if !pagecache.Trusted(fd, info) {

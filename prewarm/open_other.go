@@ -1,0 +1,8 @@
+//go:build !unix
+
+package prewarm
+
+import "os"
+
+// openRead opens path for reading; there are no FIFOs to block on here.
+func openRead(path string) (*os.File, error) { return os.Open(path) }
