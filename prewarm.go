@@ -261,8 +261,8 @@ func withoutTargets(ts, seen []prewarm.Target) []prewarm.Target {
 }
 
 // warm runs one warm-up and logs its progress and summary; pass names it
-// in the logs ("hot set", "paths" or "keep_hot"). It returns the bytes it
-// read.
+// in the logs ("hot set", "paths" or "keep_hot"). It returns the budget
+// it spent: the bytes it read in whole pages, as the budget is counted.
 func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, budget int64, workers int, pass string, readAt prewarm.ReaderAt) int64 {
 	if len(targets) == 0 {
 		return 0
@@ -284,7 +284,7 @@ func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, bud
 	if err != nil && ctx.Err() == nil {
 		logger.Warn("prewarm stopped early", zap.String("pass", pass), zap.Error(err))
 	}
-	return p.Bytes
+	return p.Spent
 }
 
 func dedupeTargets(ts []prewarm.Target) []prewarm.Target {

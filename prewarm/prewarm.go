@@ -130,9 +130,13 @@ type Progress struct {
 	// Files and Bytes are what was read: a file counts once it is read as
 	// far as the budget allowed.
 	Files, Bytes int64
-	Budget       int64     // the warm-up's budget, as in Warmer
-	Started      time.Time // when Run began
-	Done         bool      // set in the last report, when Run returns
+	// Spent is the budget the reads took: each file's bytes read rounded
+	// up to whole pages, as the budget is counted. What is left of a
+	// budget for another warm-up is the budget less Spent, not less Bytes.
+	Spent   int64
+	Budget  int64     // the warm-up's budget, as in Warmer
+	Started time.Time // when Run began
+	Done    bool      // set in the last report, when Run returns
 }
 
 // Rate is bytes per second since the start.
@@ -174,8 +178,8 @@ type Warmer struct {
 	// it does not.
 	Busy func() bool
 
-	files, bytes atomic.Int64
-	yield        atomic.Pointer[yielder] // the last Run's, for tests
+	files, bytes, spent atomic.Int64
+	yield               atomic.Pointer[yielder] // the last Run's, for tests
 	// prefetched, if set, is told of each file of a batch whose readahead
 	// started, and verify, if set, reads the file instead of pread (which
 	// closes f): for tests.
@@ -217,7 +221,7 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 		}
 	}
 	snapshot := func(done bool) Progress {
-		return Progress{Files: w.files.Load(), Bytes: w.bytes.Load(), Budget: w.Budget, Started: start, Done: done}
+		return Progress{Files: w.files.Load(), Bytes: w.bytes.Load(), Spent: w.spent.Load(), Budget: w.Budget, Started: start, Done: done}
 	}
 	stop := make(chan struct{})
 	var reporter sync.WaitGroup
@@ -250,6 +254,7 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 	var firstErr atomic.Value
 	done := func(n int64, err error) {
 		w.bytes.Add(n)
+		w.spent.Add(roundUp(n))
 		totals.bytes.Add(n)
 		switch {
 		case err == nil:
