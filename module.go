@@ -586,6 +586,8 @@ func (fsrv *FlashServe) ServeHTTP(w http.ResponseWriter, r *http.Request, next c
 	if !fsrv.servesOSDisk(fsrv.expand(r, repl, fsrv.FileSystem, "")) {
 		return fsrv.fallback.ServeHTTP(w, r, next)
 	}
+	counters.begun.Add(1)
+	defer counters.ended.Add(1)
 	if err := rejectWindowsPath(r.URL.Path); err != nil {
 		return err
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 	"github.com/flashserve/caddy-flash-serve/prewarm"
-	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
 const (
@@ -113,18 +112,25 @@ func recordHotSet(files []hotset.File) {
 	lastHotSet.unknown.Store(sum.UnknownBytes)
 }
 
-// responses watches a count of responses sent, for a warm-up's Busy.
+// responses watches the responses begun and in flight, for a warm-up's
+// Busy.
 type responses struct {
-	count  func() int64
-	window time.Duration
+	// count counts the responses begun; inFlight, if set, those not
+	// finished.
+	count, inFlight func() int64
+	window          time.Duration
 
 	mu   sync.Mutex
 	seen int64
 	at   time.Time // when seen changed
 }
 
-// serving reports whether the count moved in the last window.
+// serving reports whether a response is in flight, or one began in the
+// last window.
 func (r *responses) serving() bool {
+	if r.inFlight != nil && r.inFlight() > 0 {
+		return true
+	}
 	n := r.count()
 	now := time.Now()
 	r.mu.Lock()
@@ -136,16 +142,17 @@ func (r *responses) serving() bool {
 	return now.Sub(r.at) < r.window
 }
 
-// sent tells the warm-ups whether this process sent a response in the
-// last busyWindow: they then read one batch at a time (Warmer.Busy), so as
-// not to slow the requests they are meant to help. It reads the response
-// counters; the request path pays nothing for it.
-var sent = &responses{window: busyWindow, count: func() int64 {
-	var n int64
-	for e := range transmit.NumEngines {
-		n += counters.requests[e].Load()
-	}
-	return n
+// sent tells the warm-ups whether this process is serving requests: a
+// response in flight (a large body to a slow client for minutes) or one
+// begun in the last busyWindow (a stream of 304s, each done in
+// microseconds). They then read one batch at a time (Warmer.Busy), so as
+// not to slow the requests they are meant to help. It reads the
+// handler's counters; the request path pays two atomic adds for it.
+var sent = &responses{window: busyWindow, count: counters.begun.Load, inFlight: func() int64 {
+	// ended first: every response ended has begun, so the difference
+	// cannot go below zero however the two loads interleave with them.
+	ended := counters.ended.Load()
+	return counters.begun.Load() - ended
 }}
 
 // hotSetPath is where the hot set of a cache is kept: one file per cache

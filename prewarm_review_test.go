@@ -3,6 +3,8 @@ package flashserve
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -130,6 +132,89 @@ func TestHotSetOfASharedCacheFollowsItsSite(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWarmUpSeesRequestsInFlight: a warm-up reads one batch at a time
+// "while requests are served" (Warmer.Busy = sent.serving). A download in
+// progress (a large file to a slow client, for minutes) and a stream of
+// 304s to revalidating clients are requests served: were a response
+// counted only after its body, and only when it has one, the warm-up
+// would run all its workers × 16 reads in flight beside them.
+func TestWarmUpSeesRequestsInFlight(t *testing.T) {
+	root := t.TempDir()
+	big := filepath.Join(root, "big.bin")
+	if err := os.WriteFile(big, make([]byte, 64<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(root, "small.txt"), []byte("small"), 0o644)
+	port := freePort(t)
+	loadSites(t, "", siteBlock(port, root, flashServe()))
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	c := &http.Client{Timeout: 10 * time.Second}
+	defer c.CloseIdleConnections()
+	status, hdr, _ := get(t, c, base+"/small.txt")
+	if status != 200 || hdr.Get("Etag") == "" {
+		t.Fatalf("small.txt: %d, etag %q", status, hdr.Get("Etag"))
+	}
+	etag := hdr.Get("Etag")
+	idle := func() {
+		waitFor(t, "no response for a window", 10*time.Second, func() bool { return !sent.serving() })
+	}
+	// busyShare samples serving for d while the load runs.
+	busyShare := func(d time.Duration, load func()) (busy, all int) {
+		end := time.Now().Add(d)
+		for time.Now().Before(end) {
+			load()
+			if sent.serving() {
+				busy++
+			}
+			all++
+			time.Sleep(5 * time.Millisecond)
+		}
+		return busy, all
+	}
+	t.Run("revalidations", func(t *testing.T) {
+		idle()
+		n := 0
+		busy, all := busyShare(time.Second, func() {
+			req, _ := http.NewRequest("GET", base+"/small.txt", nil)
+			req.Header.Set("If-None-Match", etag)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotModified {
+				t.Fatalf("revalidation: %d", resp.StatusCode)
+			}
+			n++
+		})
+		t.Logf("%d 304 responses in 1 s: busy in %d of %d samples", n, busy, all)
+		if busy < all/2 {
+			t.Errorf("%d requests answered 304 in 1 s, and the warm-up saw requests in %d of %d samples", n, busy, all)
+		}
+	})
+	t.Run("a download in progress", func(t *testing.T) {
+		idle()
+		conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET /big.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		first := make([]byte, 1024)
+		if _, err := io.ReadFull(conn, first); err != nil { // the response has begun
+			t.Fatal(err)
+		}
+		// The client reads no more: the body stays in flight.
+		busy, all := busyShare(time.Second, func() {})
+		t.Logf("a 64 MiB body in flight to a slow client: busy in %d of %d samples over 1 s", busy, all)
+		if busy < all/2 {
+			t.Errorf("the warm-up counted a response in progress as no request for %d of %d samples", all-busy, all)
+		}
+	})
 }
 
 // TestHotSetOfRootDirectiveSites: with the usual Caddyfile (`root * DIR`
