@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -390,18 +389,7 @@ func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile) {
 		return
 	}
 	defer release()
-	if held && y.cpu != nil {
-		// Requests are served: the batch pays for the CPU it takes with a
-		// pause, lane held, of busyPause times it, so that a warm-up takes
-		// at most 1/(1+busyPause) of a core from them. Its waits for the
-		// disk cost no CPU, so they earn no pause: the disk is not left
-		// idle for them. The thread is locked so that its CPU clock is
-		// the batch's.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		start := y.cpu()
-		defer func() { y.pause(ctx, busyPause*(y.cpu()-start)) }()
-	}
+	defer y.charge(ctx, held)()
 	files := make([]*os.File, len(batch))
 	for i := range batch {
 		files[i], batch[i].n, batch[i].err = openPrefetched(batch[i].path, batch[i].n)
@@ -458,7 +446,7 @@ func readPrefix(ctx context.Context, f *os.File, n int64, readAt ReaderAt) (int6
 		}
 		chunk := buf[:min(int64(len(buf)), n-done)]
 		// Each read waits its turn while requests are being served.
-		release, _, err := yielderFrom(ctx).wait(ctx)
+		release, held, err := yielderFrom(ctx).wait(ctx)
 		if err != nil {
 			return done, err
 		}
@@ -477,7 +465,12 @@ func readPrefix(ctx context.Context, f *os.File, n int64, readAt ReaderAt) (int6
 				return done, err
 			}
 		} else {
+			// The copy is this thread's CPU: it pays for it as a batch
+			// does. (Through the ring the kernel's io-wq threads copy,
+			// which no thread clock of this process sees.)
+			pay := yielderFrom(ctx).charge(ctx, held)
 			m, err = f.ReadAt(chunk, done)
+			pay()
 			release()
 		}
 		done += int64(m)

@@ -2,6 +2,7 @@ package prewarm
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -21,15 +22,15 @@ type yielder struct {
 	// waiting counts the reads held back now.
 	waiting atomic.Int32
 	// cpu is the calling thread's CPU clock, nil where there is none;
-	// pause waits, or returns early when ctx ends. A batch of small files
-	// read while requests are served pauses for busyPause times the CPU
-	// it took (warmBatch).
+	// pause waits, or returns early when ctx ends. A read that holds the
+	// lane (a batch of small files, a chunk of a large one read with
+	// pread) pauses for busyPause times the CPU it took (charge).
 	cpu   func() time.Duration
 	pause func(context.Context, time.Duration)
 }
 
-// busyPause is how long, in CPU time taken, a batch read while requests
-// are served holds the lane idle after it: a warm-up takes at most a
+// busyPause is how long, in CPU time taken, a read while requests are
+// served holds the lane idle after it: a warm-up takes at most a
 // quarter of a core from the requests, and all the disk time they leave.
 const busyPause = 3
 
@@ -57,6 +58,27 @@ func yielderFrom(ctx context.Context) *yielder {
 }
 
 func noRelease() {}
+
+// charge starts counting the CPU the calling thread takes for a read that
+// holds the lane (held: requests are being served); the func it returns
+// pauses, lane still held, for busyPause times that CPU, so that a
+// warm-up takes at most 1/(1+busyPause) of a core from the requests. A
+// read's waits for the disk cost no CPU, so they earn no pause: the disk
+// is not left idle for them. The thread is locked while the read runs so
+// that its CPU clock is the read's, and let go before the pause. Nothing
+// is counted without the lane or without a clock.
+func (y *yielder) charge(ctx context.Context, held bool) (pay func()) {
+	if y == nil || !held || y.cpu == nil {
+		return noRelease
+	}
+	runtime.LockOSThread()
+	start := y.cpu()
+	return func() {
+		took := y.cpu() - start
+		runtime.UnlockOSThread()
+		y.pause(ctx, busyPause*took)
+	}
+}
 
 // leave gives the lane back.
 func (y *yielder) leave() { <-y.lane }
