@@ -27,8 +27,11 @@ const (
 	hotSetProbes = 1000
 	// busyWindow is how long after a response a warm-up still counts
 	// requests as being served, and reads one batch at a time.
-	busyWindow      = 100 * time.Millisecond
-	prewarmLogEvery = 5 * time.Second
+	busyWindow = 100 * time.Millisecond
+	// fdPressureWindow is how long after the server found the fd table
+	// full a warm-up still backs off.
+	fdPressureWindow = time.Second
+	prewarmLogEvery  = 5 * time.Second
 )
 
 // prewarmRun is one handler's background warm-up: cancelled when the
@@ -113,7 +116,8 @@ func recordHotSet(files []hotset.File) {
 }
 
 // responses watches the responses begun and in flight, for a warm-up's
-// Busy.
+// Busy (and, with no inFlight, any count that moves: the fd table found
+// full, for its FDPressure).
 type responses struct {
 	// count counts the responses begun; inFlight, if set, those not
 	// finished.
@@ -178,6 +182,14 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 		workers = 2
 	}
 	hotPath := saver.Path()
+	// The warm-ups back off (fewer descriptors, a pause) while the server
+	// finds the fd table full: its cache shed descriptors, or a request
+	// got a 503 for it, in the last fdPressureWindow.
+	shed := &responses{window: fdPressureWindow, count: func() int64 {
+		return fsrv.cache.ShedCount() + counters.fdExhausted.Load()
+	}}
+	shed.seen = shed.count() // what was found before this warm-up is no pressure now
+	fdPressure := shed.serving
 	run.wg.Add(1)
 	go func() {
 		defer run.wg.Done()
@@ -188,7 +200,7 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 			logger.Warn("ignoring the hot set", zap.Error(err))
 		}
 		hot := dedupeTargets(hotTargets)
-		used := warm(runCtx, logger, hot, budget, workers, "hot set", fsrv.ringReader())
+		used := warm(runCtx, logger, hot, budget, workers, "hot set", fsrv.ringReader(), fdPressure)
 		if budget -= used; budget <= 0 {
 			return
 		}
@@ -200,7 +212,7 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 		if err != nil {
 			logger.Warn("expanding prewarm paths", zap.String("root", root), zap.Error(err))
 		}
-		warm(runCtx, logger, withoutTargets(dedupeTargets(more), hot), budget, workers, "paths", fsrv.ringReader())
+		warm(runCtx, logger, withoutTargets(dedupeTargets(more), hot), budget, workers, "paths", fsrv.ringReader(), fdPressure)
 		if fsrv.KeepHot <= 0 {
 			return
 		}
@@ -214,7 +226,7 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 				// The saved snapshot, not a fresh one: the saver decays
 				// the counts after each snapshot it takes.
 				targets, _ := prewarm.HotTargets(hotPath)
-				warm(runCtx, logger, targets, budget, workers, "keep_hot", fsrv.ringReader())
+				warm(runCtx, logger, targets, budget, workers, "keep_hot", fsrv.ringReader(), fdPressure)
 			}
 		}
 	}()
@@ -270,11 +282,11 @@ func withoutTargets(ts, seen []prewarm.Target) []prewarm.Target {
 // warm runs one warm-up and logs its progress and summary; pass names it
 // in the logs ("hot set", "paths" or "keep_hot"). It returns the budget
 // it spent: the bytes it read in whole pages, as the budget is counted.
-func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, budget int64, workers int, pass string, readAt prewarm.ReaderAt) int64 {
+func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, budget int64, workers int, pass string, readAt prewarm.ReaderAt, fdPressure func() bool) int64 {
 	if len(targets) == 0 {
 		return 0
 	}
-	w := &prewarm.Warmer{Budget: budget, Workers: workers, Every: prewarmLogEvery, ReadAt: readAt, Busy: sent.serving,
+	w := &prewarm.Warmer{Budget: budget, Workers: workers, Every: prewarmLogEvery, ReadAt: readAt, Busy: sent.serving, FDPressure: fdPressure,
 		OnProgress: func(p prewarm.Progress) {
 			fields := []zap.Field{
 				zap.String("pass", pass), zap.Int64("files", p.Files), zap.Int64("bytes", p.Bytes),

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
+	"github.com/flashserve/caddy-flash-serve/statacc"
 )
 
 // pageSize is the unit of residency and of the budget.
@@ -176,6 +178,12 @@ type Warmer struct {
 	// core) from the requests it is meant to help; all of them read when
 	// it does not.
 	Busy func() bool
+	// FDPressure, if set, reports whether the server found the fd table
+	// full lately (the cache shed descriptors). The warm-up then backs
+	// off as when its own open finds it full (fdGate): fewer files per
+	// batch and a pause, so that it does not take the descriptors the
+	// requests need.
+	FDPressure func() bool
 
 	files, bytes, spent atomic.Int64
 	yield               atomic.Pointer[yielder] // the last Run's, for tests
@@ -264,25 +272,62 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 			firstErr.CompareAndSwap(nil, err)
 		}
 	}
-	// take hands a worker the next files in order: a large file alone, or
-	// a batch of up to prefetchBatch small ones that come in a row.
+	// take hands a worker the next files in order, those put back first:
+	// a large file alone, or a batch of up to gate.batchLimit small ones
+	// that come in a row.
+	gate := newFDGate(w.FDPressure)
 	var mu sync.Mutex
 	next := 0
+	var back []batchFile
 	take := func(batch []batchFile) []batchFile {
+		limit := gate.batchLimit()
 		mu.Lock()
 		defer mu.Unlock()
-		for next < len(jobs) && len(batch) < prefetchBatch {
-			j := jobs[next]
-			if j.n > batchFileMax && len(batch) > 0 {
+		for len(batch) < limit {
+			var b batchFile
+			switch {
+			case len(back) > 0:
+				b = back[0]
+			case next < len(jobs):
+				b = batchFile{path: jobs[next].t.Path, n: jobs[next].n}
+			default:
+				return batch
+			}
+			if b.n > batchFileMax && len(batch) > 0 {
 				break
 			}
-			next++
-			batch = append(batch, batchFile{path: j.t.Path, n: j.n})
-			if j.n > batchFileMax {
+			if len(back) > 0 {
+				back = back[1:]
+			} else {
+				next++
+			}
+			batch = append(batch, b)
+			if b.n > batchFileMax {
 				break
 			}
 		}
 		return batch
+	}
+	// putBack queues again the files that found the fd table full, unless
+	// it has been full for too long: then they fail with errNoDescriptor.
+	putBack := func(opened int, batch []batchFile) {
+		var again []batchFile
+		for _, b := range batch {
+			if errors.Is(b.err, errNoDescriptor) {
+				again = append(again, batchFile{path: b.path, n: b.n})
+			} else {
+				done(b.got, b.err)
+			}
+		}
+		if gate.opened(opened, len(again) > 0) {
+			for range again {
+				done(0, errNoDescriptor)
+			}
+			return
+		}
+		mu.Lock()
+		back = append(again, back...)
+		mu.Unlock()
 	}
 	for range workers {
 		wg.Add(1)
@@ -290,18 +335,23 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 			defer wg.Done()
 			batch := make([]batchFile, 0, prefetchBatch)
 			for ctx.Err() == nil {
-				batch = take(batch[:0])
-				switch {
-				case len(batch) == 0:
+				if gate.wait(ctx) != nil {
 					return
-				case batch[0].n > batchFileMax:
-					done(w.warm(yctx, batch[0].path, batch[0].n))
-				default:
-					w.warmBatch(ctx, yctx, batch)
-					for _, b := range batch {
-						done(b.got, b.err)
-					}
 				}
+				batch = take(batch[:0])
+				if len(batch) == 0 {
+					return
+				}
+				opened := 1
+				if batch[0].n > batchFileMax {
+					b := &batch[0]
+					if b.got, b.err = w.warm(yctx, b.path, b.n); errors.Is(b.err, errNoDescriptor) {
+						opened = 0
+					}
+				} else {
+					opened = w.warmBatch(ctx, yctx, batch)
+				}
+				putBack(opened, batch)
 			}
 		}()
 	}
@@ -330,6 +380,9 @@ var errSkipped = errors.New("not a regular file any more")
 // file.
 func (w *Warmer) warm(ctx context.Context, path string, n int64) (int64, error) {
 	f, n, err := openPrefetched(path, n)
+	if statacc.IsFDExhaustion(err) {
+		return 0, fmt.Errorf("%w: %w", errNoDescriptor, err)
+	}
 	if f == nil {
 		return 0, err
 	}
@@ -378,23 +431,36 @@ type batchFile struct {
 // syscall where the ring costs a round trip through its reaper; one that
 // does not waits in the worker's thread, so threads stay at most Workers.
 // While requests are served the batch takes the one lane (yielder) for
-// all of it, so that a warm-up then has one batch in flight.
-func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile) {
+// all of it, so that a warm-up then has one batch in flight. An open that
+// finds the fd table full ends the opens: the batch reads what it has,
+// and the files it did not open get errNoDescriptor (Run queues them
+// again). It returns how many files it opened.
+func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile) (opened int) {
 	y := yielderFrom(yctx)
 	release, held, err := y.wait(ctx)
 	if err != nil {
 		for i := range batch {
 			batch[i].err = err
 		}
-		return
+		return 0
 	}
 	defer release()
 	defer y.charge(ctx, held)()
 	files := make([]*os.File, len(batch))
 	for i := range batch {
-		files[i], batch[i].n, batch[i].err = openPrefetched(batch[i].path, batch[i].n)
-		if files[i] != nil && w.prefetched != nil {
-			w.prefetched(batch[i].path)
+		f, n, err := openPrefetched(batch[i].path, batch[i].n)
+		if statacc.IsFDExhaustion(err) {
+			for j := i; j < len(batch); j++ {
+				batch[j].err = fmt.Errorf("%w: %w", errNoDescriptor, err)
+			}
+			break
+		}
+		files[i], batch[i].n, batch[i].err = f, n, err
+		if f != nil {
+			opened++
+			if w.prefetched != nil {
+				w.prefetched(batch[i].path)
+			}
 		}
 	}
 	verify := w.verify
@@ -406,6 +472,7 @@ func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile) {
 			batch[i].got, batch[i].err = verify(ctx, files[i], batch[i].n)
 		}
 	}
+	return opened
 }
 
 var readBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
