@@ -23,49 +23,55 @@ func openFDCount(t *testing.T) int {
 	return len(ents)
 }
 
-// TestBatchesBackOffOnAFullFDTable: a warm-up of small files holds up to
-// Workers × prefetchBatch descriptors (4 × 16 here) between its opens and
-// its preads. With room for 24 more descriptors in the fd table (a
-// lowered RLIMIT_NOFILE, or a server whose connections use the rest),
-// the opens past that fail with EMFILE; the warm-up records the error and
-// skips those files for good, rather than waiting for descriptors to come
-// back (a batch that lands frees its 16). The verify hook holds each
-// worker's first read until all four batches are open, as a cold disk
-// does.
-func TestBatchesBackOffOnAFullFDTable(t *testing.T) {
-	const workers, files = 4, 8 * prefetchBatch
+// smallTargets writes n files of 8 KiB in a new directory.
+func smallTargets(t *testing.T, n int) []Target {
+	t.Helper()
 	dir := t.TempDir()
 	var targets []Target
-	for i := range files {
+	for i := range n {
 		p := filepath.Join(dir, fmt.Sprintf("f%03d", i))
 		if err := os.WriteFile(p, make([]byte, 8<<10), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		targets = append(targets, Target{Path: p, Size: 8 << 10})
 	}
+	return targets
+}
+
+// lowerFDLimit sets RLIMIT_NOFILE to room more than the descriptors open
+// now (base), until restore (also called at the test's end).
+func lowerFDLimit(t *testing.T, room int) (base int, restore func()) {
+	t.Helper()
 	var old syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
 		t.Skipf("getrlimit: %v", err)
 	}
-	base := openFDCount(t)
-	low := syscall.Rlimit{Cur: uint64(base + 24), Max: old.Max}
+	base = openFDCount(t)
+	low := syscall.Rlimit{Cur: uint64(base + room), Max: old.Max}
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
 		t.Skipf("setrlimit: %v", err)
 	}
-	restored := false
-	restore := func() {
-		if !restored {
-			restored = true
+	var once sync.Once
+	restore = func() {
+		once.Do(func() {
 			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
 				t.Errorf("restoring RLIMIT_NOFILE: %v", err)
 			}
-		}
+		})
 	}
-	defer restore()
+	t.Cleanup(restore)
+	return base, restore
+}
+
+// holdFirstReads makes each worker's first read wait until every worker
+// has opened its batch, or for at most d (a batch that could open
+// nothing never comes), as on a cold disk: the batches then hold their
+// descriptors together.
+func holdFirstReads(w *Warmer, d time.Duration) {
 	var firsts atomic.Int32
 	allOpen := make(chan struct{})
 	var once sync.Once
-	w := &Warmer{Workers: workers}
+	workers := int32(w.Workers)
 	w.verify = func(ctx context.Context, f *os.File, n int64) (int64, error) {
 		if firsts.Add(1) <= workers {
 			if firsts.Load() >= workers {
@@ -73,11 +79,27 @@ func TestBatchesBackOffOnAFullFDTable(t *testing.T) {
 			}
 			select {
 			case <-allOpen:
-			case <-time.After(5 * time.Second): // a batch that could open nothing never comes
+			case <-time.After(d):
 			}
 		}
 		return readPrefix(ctx, f, n, nil)
 	}
+}
+
+// TestBatchesBackOffOnAFullFDTable: a warm-up of small files holds up to
+// Workers × prefetchBatch descriptors (4 × 16 here) between its opens and
+// its preads. With room for 24 more descriptors in the fd table (a
+// lowered RLIMIT_NOFILE, or a server whose connections use the rest),
+// the opens past that fail with EMFILE; the warm-up must not skip those
+// files for good, but wait for descriptors to come back (a batch that
+// lands frees its 16). The verify hook holds each worker's first read
+// until all four batches are open, as a cold disk does.
+func TestBatchesBackOffOnAFullFDTable(t *testing.T) {
+	const workers, files = 4, 8 * prefetchBatch
+	targets := smallTargets(t, files)
+	base, restore := lowerFDLimit(t, 24)
+	w := &Warmer{Workers: workers}
+	holdFirstReads(w, 5*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p, err := w.Run(ctx, targets)
@@ -88,5 +110,37 @@ func TestBatchesBackOffOnAFullFDTable(t *testing.T) {
 	}
 	if n := openFDCount(t); n > base {
 		t.Errorf("%d descriptors open after the warm-up, %d before", n, base)
+	}
+}
+
+// TestWarmUpLeavesTheEndOfTheFDTable: a warm-up does not take the last
+// eighth of the fd table, which it leaves to the server's connections and
+// cache: with room for 64 more descriptors and 4 workers × 16 files, it
+// never has more than 7/8 of RLIMIT_NOFILE open (and one more per worker,
+// each the open that finds the line crossed, closed at once), and still
+// warms every file.
+func TestWarmUpLeavesTheEndOfTheFDTable(t *testing.T) {
+	const workers, files = 4, 8 * prefetchBatch
+	targets := smallTargets(t, files)
+	base, _ := lowerFDLimit(t, 64)
+	limit := base + 64
+	var mu sync.Mutex
+	most := 0
+	w := &Warmer{Workers: workers}
+	w.prefetched = func(string) {
+		mu.Lock() // one count at a time: each holds a descriptor
+		defer mu.Unlock()
+		most = max(most, openFDCount(t)-1) // less the one it holds
+	}
+	holdFirstReads(w, 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := w.Run(ctx, targets)
+	t.Logf("RLIMIT_NOFILE %d, %d open before: at most %d open during the warm-up; %d of %d files warmed, %v", limit, base, most, p.Files, files, err)
+	if err != nil || p.Files != files {
+		t.Errorf("%d of %d files warmed: %v", p.Files, files, err)
+	}
+	if most > limit-limit/8+workers {
+		t.Errorf("the warm-up had %d descriptors open, past 7/8 of the %d the table holds (and one per worker)", most, limit)
 	}
 }

@@ -14,3 +14,18 @@ import (
 func openRead(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
 }
+
+// tableNearlyFull reports whether a descriptor numbered fd, just opened,
+// is in the last eighth of the fd table (RLIMIT_NOFILE): the kernel hands
+// out the lowest free number, so the table is then mostly taken, and a
+// warm-up leaves the rest to the server's connections and its cache.
+// (Holes below make it an underestimate: an open that finds the table
+// full is the other signal, fdGate.)
+func tableNearlyFull(fd uintptr) bool {
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
+		return false
+	}
+	limit := uint64(lim.Cur) // int64 on FreeBSD, uint64 elsewhere
+	return uint64(fd)+limit/8 >= limit
+}

@@ -383,6 +383,10 @@ func (w *Warmer) warm(ctx context.Context, path string, n int64) (int64, error) 
 	if statacc.IsFDExhaustion(err) {
 		return 0, fmt.Errorf("%w: %w", errNoDescriptor, err)
 	}
+	if f != nil && tableNearlyFull(f.Fd()) {
+		f.Close()
+		return 0, errNoDescriptor
+	}
 	if f == nil {
 		return 0, err
 	}
@@ -432,7 +436,8 @@ type batchFile struct {
 // does not waits in the worker's thread, so threads stay at most Workers.
 // While requests are served the batch takes the one lane (yielder) for
 // all of it, so that a warm-up then has one batch in flight. An open that
-// finds the fd table full ends the opens: the batch reads what it has,
+// finds the fd table full, or nearly (tableNearlyFull), ends the opens:
+// the batch reads what it has,
 // and the files it did not open get errNoDescriptor (Run queues them
 // again). It returns how many files it opened.
 func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile) (opened int) {
@@ -449,9 +454,16 @@ func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile) (opened
 	files := make([]*os.File, len(batch))
 	for i := range batch {
 		f, n, err := openPrefetched(batch[i].path, batch[i].n)
+		if f != nil && tableNearlyFull(f.Fd()) {
+			f.Close()
+			f, err = nil, errNoDescriptor
+		}
 		if statacc.IsFDExhaustion(err) {
+			err = fmt.Errorf("%w: %w", errNoDescriptor, err)
+		}
+		if errors.Is(err, errNoDescriptor) {
 			for j := i; j < len(batch); j++ {
-				batch[j].err = fmt.Errorf("%w: %w", errNoDescriptor, err)
+				batch[j].err = err
 			}
 			break
 		}
