@@ -12,6 +12,7 @@ import (
 
 	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 	"github.com/flashserve/caddy-flash-serve/prewarm"
+	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
 const (
@@ -159,6 +160,14 @@ var sent = &responses{window: busyWindow, count: counters.begun.Load, inFlight: 
 	return counters.begun.Load() - ended
 }}
 
+// coldRequests tells the warm-ups of the hot set whether requests are
+// waiting for the disk: a body found partly outside the page cache (read
+// through the ring) in the last busyWindow. They then read at full width
+// (Warmer.Cold): what they read is what those requests wait for. The
+// paths pass keeps taking turns: the tree it walks is not what the
+// clients asked for.
+var coldRequests = &responses{window: busyWindow, count: func() int64 { return transmit.Snapshot().ColdBodies }}
+
 // hotSetPath is where the hot set of a cache is kept: one file per cache
 // settings, in Caddy's data directory.
 func hotSetPath(cacheKey string) string {
@@ -299,6 +308,9 @@ func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, bud
 			}
 			logger.Info("prewarm progress", fields...)
 		}}
+	if pass != "paths" {
+		w.Cold = coldRequests.serving
+	}
 	p, err := w.Run(ctx, targets)
 	if err != nil && ctx.Err() == nil {
 		logger.Warn("prewarm stopped early", zap.String("pass", pass), zap.Error(err))

@@ -11,13 +11,16 @@ import (
 // again whether they still are.
 const busyPoll = 10 * time.Millisecond
 
-// yielder holds a warm-up's reads back while requests are being served:
-// then a read (a chunk of a large file, or a batch of small files) needs
+// yielder holds a warm-up's reads back while requests are being served
+// (and, with cold set, do not wait for the disk themselves): then a read (a chunk of a large file, or a batch of small files) needs
 // the one lane, so reads go one at a time; otherwise they go at once. A
 // read that started before the requests came runs to its end: one chunk
 // or batch at most.
 type yielder struct {
 	busy func() bool
+	// cold, if set, says the requests wait for the disk: reads then go at
+	// once, as with no request (Warmer.Cold).
+	cold func() bool
 	lane chan struct{} // capacity 1
 	// waiting counts the reads held back now.
 	waiting atomic.Int32
@@ -80,6 +83,12 @@ func (y *yielder) charge(ctx context.Context, held bool) (pay func()) {
 	}
 }
 
+// mustTakeTurns reports whether reads take the lane: requests are being
+// served, and they are not waiting for the disk themselves.
+func (y *yielder) mustTakeTurns() bool {
+	return y.busy() && (y.cold == nil || !y.cold())
+}
+
 // leave gives the lane back.
 func (y *yielder) leave() { <-y.lane }
 
@@ -87,7 +96,7 @@ func (y *yielder) leave() { <-y.lane }
 // done, or ctx's error if ctx ends first; held says the read holds the
 // lane (requests are being served).
 func (y *yielder) wait(ctx context.Context) (release func(), held bool, err error) {
-	if y == nil || !y.busy() {
+	if y == nil || !y.mustTakeTurns() {
 		return noRelease, false, ctx.Err()
 	}
 	y.waiting.Add(1)
@@ -101,7 +110,7 @@ func (y *yielder) wait(ctx context.Context) (release func(), held bool, err erro
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
 		case <-tick.C:
-			if !y.busy() {
+			if !y.mustTakeTurns() {
 				return noRelease, false, nil
 			}
 		}

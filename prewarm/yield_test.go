@@ -207,3 +207,95 @@ func TestBusyBatchesPauseForTheirCPU(t *testing.T) {
 		}
 	}
 }
+
+// TestColdRequestsGetAFullWidthWarmUp: while the requests being served
+// wait for the disk themselves (Cold), a warm-up reads as with no
+// request: every worker's batch in flight at once and no pause; when they
+// do not (Cold reports false), batches take turns and pause as with Busy
+// alone. The CPU clock and the pauses are the test's: each file's
+// readahead "takes" 1 ms of CPU.
+func TestColdRequestsGetAFullWidthWarmUp(t *testing.T) {
+	const workers, batches = 3, 6
+	dir := t.TempDir()
+	var targets []Target
+	for i := range batches * prefetchBatch {
+		p := filepath.Join(dir, fmt.Sprintf("f%03d", i))
+		os.WriteFile(p, make([]byte, 8<<10), 0o644)
+		targets = append(targets, Target{Path: p, Size: 8 << 10})
+	}
+	for _, cold := range []bool{true, false} {
+		var mu sync.Mutex
+		var clock time.Duration
+		var pauses []time.Duration
+		var inFlight, maxInFlight, heldBack int
+		allIn := make(chan struct{})
+		var once sync.Once
+		deadline := time.Now().Add(30 * time.Second)
+		w := &Warmer{Workers: workers, Busy: func() bool { return true }, Cold: func() bool { return cold }}
+		w.prefetched = func(string) {
+			mu.Lock()
+			defer mu.Unlock()
+			clock += time.Millisecond
+			inFlight++
+			maxInFlight = max(maxInFlight, inFlight)
+			if inFlight == workers*prefetchBatch {
+				once.Do(func() { close(allIn) })
+			}
+		}
+		w.verify = func(_ context.Context, f *os.File, n int64) (int64, error) {
+			defer f.Close()
+			if cold {
+				// The first batches wait until every worker's is in flight,
+				// or until one is seen held back for its turn (then none
+				// waits any more).
+			wait:
+				for {
+					select {
+					case <-allIn:
+						break wait
+					default:
+					}
+					if y := w.yield.Load(); y != nil && y.waiting.Load() > 0 {
+						mu.Lock()
+						heldBack++
+						mu.Unlock()
+						once.Do(func() { close(allIn) })
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Error("the first batches were not all in flight after 30 s, and no worker was seen held back")
+						once.Do(func() { close(allIn) })
+						break
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+			return n, nil
+		}
+		w.cpu = func() time.Duration { mu.Lock(); defer mu.Unlock(); return clock }
+		w.pause = func(_ context.Context, d time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			pauses = append(pauses, d)
+		}
+		p, err := w.Run(context.Background(), targets)
+		if err != nil || p.Files != int64(len(targets)) {
+			t.Fatalf("cold %v: %d files, %v", cold, p.Files, err)
+		}
+		mu.Lock()
+		t.Logf("cold %v: at most %d reads in flight, %d pauses, %d reads saw a worker held back", cold, maxInFlight, len(pauses), heldBack)
+		if cold {
+			if maxInFlight != workers*prefetchBatch || heldBack != 0 || len(pauses) != 0 {
+				t.Errorf("requests waiting for the disk: %d reads in flight at most, %d saw a worker held back, %d pauses; want %d × %d, none, none",
+					maxInFlight, heldBack, len(pauses), workers, prefetchBatch)
+			}
+		} else if maxInFlight != prefetchBatch || len(pauses) != batches {
+			t.Errorf("requests served from memory: %d reads in flight at most, %d pauses; want one batch of %d at a time, %d pauses",
+				maxInFlight, len(pauses), prefetchBatch, batches)
+		}
+		mu.Unlock()
+	}
+}

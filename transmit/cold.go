@@ -156,6 +156,11 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 			}
 		}
 		if cold.file == nil {
+			if !s.RingOnly {
+				// Only a sender that reads resident data elsewhere knows
+				// that this body met the disk.
+				stats.coldBodies.Add(1)
+			}
 			cold.file = src
 			opts.Hold = cold.hold
 			opts.NoBlockDevice = src.NoBlockDevice()

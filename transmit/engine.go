@@ -50,12 +50,18 @@ type Stats struct {
 	// residency, each a few system calls: tests see which bodies need
 	// none.
 	ResidencyProbes int64
+	// ColdBodies counts the bodies (or ranges of one) a request had to read
+	// through the ring because the page cache did not hold all of them:
+	// requests waiting for the disk (a sender with RingOnly, which reads
+	// every byte through the ring, counts none). A warm-up that sees it
+	// move reads at full width (prewarm.Warmer.Cold).
+	ColdBodies int64
 }
 
 // stats are the counters behind Snapshot: atomics, because every body
 // updates them.
 var stats struct {
-	sendfileBytes, sendfileCalls, fallbacks, refused, ringFallbacks, residencyProbes atomic.Int64
+	sendfileBytes, sendfileCalls, fallbacks, refused, ringFallbacks, residencyProbes, coldBodies atomic.Int64
 }
 
 // Snapshot reads the counters now.
@@ -67,5 +73,6 @@ func Snapshot() Stats {
 		SendfileRefused:   stats.refused.Load(),
 		RingFallbacks:     stats.ringFallbacks.Load(),
 		ResidencyProbes:   stats.residencyProbes.Load(),
+		ColdBodies:        stats.coldBodies.Load(),
 	}
 }
