@@ -167,6 +167,24 @@ func (c *Counter) Leave(t *Tally, f File) {
 	c.mu.Unlock()
 }
 
+// Carry takes in the snapshot an earlier process saved (Load): its
+// files' counts go into the sketch and they are candidates of the next
+// snapshot, as if this counter had taken it. So a server that stops
+// again soon after a restart, before its clients asked for much, saves
+// the set it started with and what they asked for since, not only the
+// latter; the decay of the snapshots that follow fades the files no
+// longer asked for, as it would have without the restart.
+func (c *Counter) Carry(files []File) {
+	for _, f := range files {
+		if f.Hits > 0 {
+			c.add(c.key(f.Path), uint32(min(f.Hits, int64(^uint32(0)))))
+		}
+	}
+	c.mu.Lock()
+	c.last = append(c.last, files...)
+	c.mu.Unlock()
+}
+
 // Top returns the files with the most requests, hottest first: n files
 // at most and, when bytes is positive, only as many as bytes holds, the
 // one that crosses it included (a warm-up reads that one in part). The

@@ -96,3 +96,43 @@ func TestSaverSavesOnTick(t *testing.T) {
 		t.Fatal("no save within 30 s of a 1 ms interval")
 	}
 }
+
+// TestSaverCarriesTheSavedSet: a saver started over a saved set carries
+// it on: a process that stops before its clients asked for the saved
+// files again saves them with their counts, beside what it counted
+// itself; a corrupt file carries nothing.
+func TestSaverCarriesTheSavedSet(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hot.json")
+	if err := Save(path, []File{{Path: "/srv/a", Size: 10, Hits: 6}, {Path: "/srv/b", Size: 20, Hits: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	c := NewCounter(nil)
+	leave(c, "/srv/c", 3)
+	leave(c, "/srv/b", 2)
+	saveOnce := func(c *Counter) []File {
+		var saved []File
+		StartSaver(path, c, 10, 0, time.Hour, func(files []File, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			saved = files
+		}).Stop()
+		return saved
+	}
+	// b as this process saw it last (the leave helper's size 0), its
+	// counts added up.
+	want := []File{{Path: "/srv/a", Size: 10, Hits: 6}, {Path: "/srv/b", Hits: 4}, {Path: "/srv/c", Hits: 3}}
+	if got := saveOnce(c); !slices.Equal(got, want) {
+		t.Fatalf("saved %+v, want the saved set carried on beside this process's counts: %+v", got, want)
+	}
+	// A second restart that counts nothing keeps the set.
+	if got := saveOnce(NewCounter(nil)); !slices.Equal(got, want) {
+		t.Fatalf("a restart that served nothing saved %+v, want %+v", got, want)
+	}
+	os.WriteFile(path, []byte("{not json"), 0o644)
+	c = NewCounter(nil)
+	leave(c, "/srv/d", 1)
+	if got := saveOnce(c); len(got) != 1 || got[0].Path != "/srv/d" {
+		t.Fatalf("over a corrupt file saved %+v, want only /srv/d", got)
+	}
+}

@@ -20,13 +20,19 @@ type Saver struct {
 }
 
 // StartSaver starts a saver of snapshots of at most files files and, when
-// bytes is positive, as many bytes (Top). After each save it calls saved,
+// bytes is positive, as many bytes (Top), carrying on the set path holds
+// already (Counter.Carry). After each save it calls saved,
 // if not nil, with the files and the error of the write; an empty
 // snapshot is not written, and saved is not called for it.
 func StartSaver(path string, c *Counter, files int, bytes int64, every time.Duration, saved func([]File, error)) *Saver {
 	s := &Saver{path: path, c: c, files: files, saved: saved, done: make(chan struct{})}
 	s.bytes.Store(bytes)
 	c.Remember(files)
+	// The set saved before this process started is carried on (a corrupt
+	// one is reported by the warm-up that reads it, and ignored here).
+	if set, err := Load(path); err == nil {
+		c.Carry(set.Files)
+	}
 	s.wg.Add(1)
 	go s.run(every)
 	return s
