@@ -55,12 +55,18 @@ func (w *discardWriter) WriteHeader(code int)        { w.status = code }
 func newBenchHandler(b *testing.B, size int) (*FlashServe, string) {
 	b.Helper()
 	root := b.TempDir()
+	return newBenchHandlerOf(b, &FlashServe{Root: root}, root, size)
+}
+
+// newBenchHandlerOf provisions fsrv, which serves root, where it writes
+// one file of the given size.
+func newBenchHandlerOf(b *testing.B, fsrv *FlashServe, root string, size int) (*FlashServe, string) {
+	b.Helper()
 	if err := os.WriteFile(filepath.Join(root, "file.bin"), []byte(strings.Repeat("x", size)), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	b.Cleanup(cancel)
-	fsrv := &FlashServe{Root: root}
 	if err := fsrv.Provision(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -79,10 +85,28 @@ func benchServe(b *testing.B, size int, header func(fsrv *FlashServe, path strin
 	benchServePath(b, fsrv, path, header, http.StatusOK, http.StatusPartialContent, http.StatusNotModified)
 }
 
+// benchSiteRoot provisions a handler as the Caddyfile `root * <dir>` and
+// `flash_serve` lines do: its root is the `root` directive's variable,
+// which benchServePath sets on each request as the vars handler does, and
+// the Caddyfile is hidden.
+func benchSiteRoot(b *testing.B, size int, path string, want int) {
+	b.Helper()
+	root := b.TempDir()
+	fsrv := &FlashServe{Root: "{http.vars.root}", Hide: []string{filepath.Join(b.TempDir(), "Caddyfile")}}
+	newBenchHandlerOf(b, fsrv, root, size)
+	benchServeVars(b, fsrv, path, map[string]any{"root": root}, nil, want)
+}
+
 // benchServePath serves path over and over from a warm cache and checks
 // that the last answer had one of the wanted statuses, whether written or
 // returned as an error.
 func benchServePath(b *testing.B, fsrv *FlashServe, path string, header func(fsrv *FlashServe, path string) http.Header, want ...int) {
+	benchServeVars(b, fsrv, path, nil, header, want...)
+}
+
+// benchServeVars is benchServePath with vars set on the request, as the
+// vars handler sets them.
+func benchServeVars(b *testing.B, fsrv *FlashServe, path string, vars map[string]any, header func(fsrv *FlashServe, path string) http.Header, want ...int) {
 	srv := &caddyhttp.Server{}
 	req, _ := http.NewRequest("GET", "http://127.0.0.1"+path, nil)
 	if header != nil {
@@ -93,6 +117,9 @@ func benchServePath(b *testing.B, fsrv *FlashServe, path string, header func(fsr
 	w := &discardWriter{h: http.Header{}}
 	repl := caddy.NewReplacer()
 	req = caddyhttp.PrepareRequest(req, repl, w, srv)
+	for k, v := range vars {
+		caddyhttp.SetVar(req.Context(), k, v)
+	}
 	next := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil })
 	serve := func() int {
 		w.status = 0
@@ -122,6 +149,14 @@ func benchServePath(b *testing.B, fsrv *FlashServe, path string, header func(fsr
 // BenchmarkServeHit1KiB is the whole handler on a cache hit, lookup,
 // decision and a 1 KiB body from memory.
 func BenchmarkServeHit1KiB(b *testing.B) { benchServe(b, 1024, nil) }
+
+// BenchmarkServeHit1KiBSiteRoot is BenchmarkServeHit1KiB configured as
+// a Caddyfile site is (benchSiteRoot): workload a's handler.
+func BenchmarkServeHit1KiBSiteRoot(b *testing.B) { benchSiteRoot(b, 1024, "/file.bin", http.StatusOK) }
+
+// BenchmarkServeMissSiteRoot is BenchmarkServeMiss configured as a
+// Caddyfile site is (benchSiteRoot): workload g's handler.
+func BenchmarkServeMissSiteRoot(b *testing.B) { benchSiteRoot(b, 16, "/missing.bin", http.StatusNotFound) }
 
 // BenchmarkServeHitRange is a hit with a Range header.
 func BenchmarkServeHitRange(b *testing.B) {
