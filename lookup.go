@@ -191,14 +191,38 @@ func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Req
 // a trailing slash), with a fast path that allocates once for the common
 // request path that is already clean.
 func joinRequestPath(root, reqPath string) string {
-	if runtime.GOOS != "windows" && len(reqPath) > 1 && reqPath[0] == '/' && reqPath[len(reqPath)-1] != '/' &&
-		root != "" && root != "/" && root[len(root)-1] != '/' && path.Clean(reqPath) == reqPath && filepath.Clean(root) == root {
+	if runtime.GOOS != "windows" && len(reqPath) > 1 && len(root) > 1 && cleanAbs(reqPath) && cleanAbs(root) {
 		// A clean absolute path has no "." or ".." element and no
 		// doubled slash, so joining is concatenating.
 		return root + reqPath
 	}
 	// SanitizedPathJoin keeps a trailing slash that stat would refuse.
 	return strings.TrimSuffix(caddyhttp.SanitizedPathJoin(root, reqPath), "/")
+}
+
+// cleanAbs reports whether p is a slash-separated absolute path that
+// path.Clean returns unchanged: every element between slashes is neither
+// empty, "." nor "..", and only "/" itself ends with a slash. It is
+// path.Clean(p) == p for such paths without Clean's copy, which a request
+// pays for twice or three times (the root, the request path, the hide
+// check).
+func cleanAbs(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	if len(p) == 1 {
+		return true
+	}
+	for rest := p[1:]; ; {
+		elem, after, more := strings.Cut(rest, "/")
+		if elem == "" || elem == "." || elem == ".." {
+			return false
+		}
+		if !more {
+			return true
+		}
+		rest = after
+	}
 }
 
 // selectSidecar picks the first precompressed sidecar that the client

@@ -54,6 +54,9 @@ func (sr *siteRoots) canonical(root string) string {
 		return sr.cwd
 	}
 	if filepath.IsAbs(root) {
+		if runtime.GOOS != "windows" && cleanAbs(root) {
+			return root // the usual root, checked without Clean's scan
+		}
 		return filepath.Clean(root) // no allocation when already clean
 	}
 	if p := sr.last.Load(); p != nil && p[0] == root {
