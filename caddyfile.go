@@ -33,7 +33,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 	// helper knows which files those are.
 	for _, file := range h.Caddyfiles() {
 		file = filepath.Clean(file)
-		if fileHidden(file, fsrv.Hide) {
+		if fileHidden(file, newHideList(fsrv.Hide)) {
 			continue
 		}
 		// Without a separator an entry would hide every file of that name.

@@ -2,6 +2,8 @@ package flashserve
 
 import (
 	"path"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -33,4 +35,61 @@ func TestCleanAbs(t *testing.T) {
 		check(p)
 	}
 	t.Logf("%d paths", n)
+}
+
+// TestHideListAsFilepathMatch checks that the classified hide list hides
+// exactly what file_server's rules with filepath.Match hide, for literal
+// entries (compared) and glob entries (matched), with and without a
+// separator, over paths that are clean and paths that are not.
+func TestHideListAsFilepathMatch(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("the paths below are Unix paths")
+	}
+	patterns := []string{
+		"/srv/site/Caddyfile", "Caddyfile", ".secret", "private", "*.bak", "/srv/site/priv*",
+		`a\*b`, "a*b", "[ab].txt", "[", "/srv/site", "/srv/site/a", "?", "/srv/site/[", "a]b", "x-y",
+	}
+	paths := []string{
+		"/srv/site/Caddyfile", "/srv/site/Caddyfile.bak", "/srv/site/a/Caddyfile", "/srv/site/.secret",
+		"/srv/site/.secret/x", "/srv/site/private/key", "/srv/site/privates", "/srv/site/x.bak", "/srv/site/a*b",
+		"/srv/site/aXb", "/srv/site/a.txt", "/srv/site/c.txt", "/srv/site/[", "/srv/site", "/srv/site/a",
+		"/srv/site/a/b", "/srv/site/ab", "/srv/site/a]b", "/srv/site/x-y", "/srv/site//a", "/srv/site/./a",
+		"/srv/site/../site/a", "/srv/site/", "/", "/srv/site/b/../Caddyfile",
+	}
+	// oracle is file_server's fileHidden: filepath.Match for every entry.
+	oracle := func(filename string, hide []string) bool {
+		filename = filepath.Clean(filename)
+		for _, h := range hide {
+			if !strings.Contains(h, "/") {
+				for _, elem := range strings.Split(filename, "/") {
+					if ok, _ := filepath.Match(h, elem); ok {
+						return true
+					}
+				}
+			} else if after, ok := strings.CutPrefix(filename, h); ok && strings.HasPrefix(after, "/") {
+				return true
+			}
+			if ok, _ := filepath.Match(h, filename); ok {
+				return true
+			}
+		}
+		return false
+	}
+	for _, h := range patterns {
+		for _, h2 := range append([]string{""}, patterns...) {
+			hide := []string{h}
+			if h2 != "" {
+				hide = append(hide, h2)
+			}
+			hl := newHideList(hide)
+			for _, p := range paths {
+				if got, want := fileHidden(p, hl), oracle(p, hide); got != want {
+					t.Errorf("hide %q, %q: hidden %v, filepath.Match says %v", hide, p, got, want)
+				}
+			}
+		}
+	}
+	if hl := newHideList([]string{"/srv/site/Caddyfile", "*.bak", `a\*b`}); !hl[0].literal || hl[1].literal || hl[2].literal {
+		t.Errorf("classified %+v: only the first entry is a literal", hl)
+	}
 }

@@ -227,7 +227,7 @@ func cleanAbs(p string) bool {
 
 // selectSidecar picks the first precompressed sidecar that the client
 // accepts and that exists, and opens it.
-func (fsrv *FlashServe) selectSidecar(r *http.Request, res *resolved, hide []string, etag *string) error {
+func (fsrv *FlashServe) selectSidecar(r *http.Request, res *resolved, hide hideList, etag *string) error {
 	for _, ae := range encode.AcceptedEncodings(r, fsrv.PrecompressedOrder) {
 		pc, ok := fsrv.precompressors[ae]
 		if !ok {
@@ -490,9 +490,9 @@ func (fsrv *FlashServe) etagFromFile(ctx context.Context, root, name string) (st
 
 // hidePaths returns the hide list for this request: the provisioned one,
 // or, if it has placeholders, one built anew.
-func (fsrv *FlashServe) hidePaths(repl *caddy.Replacer) []string {
+func (fsrv *FlashServe) hidePaths(repl *caddy.Replacer) hideList {
 	if !fsrv.hideDynamic {
-		return fsrv.hide
+		return fsrv.hideList
 	}
 	hide := make([]string, len(fsrv.hide))
 	for i, h := range fsrv.hide {
@@ -504,25 +504,73 @@ func (fsrv *FlashServe) hidePaths(repl *caddy.Replacer) []string {
 		}
 		hide[i] = h
 	}
-	return hide
+	return newHideList(hide)
+}
+
+// hideList is a hide list with each entry classified once.
+type hideList []hidePattern
+
+// hidePattern is one entry of a hide list.
+type hidePattern struct {
+	pattern string
+	// literal is set when the pattern has no glob syntax: it then matches
+	// only itself, and a comparison replaces filepath.Match, which scans
+	// the whole pattern on every call (the Caddyfile that every Caddyfile
+	// site hides is such an entry, checked on every request).
+	literal bool
+	// elem is set when the pattern has no separator: it then matches any
+	// path element.
+	elem bool
+}
+
+// globMeta returns the bytes that make a filepath.Match pattern more than
+// a literal: a backslash escapes, except on Windows, where it is the
+// separator.
+func globMeta() string {
+	if runtime.GOOS == "windows" {
+		return "*?["
+	}
+	return `*?[\`
+}
+
+func newHideList(hide []string) hideList {
+	if len(hide) == 0 {
+		return nil
+	}
+	hl := make(hideList, len(hide))
+	for i, h := range hide {
+		hl[i] = hidePattern{pattern: h, literal: !strings.ContainsAny(h, globMeta()), elem: !strings.Contains(h, separator)}
+	}
+	return hl
+}
+
+// match is filepath.Match(p.pattern, name), an error being no match.
+func (p hidePattern) match(name string) bool {
+	if p.literal {
+		return p.pattern == name
+	}
+	ok, _ := filepath.Match(p.pattern, name)
+	return ok
 }
 
 // fileHidden reports whether filename is hidden by the hide list, with
 // file_server's rules: an entry without a separator matches any path
 // element, an entry with one matches itself and everything below it, and
 // every entry is also tried as a glob against the whole path.
-func fileHidden(filename string, hide []string) bool {
+func fileHidden(filename string, hide hideList) bool {
 	if len(hide) == 0 {
 		return false
 	}
-	if abs, err := caddy.FastAbs(filename); err == nil {
-		filename = abs
+	if runtime.GOOS == "windows" || !cleanAbs(filename) {
+		if abs, err := caddy.FastAbs(filename); err == nil {
+			filename = abs
+		}
 	}
 	for _, h := range hide {
-		if !strings.Contains(h, separator) {
+		if h.elem {
 			for rest := filename; ; {
 				elem, after, more := strings.Cut(rest, separator)
-				if ok, _ := filepath.Match(h, elem); ok {
+				if h.match(elem) {
 					return true
 				}
 				if !more {
@@ -530,10 +578,10 @@ func fileHidden(filename string, hide []string) bool {
 				}
 				rest = after
 			}
-		} else if after, ok := strings.CutPrefix(filename, h); ok && strings.HasPrefix(after, separator) {
+		} else if after, ok := strings.CutPrefix(filename, h.pattern); ok && strings.HasPrefix(after, separator) {
 			return true
 		}
-		if ok, _ := filepath.Match(h, filename); ok {
+		if h.match(filename) {
 			return true
 		}
 	}

@@ -232,9 +232,11 @@ type FlashServe struct {
 	cacheKey  string
 	prewarm   *prewarmRun
 	// hide holds Hide with static entries made absolute; hideDynamic is set
-	// when some entry has a placeholder and must be rebuilt per request.
+	// when some entry has a placeholder and must be rebuilt per request;
+	// hideList is hide classified, when it is not dynamic.
 	hide             []string
 	hideDynamic      bool
+	hideList         hideList
 	maxRanges        int
 	policy           string // the transmit setting: auto, or the engine it forces
 	sender           transmit.Sender
@@ -353,6 +355,9 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 				fsrv.hide[i] = abs
 			}
 		}
+	}
+	if !fsrv.hideDynamic {
+		fsrv.hideList = newHideList(fsrv.hide)
 	}
 
 	if err := fsrv.provisionCache(); err != nil {
