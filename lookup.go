@@ -210,19 +210,27 @@ func cleanAbs(p string) bool {
 	if p == "" || p[0] != '/' {
 		return false
 	}
-	if len(p) == 1 {
-		return true
-	}
-	for rest := p[1:]; ; {
-		elem, after, more := strings.Cut(rest, "/")
-		if elem == "" || elem == "." || elem == ".." {
-			return false
+	// start is where the element that ends at the next slash began.
+	start := 1
+	for i := 1; i <= len(p); i++ {
+		if i < len(p) && p[i] != '/' {
+			continue
 		}
-		if !more {
-			return true
+		switch i - start {
+		case 0:
+			return i == 1 && len(p) == 1 // "/" alone; else an empty element
+		case 1:
+			if p[start] == '.' {
+				return false
+			}
+		case 2:
+			if p[start] == '.' && p[start+1] == '.' {
+				return false
+			}
 		}
-		rest = after
+		start = i + 1
 	}
+	return true
 }
 
 // selectSidecar picks the first precompressed sidecar that the client
