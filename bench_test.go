@@ -156,7 +156,9 @@ func BenchmarkServeHit1KiBSiteRoot(b *testing.B) { benchSiteRoot(b, 1024, "/file
 
 // BenchmarkServeMissSiteRoot is BenchmarkServeMiss configured as a
 // Caddyfile site is (benchSiteRoot): workload g's handler.
-func BenchmarkServeMissSiteRoot(b *testing.B) { benchSiteRoot(b, 16, "/missing.bin", http.StatusNotFound) }
+func BenchmarkServeMissSiteRoot(b *testing.B) {
+	benchSiteRoot(b, 16, "/missing.bin", http.StatusNotFound)
+}
 
 // BenchmarkServeHitRange is a hit with a Range header.
 func BenchmarkServeHitRange(b *testing.B) {

@@ -1,11 +1,15 @@
 package flashserve
 
 import (
+	"net/http"
 	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // TestCleanAbs checks cleanAbs against path.Clean on every string of up
@@ -91,5 +95,38 @@ func TestHideListAsFilepathMatch(t *testing.T) {
 	}
 	if hl := newHideList([]string{"/srv/site/Caddyfile", "*.bak", `a\*b`}); !hl[0].literal || hl[1].literal || hl[2].literal {
 		t.Errorf("classified %+v: only the first entry is a literal", hl)
+	}
+}
+
+// TestPlaceholderValueExpand checks each form of a root or fs value: one
+// {http.vars.*} placeholder read from the vars (a string as it is, another
+// type formatted by the replacer, none as empty), a literal as it is, and
+// anything else through the replacer.
+func TestPlaceholderValueExpand(t *testing.T) {
+	req, _ := http.NewRequest("GET", "http://example.com/x", nil)
+	repl := caddy.NewReplacer()
+	req = caddyhttp.PrepareRequest(req, repl, &discardWriter{h: http.Header{}}, &caddyhttp.Server{})
+	caddyhttp.SetVar(req.Context(), "root", "/srv/www")
+	caddyhttp.SetVar(req.Context(), "port", 8080)
+	caddyhttp.SetVar(req.Context(), "blank", "")
+	repl.Set("site", "docs")
+	for value, want := range map[string]string{
+		"{http.vars.root}":     "/srv/www",
+		"{http.vars.port}":     "8080",
+		"{http.vars.blank}":    "",
+		"{http.vars.missing}":  "",
+		"/srv/literal":         "/srv/literal",
+		"":                     "",
+		"/srv/{site}":          "/srv/docs",
+		"{http.vars.root}/sub": "/srv/www/sub",
+		"{http.vars.{site}}":   repl.ReplaceAll("{http.vars.{site}}", ""),
+	} {
+		if got := newPlaceholderValue(value).expand(req, repl, ""); got != want {
+			t.Errorf("%q expands to %q, want %q", value, got, want)
+		}
+	}
+	pv := newPlaceholderValue("{http.vars.root}")
+	if n := testing.AllocsPerRun(100, func() { pv.expand(req, repl, "") }); n != 0 {
+		t.Errorf("{http.vars.root}: %v allocations, want 0", n)
 	}
 }

@@ -253,8 +253,10 @@ type FlashServe struct {
 	sidecarWarned *pathSet
 	// fsmap is the config's file systems, by the names of the global
 	// filesystem option.
-	fsmap  caddy.FileSystems
-	logger *zap.Logger
+	fsmap caddy.FileSystems
+	// fsValue and rootValue are FileSystem and Root, read for expansion.
+	fsValue, rootValue placeholderValue
+	logger             *zap.Logger
 	// errorLogDebug and quiet decide whether a 404 is written here
 	// (quietNotFound).
 	errorLogDebug bool
@@ -296,6 +298,7 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 	if fsrv.Root == "" {
 		fsrv.Root = "{http.vars.root}"
 	}
+	fsrv.fsValue, fsrv.rootValue = newPlaceholderValue(fsrv.FileSystem), newPlaceholderValue(fsrv.Root)
 	if fsrv.IndexNames == nil {
 		fsrv.IndexNames = []string{"index.html", "index.txt"}
 	}
@@ -588,7 +591,7 @@ func (fsrv *FlashServe) provisionCache() error {
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
 func (fsrv *FlashServe) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	if !fsrv.servesOSDisk(fsrv.expand(r, repl, fsrv.FileSystem, "")) {
+	if !fsrv.servesOSDisk(fsrv.fsValue.expand(r, repl, "")) {
 		return fsrv.fallback.ServeHTTP(w, r, next)
 	}
 	counters.begun.Add(1)
@@ -662,28 +665,48 @@ func (fsrv *FlashServe) servesOSDisk(name string) bool {
 	return ok && f == osDisk
 }
 
-// expand replaces the placeholders of a config value. The common values
-// that are a single {http.vars.*} placeholder (the defaults of root and
-// fs) are read from the request's vars directly, which, unlike the
-// replacer, allocates nothing.
-func (fsrv *FlashServe) expand(r *http.Request, repl *caddy.Replacer, value, empty string) string {
+// placeholderValue is a config value that may hold placeholders, read
+// once: the common value that is a single {http.vars.*} placeholder (the
+// default of root and fs) is read from the request's vars directly, which,
+// unlike the replacer, allocates nothing.
+type placeholderValue struct {
+	raw string
+	// varName is the variable of a value that is one {http.vars.NAME}
+	// placeholder, else "".
+	varName string
+	// literal is set for a value without placeholders.
+	literal bool
+}
+
+func newPlaceholderValue(value string) placeholderValue {
+	pv := placeholderValue{raw: value, literal: !strings.Contains(value, "{")}
 	if name, ok := strings.CutPrefix(value, "{http.vars."); ok && strings.HasSuffix(name, "}") &&
 		!strings.ContainsAny(name[:len(name)-1], "{}") {
-		if v, ok := caddyhttp.GetVar(r.Context(), name[:len(name)-1]).(string); ok && v != "" {
-			return v
+		pv.varName = name[:len(name)-1]
+	}
+	return pv
+}
+
+// expand replaces the placeholders of a config value.
+func (pv placeholderValue) expand(r *http.Request, repl *caddy.Replacer, empty string) string {
+	if pv.varName != "" {
+		// One look-up: each walks the request's context chain.
+		v := caddyhttp.GetVar(r.Context(), pv.varName)
+		if s, ok := v.(string); ok && s != "" {
+			return s
 		}
-		if v := caddyhttp.GetVar(r.Context(), name[:len(name)-1]); v != nil {
-			return repl.ReplaceAll(value, empty) // not a string: let the replacer format it
+		if v != nil {
+			return repl.ReplaceAll(pv.raw, empty) // not a string: let the replacer format it
 		}
 		return empty
 	}
-	if !strings.Contains(value, "{") {
-		if value == "" {
+	if pv.literal {
+		if pv.raw == "" {
 			return empty
 		}
-		return value
+		return pv.raw
 	}
-	return repl.ReplaceAll(value, empty)
+	return repl.ReplaceAll(pv.raw, empty)
 }
 
 // statusOverride returns the status that replaces the usual one: the

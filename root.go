@@ -82,5 +82,5 @@ func (fsrv *FlashServe) siteRoot(r *http.Request, repl *caddy.Replacer) string {
 	if fsrv.roots.static != "" {
 		return fsrv.roots.static
 	}
-	return fsrv.roots.canonical(fsrv.expand(r, repl, fsrv.Root, ""))
+	return fsrv.roots.canonical(fsrv.rootValue.expand(r, repl, ""))
 }
