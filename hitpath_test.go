@@ -1,14 +1,18 @@
 package flashserve
 
 import (
+	"fmt"
 	"net/http"
+	"os"
 	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
@@ -128,5 +132,43 @@ func TestPlaceholderValueExpand(t *testing.T) {
 	pv := newPlaceholderValue("{http.vars.root}")
 	if n := testing.AllocsPerRun(100, func() { pv.expand(req, repl, "") }); n != 0 {
 		t.Errorf("{http.vars.root}: %v allocations, want 0", n)
+	}
+}
+
+// TestHiddenAsFileServer serves a root that holds its own Caddyfile
+// through flash_serve and file_server, each with the same hide entries (a
+// literal with a separator, a literal element, a glob), and checks that
+// both answer every path with the same status: the Caddyfile, which the
+// directive hides as file_server's does, and the hidden entries are 404s.
+func TestHiddenAsFileServer(t *testing.T) {
+	root := t.TempDir()
+	for _, name := range []string{"Caddyfile", "shown.txt", "old.bak", "secret.txt", "sub/secret.txt", "sub/x.txt", "private/k.txt"} {
+		p := filepath.Join(root, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hide := "hide " + filepath.Join(root, "private") + " secret.txt *.bak"
+	flash, file := freePort(t), freePort(t)
+	text := (&caddyGlobals{}).text(t) + siteBlock(flash, root, flashServe(hide)) + siteBlock(file, root, block("file_server", hide))
+	cfgPath := filepath.Join(root, "Caddyfile")
+	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(text), map[string]any{"filename": cfgPath})
+	if err != nil {
+		t.Fatalf("adapting: %v\n%s", err, text)
+	}
+	loadConfig(t, cfg)
+	c := &http.Client{Timeout: 10 * time.Second}
+	for _, p := range []string{"/Caddyfile", "/shown.txt", "/old.bak", "/secret.txt", "/sub/secret.txt", "/sub/x.txt", "/private/k.txt", "/sub/../Caddyfile", "//Caddyfile"} {
+		want, _, _ := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", file, p))
+		got, _, _ := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", flash, p))
+		if got != want {
+			t.Errorf("%s: flash_serve %d, file_server %d", p, got, want)
+		}
+		if hidden := p != "/shown.txt" && p != "/sub/x.txt"; hidden != (got == http.StatusNotFound) {
+			t.Errorf("%s: status %d, hidden %v", p, got, hidden)
+		}
 	}
 }
