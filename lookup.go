@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	weakrand "math/rand/v2"
 	"net/http"
-	"os"
 	"path"
 	"path/filepath"
 	"runtime"
@@ -49,11 +48,6 @@ type resolved struct {
 	// to send (a miss needs none); the header values set from here on come
 	// from it.
 	plan *plan
-}
-
-// bodyFile returns the open body and its descriptor.
-func (res *resolved) bodyFile() (*os.File, int) {
-	return res.body.File(), res.body.FD()
 }
 
 // release gives back the cache references the lookup took.

@@ -466,8 +466,7 @@ func (c *Cache) miss(ctx context.Context, key lookupKey) (*Entry, error) {
 	}
 	// Every slot is taken (cold lookups waiting for a disk, or a burst):
 	// what the kernel has cached is answered here without one, rather
-	// than queued behind them. Only here, since this lookup costs one
-	// system call more than a slot's (os.NewFile's fcntl).
+	// than queued behind them.
 	if e := c.resolveCached(key); e != nil {
 		c.complete(cl, e)
 		defer cl.leave()
@@ -712,7 +711,7 @@ func (c *Cache) load(key lookupKey, withHead bool) *Entry {
 // build makes the entry of what open found. mayBlock says whether a small
 // file's content may be read from the disk; if not, it is kept only if
 // the page cache holds it.
-func (c *Cache) build(path string, info fs.FileInfo, f *os.File, err error, withHead, mayBlock bool) *Entry {
+func (c *Cache) build(path string, info fs.FileInfo, f handle, err error, withHead, mayBlock bool) *Entry {
 	if err != nil {
 		return &Entry{path: path, err: err}
 	}
@@ -721,7 +720,7 @@ func (c *Cache) build(path string, info fs.FileInfo, f *os.File, err error, with
 		return e
 	}
 	e.file = f
-	e.fd = fileFD(f)
+	e.fd = handleFD(f)
 	e.trusted = pagecache.Trusted(e.fd, info)
 	c.counts.OpenFiles.Add(1)
 	if e.size <= c.opts.MemoryMaxFile && c.opts.MemoryBudget > 0 {
@@ -775,7 +774,7 @@ func (c *Cache) fillHead(e *Entry) {
 		return
 	}
 	head := make([]byte, size)
-	if n, err := readHead(e.file, head); n == len(head) && err == nil {
+	if n, err := readHead(e.file, e.fd, head); n == len(head) && err == nil {
 		e.memBytes.Store(size)
 		e.head.Store(&head)
 	} else {
@@ -786,16 +785,17 @@ func (c *Cache) fillHead(e *Entry) {
 // open describes the key's path and returns it open if it is a regular
 // file, confined below its root as its mode says. The info describes what
 // was opened.
-func (c *Cache) open(key lookupKey) (fs.FileInfo, *os.File, error) {
+func (c *Cache) open(key lookupKey) (fs.FileInfo, handle, error) {
 	path := key.path
 	if key.mode != SymlinksFollow {
-		return openConfined(key.root, path, key.mode, openRegular)
+		info, f, err := openConfined(key.root, path, key.mode, openRegular)
+		return info, fromOSFile(f), err
 	}
 	// Open first and fstat what was opened, as nginx does: a stat before
 	// the open would cost a second path walk on every miss. O_NONBLOCK
 	// keeps a FIFO from blocking the open; what is not a regular file is
 	// closed at once.
-	f, err := openFile(path)
+	f, err := openRegularFile(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || IsFDExhaustion(err) {
 			return nil, nil, err
@@ -808,7 +808,7 @@ func (c *Cache) open(key lookupKey) (fs.FileInfo, *os.File, error) {
 		}
 		return info, nil, nil
 	}
-	info, err := f.Stat()
+	info, err := statHandle(f)
 	if err != nil || !info.Mode().IsRegular() {
 		f.Close()
 		return info, nil, err

@@ -5,7 +5,6 @@ package statacc
 import (
 	"errors"
 	"io/fs"
-	"os"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -28,7 +27,7 @@ var noCachedOpens atomic.Bool
 // The confinement is the slot's (RESOLVE_BENEATH and RESOLVE_NO_MAGICLINKS
 // below the root) with RESOLVE_NO_SYMLINKS added, so that what opens here
 // is what the slot's lookup would open.
-func openCached(key lookupKey) (info fs.FileInfo, f *os.File, err error, ok bool) {
+func openCached(key lookupKey) (info fs.FileInfo, f handle, err error, ok bool) {
 	if noCachedOpens.Load() {
 		return nil, nil, nil, false
 	}
@@ -57,9 +56,10 @@ func openCached(key lookupKey) (info fs.FileInfo, f *os.File, err error, ok bool
 	fd, err := unix.Openat2(dirFD, name, &how)
 	switch {
 	case err == nil:
-		// Wrapped as the slot's confined lookup wraps its descriptor.
-		f := os.NewFile(uintptr(fd), key.path)
-		info, err := f.Stat()
+		// A bare descriptor, as the slot's lookup keeps: os.NewFile would
+		// cost an fcntl and an epoll_ctl more.
+		f := wrapFD(fd, key.path)
+		info, err := statHandle(f)
 		if err != nil || !info.Mode().IsRegular() {
 			f.Close()
 			return info, nil, err, true

@@ -2,10 +2,7 @@
 
 package statacc
 
-import (
-	"io/fs"
-	"os"
-)
+import "io/fs"
 
 // openCached has no cached-only lookup here: every miss holds a slot.
-func openCached(lookupKey) (fs.FileInfo, *os.File, error, bool) { return nil, nil, nil, false }
+func openCached(lookupKey) (fs.FileInfo, handle, error, bool) { return nil, nil, nil, false }

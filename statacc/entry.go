@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"mime"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
@@ -49,8 +48,8 @@ type Entry struct {
 	// headWanted says it is still to be read (Cache.fillHead).
 	head atomic.Pointer[[]byte]
 
-	file *os.File // the open file of a regular-file entry
-	fd   int      // file's descriptor, read once so Fd() is never called again
+	file handle // the open file of a regular-file entry
+	fd   int    // file's descriptor, read once so Fd() is never called again
 	// refs counts the cache's reference (while the entry is in the map)
 	// plus one per request using the descriptor. The descriptor is closed
 	// when it falls to 0, never while a transfer still reads from it.
@@ -180,9 +179,15 @@ func (e *Entry) ClaimProbe() bool {
 // page resident; ask the page cache with no-wait reads instead.
 func (e *Entry) MincoreTrusted() bool { return e.trusted }
 
-// File returns the open file of a regular-file entry, nil otherwise.
-// It stays open until the reference the caller holds is released.
-func (e *Entry) File() *os.File { return e.file }
+// File returns the open file of a regular-file entry, nil otherwise, to
+// be read at explicit offsets (pread). It stays open until the reference
+// the caller holds is released.
+func (e *Entry) File() io.ReaderAt {
+	if e.file == nil {
+		return nil
+	}
+	return e.file
+}
 
 // FD returns the descriptor of File, or -1.
 func (e *Entry) FD() int {

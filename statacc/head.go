@@ -1,8 +1,6 @@
 package statacc
 
 import (
-	"os"
-
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
@@ -10,11 +8,11 @@ import (
 // takes the head only if the page cache holds it (RWF_NOWAIT): a worker
 // never waits for the disk for a head, and the body of a cold file is read
 // through io_uring as a whole. Elsewhere it reads.
-func readHead(f *os.File, head []byte) (int, error) {
+func readHead(f handle, fd int, head []byte) (int, error) {
 	var n int
 	var err error
 	if pagecache.Supported {
-		n, err = pagecache.ReadNoWait(int(f.Fd()), head, 0)
+		n, err = pagecache.ReadNoWait(fd, head, 0)
 	} else {
 		n, err = f.ReadAt(head, 0)
 	}

@@ -3,7 +3,6 @@ package transmit
 import (
 	"io"
 	"net/http"
-	"os"
 	"sync"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -14,9 +13,11 @@ import (
 // between requests (a *statacc.Entry): open, and what the cache keeps of
 // it in memory.
 type Body interface {
-	// File is the open file; FD its descriptor, read once at open.
-	File() *os.File
+	// File is the open file, read at explicit offsets (pread); FD its
+	// descriptor, read once at open; Path its name, for the logs.
+	File() io.ReaderAt
 	FD() int
+	Path() string
 	// Size is the file's size: a body of all of it that had to be read
 	// through the ring marks the file resident once it is sent.
 	Size() int64
@@ -193,7 +194,7 @@ func (s *Sender) sendFile(w http.ResponseWriter, r *http.Request, body Body, sta
 	}
 	if src.Refused {
 		s.Logger.Debug("sendfile refused by the kernel; the rest of the body was copied",
-			zap.String("filename", file.Name()))
+			zap.String("filename", body.Path()))
 	}
 	zeroCopy := src.ZeroCopy
 	if !zeroCopy && !src.Refused && length > sniffLen && s.Copied != nil {

@@ -5,6 +5,7 @@ package transmit
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net/http/httptest"
 	"os"
 	"testing"
@@ -15,7 +16,8 @@ import (
 // reviewBody is a Body over one open file, for Send's own tests.
 type reviewBody struct{ f *os.File }
 
-func (b reviewBody) File() *os.File       { return b.f }
+func (b reviewBody) File() io.ReaderAt    { return b.f }
+func (b reviewBody) Path() string         { return b.f.Name() }
 func (b reviewBody) FD() int              { return int(b.f.Fd()) }
 func (b reviewBody) Size() int64          { fi, _ := b.f.Stat(); return fi.Size() }
 func (b reviewBody) Data() []byte         { return nil }

@@ -2,7 +2,6 @@ package transmit
 
 import (
 	"io"
-	"os"
 	"time"
 
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
@@ -18,7 +17,7 @@ import (
 // *io.LimitedReader, and sends it with sendfile(2) at an explicit offset.
 // Anywhere else (TLS, HTTP/2, HTTP/3, encode) it is read like any reader.
 type fileSource struct {
-	File *os.File
+	File io.ReaderAt
 	// FD is File's descriptor, read once when the file was opened.
 	FD int
 	// Off is the next offset to send; N the bytes left.
