@@ -204,27 +204,26 @@ func cleanAbs(p string) bool {
 	if p == "" || p[0] != '/' {
 		return false
 	}
-	// start is where the element that ends at the next slash began.
-	start := 1
-	for i := 1; i <= len(p); i++ {
-		if i < len(p) && p[i] != '/' {
-			continue
-		}
-		switch i - start {
-		case 0:
-			return i == 1 && len(p) == 1 // "/" alone; else an empty element
-		case 1:
-			if p[start] == '.' {
-				return false
-			}
-		case 2:
-			if p[start] == '.' && p[start+1] == '.' {
-				return false
-			}
-		}
-		start = i + 1
+	if len(p) == 1 {
+		return true
 	}
-	return true
+	// strings.Index is vectorised; a byte loop over the path cost more
+	// than the rest of the lookup.
+	if p[len(p)-1] == '/' || strings.Contains(p, "//") {
+		return false
+	}
+	// What is left to refuse is a "." or ".." element: a "/." that the
+	// end, a slash or "./" or a final "." follows.
+	for rest := p; ; {
+		i := strings.Index(rest, "/.")
+		if i < 0 {
+			return true
+		}
+		rest = rest[i+2:]
+		if rest == "" || rest[0] == '/' || rest[0] == '.' && (len(rest) == 1 || rest[1] == '/') {
+			return false
+		}
+	}
 }
 
 // selectSidecar picks the first precompressed sidecar that the client
