@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux && !flashserve_portable
 
 package flashserve
 
@@ -22,6 +22,7 @@ import (
 
 	"github.com/flashserve/caddy-flash-serve/internal/fusetest"
 	"github.com/flashserve/caddy-flash-serve/prewarm"
+	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
 // slowOpenFile is a FUSE file whose opens take 20 ms each: a warm-up's
@@ -154,5 +155,36 @@ func TestTailColdReadsKeepTheKeepHotTurns(t *testing.T) {
 	t.Logf("keep_hot over %d hot files, 4 workers, tail cold reads and a response in flight: at most %d opens at once, %v", hot.n, hot.most.Load(), time.Since(start))
 	if most := hot.most.Load(); most > 1 {
 		t.Errorf("the keep_hot pass had %d opens in flight at once while the only cold reads were of a file outside its set: it read at full width, want one batch at a time (its opens one after the other)", most)
+	}
+}
+
+// TestAnOldColdBodyIsNoColdRequestNow: coldRequests learns that
+// ColdBodies moved only when a warm-up asks, and then counts the move as
+// "now" (responses.serving). Nobody asks while the server is idle, nor
+// between two keep_hot passes, so a request that waited for the disk
+// minutes ago makes the next warm-up read at full width for a window as
+// if requests were waiting now. (The fd-pressure signal of the same
+// kind starts from the count at the warm-up's start for that reason.)
+// Expected: a cold body three windows ago, with no look at the signal
+// since, is not a request waiting for the disk now.
+func TestAnOldColdBodyIsNoColdRequestNow(t *testing.T) {
+	root, files := coldTree(t, 1, 8<<10)
+	port := ringSite(t, root)
+	c := &http.Client{Timeout: 30 * time.Second}
+	defer c.CloseIdleConnections()
+	coldRequests.serving() // takes in what came before
+	for name := range files {
+		cold0 := transmit.Snapshot().ColdBodies
+		if status, _, _ := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 {
+			t.Fatalf("%s: status %d", name, status)
+		}
+		if d := transmit.Snapshot().ColdBodies - cold0; d != 1 {
+			t.Fatalf("%s read cold: ColdBodies +%d, want 1", name, d)
+		}
+	}
+	// The time is the point here: the body is three windows old.
+	time.Sleep(3 * busyWindow)
+	if coldRequests.serving() {
+		t.Errorf("a body read cold %v ago, with no request since, counts as requests waiting for the disk now", 3*busyWindow)
 	}
 }
