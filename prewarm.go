@@ -160,13 +160,23 @@ var sent = &responses{window: busyWindow, count: counters.begun.Load, inFlight: 
 	return counters.begun.Load() - ended
 }}
 
-// coldRequests tells the warm-ups of the hot set whether requests are
-// waiting for the disk: a body found partly outside the page cache (read
-// through the ring) in the last busyWindow. They then read at full width
-// (Warmer.Cold): what they read is what those requests wait for. The
-// paths pass keeps taking turns: the tree it walks is not what the
-// clients asked for.
-var coldRequests = &responses{window: busyWindow, count: func() int64 { return transmit.Snapshot().ColdBodies }}
+// coldRequests tells the warm-up of the saved hot set after a start
+// whether requests are waiting for the disk: a body found outside the page
+// cache (and read through the ring) in the last busyWindow. It then reads
+// at full width (Warmer.Cold): after a restart on a cold page cache what
+// it reads is what those requests wait for. The paths and keep_hot passes
+// keep taking turns: the tree the one walks is not what the clients asked
+// for, and the other reads a set that is mostly resident while a long
+// tail of other files is read cold.
+var coldRequests coldSignal
+
+type coldSignal struct{}
+
+// serving reports whether a body met the disk in the last busyWindow.
+func (coldSignal) serving() bool {
+	at := transmit.Snapshot().LastColdBody
+	return at != 0 && time.Now().UnixNano()-at < int64(busyWindow)
+}
 
 // hotSetPath is where the hot set of a cache is kept: one file per cache
 // settings, in Caddy's data directory.
@@ -308,7 +318,7 @@ func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, bud
 			}
 			logger.Info("prewarm progress", fields...)
 		}}
-	if pass != "paths" {
+	if pass == "hot set" {
 		w.Cold = coldRequests.serving
 	}
 	p, err := w.Run(ctx, targets)

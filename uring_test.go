@@ -394,29 +394,31 @@ func TestDefaultStatWorkers(t *testing.T) {
 }
 
 // TestColdBodiesAreCounted: a body the page cache did not hold, read
-// through the ring, counts once in ColdBodies, and the hot set's warm-ups
-// then see requests waiting for the disk (coldRequests, their Cold); the
-// same body again, now resident, counts nothing.
+// through the ring, counts once in ColdBodies, with its time, and the hot
+// set's warm-up then sees requests waiting for the disk (coldRequests,
+// its Cold); the same body again, now resident, counts nothing.
 func TestColdBodiesAreCounted(t *testing.T) {
 	root, files := coldTree(t, 2, 8<<10)
 	port := ringSite(t, root)
 	c := &http.Client{Timeout: 30 * time.Second}
 	for name, want := range files {
 		for _, pass := range []string{"cold", "resident"} {
-			cold0 := transmit.Snapshot().ColdBodies
-			coldRequests.serving() // takes in what came before
+			before := transmit.Snapshot()
+			asked := time.Now().UnixNano()
 			if status, _, got := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 || !bytes.Equal(got, want) {
 				t.Fatalf("%s %s: status %d, %d bytes", name, pass, status, len(got))
 			}
-			d := transmit.Snapshot().ColdBodies - cold0
-			t.Logf("%s %s: ColdBodies +%d", name, pass, d)
+			after := transmit.Snapshot()
+			signal, since := coldRequests.serving(), time.Duration(time.Now().UnixNano()-after.LastColdBody)
+			d := after.ColdBodies - before.ColdBodies
+			t.Logf("%s %s: ColdBodies +%d, the last %v ago", name, pass, d, since)
 			switch {
-			case pass == "cold" && d != 1:
-				t.Errorf("%s cold: ColdBodies +%d, want 1", name, d)
-			case pass == "cold" && !coldRequests.serving():
-				t.Errorf("%s cold: the warm-ups do not see a request that waited for the disk", name)
-			case pass == "resident" && d != 0:
-				t.Errorf("%s resident: ColdBodies +%d, want 0", name, d)
+			case pass == "cold" && (d != 1 || after.LastColdBody < asked):
+				t.Errorf("%s cold: ColdBodies +%d, the last at %d (asked at %d); want 1, counted after the request began", name, d, after.LastColdBody, asked)
+			case pass == "cold" && !signal && since < busyWindow/2:
+				t.Errorf("%s cold: the warm-up does not see a request that waited for the disk %v ago", name, since)
+			case pass == "resident" && (d != 0 || after.LastColdBody != before.LastColdBody):
+				t.Errorf("%s resident: ColdBodies +%d, LastColdBody moved %v; want neither", name, d, after.LastColdBody != before.LastColdBody)
 			}
 		}
 	}

@@ -129,11 +129,16 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 		}
 		missing = n == 0 && errors.Is(err, syscall.EAGAIN)
 	}
+	// counted is set once this body is counted as one that met the disk
+	// (coldBody): the no-wait read or a probe found its data missing.
+	counted := false
 	for done < length {
 		off := start + done
+		knownCold := missing
 		if !s.RingOnly && !missing {
 			stats.residencyProbes.Add(1)
 			resident, err := probe.Resident(off, min(length-done, residencyProbe))
+			knownCold = err == nil && resident == 0
 			if err == nil && resident > 0 {
 				var n int64
 				if sendfile {
@@ -155,12 +160,11 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 				continue
 			}
 		}
+		if knownCold && !counted {
+			counted = true
+			coldBody()
+		}
 		if cold.file == nil {
-			if !s.RingOnly {
-				// Only a sender that reads resident data elsewhere knows
-				// that this body met the disk.
-				stats.coldBodies.Add(1)
-			}
 			cold.file = src
 			opts.Hold = cold.hold
 			opts.NoBlockDevice = src.NoBlockDevice()

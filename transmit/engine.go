@@ -1,6 +1,9 @@
 package transmit
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Engine is a way a body's bytes leave: the handler picks one per
 // response (its transmit policy), and Send may change it when the body
@@ -50,18 +53,26 @@ type Stats struct {
 	// residency, each a few system calls: tests see which bodies need
 	// none.
 	ResidencyProbes int64
-	// ColdBodies counts the bodies (or ranges of one) a request had to read
-	// through the ring because the page cache did not hold all of them:
-	// requests waiting for the disk (a sender with RingOnly, which reads
-	// every byte through the ring, counts none). A warm-up that sees it
-	// move reads at full width (prewarm.Warmer.Cold).
-	ColdBodies int64
+	// ColdBodies counts the bodies (or ranges of one) that a request read
+	// through the ring because the no-wait read or a residency probe found
+	// their data outside the page cache: requests that waited for the disk
+	// (a sender with RingOnly, which asks neither, counts none), and
+	// LastColdBody is when the last of them was counted (UnixNano, 0 for
+	// none). The warm-up of the hot set reads at full width while they
+	// are recent (prewarm.Warmer.Cold).
+	ColdBodies, LastColdBody int64
 }
 
 // stats are the counters behind Snapshot: atomics, because every body
 // updates them.
 var stats struct {
-	sendfileBytes, sendfileCalls, fallbacks, refused, ringFallbacks, residencyProbes, coldBodies atomic.Int64
+	sendfileBytes, sendfileCalls, fallbacks, refused, ringFallbacks, residencyProbes, coldBodies, lastColdBody atomic.Int64
+}
+
+// coldBody counts a body that met the disk, and when.
+func coldBody() {
+	stats.coldBodies.Add(1)
+	stats.lastColdBody.Store(time.Now().UnixNano())
 }
 
 // Snapshot reads the counters now.
@@ -74,5 +85,6 @@ func Snapshot() Stats {
 		RingFallbacks:     stats.ringFallbacks.Load(),
 		ResidencyProbes:   stats.residencyProbes.Load(),
 		ColdBodies:        stats.coldBodies.Load(),
+		LastColdBody:      stats.lastColdBody.Load(),
 	}
 }

@@ -168,16 +168,17 @@ func (c *Counter) Leave(t *Tally, f File) {
 }
 
 // Carry takes in the snapshot an earlier process saved (Load): its
-// files' counts go into the sketch and they are candidates of the next
-// snapshot, as if this counter had taken it. So a server that stops
-// again soon after a restart, before its clients asked for much, saves
-// the set it started with and what they asked for since, not only the
-// latter; the decay of the snapshots that follow fades the files no
-// longer asked for, as it would have without the restart.
+// files' counts, halved as the decay that followed that save halved them,
+// go into the sketch and they are candidates of the next snapshot, as if
+// this counter had taken it. So a server that stops again soon after a
+// restart, before its clients asked for much, saves the set it started
+// with and what they asked for since, not only the latter; and a file no
+// longer asked for fades by half at each save, across restarts as within
+// one process (a restart loop does not keep it).
 func (c *Counter) Carry(files []File) {
 	for _, f := range files {
-		if f.Hits > 0 {
-			c.add(c.key(f.Path), uint32(min(f.Hits, int64(^uint32(0)))))
+		if n := f.Hits / 2; n > 0 {
+			c.add(c.key(f.Path), uint32(min(n, int64(^uint32(0)))))
 		}
 	}
 	c.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -58,10 +59,16 @@ func Save(path string, files []File) error {
 	return os.Rename(tmp.Name(), path)
 }
 
+// maxSetBytes bounds a hot-set file: a set of the most files a snapshot
+// holds (131,072) takes about 10 MB of JSON.
+const maxSetBytes = 64 << 20
+
 // Load reads a hot set. A missing file is an empty set; a corrupt or
-// truncated one is an error the caller reports and ignores.
+// truncated one, one that is not a regular file (opened without waiting:
+// a FIFO put in its place cannot hang a start) or one over maxSetBytes is
+// an error the caller reports and ignores.
 func Load(path string) (Set, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSetFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return Set{}, nil
 	}
@@ -81,4 +88,27 @@ func Load(path string) (Set, error) {
 		}
 	}
 	return s, nil
+}
+
+func readSetFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|oNonblock, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("hot set %s is not a regular file (%v)", path, info.Mode().Type())
+	}
+	if info.Size() > maxSetBytes {
+		return nil, fmt.Errorf("hot set %s is %d bytes, more than the %d a hot set takes", path, info.Size(), maxSetBytes)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxSetBytes+1))
+	if err == nil && len(b) > maxSetBytes {
+		err = fmt.Errorf("hot set %s is more than %d bytes", path, maxSetBytes)
+	}
+	return b, err
 }

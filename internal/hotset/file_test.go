@@ -119,13 +119,15 @@ func TestSaverCarriesTheSavedSet(t *testing.T) {
 		}).Stop()
 		return saved
 	}
-	// b as this process saw it last (the leave helper's size 0), its
-	// counts added up.
-	want := []File{{Path: "/srv/a", Size: 10, Hits: 6}, {Path: "/srv/b", Hits: 4}, {Path: "/srv/c", Hits: 3}}
+	// The saved counts come back halved (the decay that followed their
+	// save); b as this process saw it last (the leave helper's size 0),
+	// its counts added up.
+	want := []File{{Path: "/srv/a", Size: 10, Hits: 3}, {Path: "/srv/b", Hits: 1 + 2}, {Path: "/srv/c", Hits: 3}}
 	if got := saveOnce(c); !slices.Equal(got, want) {
 		t.Fatalf("saved %+v, want the saved set carried on beside this process's counts: %+v", got, want)
 	}
-	// A second restart that counts nothing keeps the set.
+	// A second restart that counts nothing keeps the set, halved again.
+	want = []File{{Path: "/srv/a", Size: 10, Hits: 1}, {Path: "/srv/b", Hits: 1}, {Path: "/srv/c", Hits: 1}}
 	if got := saveOnce(NewCounter(nil)); !slices.Equal(got, want) {
 		t.Fatalf("a restart that served nothing saved %+v, want %+v", got, want)
 	}

@@ -1,6 +1,8 @@
 package hotset
 
 import (
+	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,24 +17,23 @@ type Saver struct {
 	files int
 	bytes atomic.Int64
 	saved func([]File, error)
-	done  chan struct{}
-	wg    sync.WaitGroup
+	// onDisk says the file holds a set this saver carried on or wrote:
+	// only the saver's goroutine uses it.
+	onDisk bool
+	done   chan struct{}
+	wg     sync.WaitGroup
 }
 
 // StartSaver starts a saver of snapshots of at most files files and, when
 // bytes is positive, as many bytes (Top), carrying on the set path holds
-// already (Counter.Carry). After each save it calls saved,
-// if not nil, with the files and the error of the write; an empty
-// snapshot is not written, and saved is not called for it.
+// already (Counter.Carry). After each save it calls saved, if not nil,
+// with the files and the error of the write; an empty snapshot is not
+// written, and saved is not called for it, but it removes a set the
+// saver carried on or wrote before (it has faded out).
 func StartSaver(path string, c *Counter, files int, bytes int64, every time.Duration, saved func([]File, error)) *Saver {
 	s := &Saver{path: path, c: c, files: files, saved: saved, done: make(chan struct{})}
 	s.bytes.Store(bytes)
 	c.Remember(files)
-	// The set saved before this process started is carried on (a corrupt
-	// one is reported by the warm-up that reads it, and ignored here).
-	if set, err := Load(path); err == nil {
-		c.Carry(set.Files)
-	}
 	s.wg.Add(1)
 	go s.run(every)
 	return s
@@ -47,6 +48,14 @@ func (s *Saver) Path() string { return s.path }
 
 func (s *Saver) run(every time.Duration) {
 	defer s.wg.Done()
+	// The set saved before this process started is carried on, read here
+	// rather than in StartSaver so that a config load does not wait for
+	// it (a corrupt one is reported by the warm-up that reads it, and
+	// ignored here).
+	if set, err := Load(s.path); err == nil && len(set.Files) > 0 {
+		s.c.Carry(set.Files)
+		s.onDisk = true
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -64,9 +73,19 @@ func (s *Saver) save() {
 	files := s.c.Top(s.files, s.bytes.Load())
 	s.c.Decay()
 	if len(files) == 0 {
+		// Nothing asked for often enough: a set this saver carried on or
+		// wrote has faded out, and is not warmed again at the next start.
+		if s.onDisk {
+			if err := os.Remove(s.path); err == nil || errors.Is(err, os.ErrNotExist) {
+				s.onDisk = false
+			}
+		}
 		return
 	}
 	err := Save(s.path, files)
+	if err == nil {
+		s.onDisk = true
+	}
 	if s.saved != nil {
 		s.saved(files, err)
 	}
