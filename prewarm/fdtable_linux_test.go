@@ -4,9 +4,7 @@ package prewarm
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,21 +19,6 @@ func openFDCount(t *testing.T) int {
 		t.Skipf("cannot count descriptors: %v", err)
 	}
 	return len(ents)
-}
-
-// smallTargets writes n files of 8 KiB in a new directory.
-func smallTargets(t *testing.T, n int) []Target {
-	t.Helper()
-	dir := t.TempDir()
-	var targets []Target
-	for i := range n {
-		p := filepath.Join(dir, fmt.Sprintf("f%03d", i))
-		if err := os.WriteFile(p, make([]byte, 8<<10), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		targets = append(targets, Target{Path: p, Size: 8 << 10})
-	}
-	return targets
 }
 
 // lowerFDLimit sets RLIMIT_NOFILE to room more than the descriptors open

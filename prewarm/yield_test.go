@@ -158,13 +158,7 @@ func TestWarmUpYieldsToRequests(t *testing.T) {
 // each file's readahead "takes" 1 ms of CPU, each wait for its data none.
 func TestBusyBatchesPauseForTheirCPU(t *testing.T) {
 	const workers, batches = 3, 4
-	dir := t.TempDir()
-	var targets []Target
-	for i := range batches * prefetchBatch {
-		p := filepath.Join(dir, fmt.Sprintf("f%03d", i))
-		os.WriteFile(p, make([]byte, 8<<10), 0o644)
-		targets = append(targets, Target{Path: p, Size: 8 << 10})
-	}
+	targets := smallTargets(t, batches*prefetchBatch)
 	for _, busy := range []bool{false, true} {
 		var mu sync.Mutex
 		var clock time.Duration
@@ -216,13 +210,7 @@ func TestBusyBatchesPauseForTheirCPU(t *testing.T) {
 // readahead "takes" 1 ms of CPU.
 func TestColdRequestsGetAFullWidthWarmUp(t *testing.T) {
 	const workers, batches = 3, 6
-	dir := t.TempDir()
-	var targets []Target
-	for i := range batches * prefetchBatch {
-		p := filepath.Join(dir, fmt.Sprintf("f%03d", i))
-		os.WriteFile(p, make([]byte, 8<<10), 0o644)
-		targets = append(targets, Target{Path: p, Size: 8 << 10})
-	}
+	targets := smallTargets(t, batches*prefetchBatch)
 	for _, cold := range []bool{true, false} {
 		var mu sync.Mutex
 		var clock time.Duration
@@ -298,4 +286,19 @@ func TestColdRequestsGetAFullWidthWarmUp(t *testing.T) {
 		}
 		mu.Unlock()
 	}
+}
+
+// smallTargets writes n files of 8 KiB in a new directory.
+func smallTargets(t *testing.T, n int) []Target {
+	t.Helper()
+	dir := t.TempDir()
+	var targets []Target
+	for i := range n {
+		p := filepath.Join(dir, fmt.Sprintf("f%03d", i))
+		if err := os.WriteFile(p, make([]byte, 8<<10), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		targets = append(targets, Target{Path: p, Size: 8 << 10})
+	}
+	return targets
 }
