@@ -65,6 +65,7 @@ var revhitPaths = []string{
 	"/p/a.txt", "/p/sub/", "/p/../a.txt", "/.", "/..", "/sub/.", "/sub/..",
 	"/%ff.txt", "/\xff.txt", "/sub%5cx.txt", "/sub%5Cx.txt", "/.../a.txt", "/...", "/.a/b.txt", "/.a/./b.txt", "/.a/", "/%252e/c.txt", "/%2e/c.txt",
 	"/sp%20ace.txt", "/a.txt?x=1", "/sub/?a", "/sub/index.txt/", "/sub/index.txt", "/x/../../a.txt", "/sub/x.txt/.", "/sub/x.txt/..",
+	"/" + strings.Repeat("n", 300), "/sub/" + strings.Repeat("n", 5000), "/a.txt/x", "/sub/x.txt/y/", "/" + strings.Repeat("sub/../", 800) + "a.txt",
 	"/architecture.md", "/etc/passwd", "/" + memDefaultName, "/mem/" + memDefaultName, "/mem/a.txt",
 }
 
