@@ -77,10 +77,12 @@ func (sr *siteRoots) canonical(root string) string {
 	return abs
 }
 
-// siteRoot returns the canonical root of a request.
+// siteRoot returns the canonical root of a request. A placeholder that
+// is empty stands for ".", as in file_server: `{http.vars.unset}/` is the
+// working directory, not "/".
 func (fsrv *FlashServe) siteRoot(r *http.Request, repl *caddy.Replacer) string {
 	if fsrv.roots.static != "" {
 		return fsrv.roots.static
 	}
-	return fsrv.roots.canonical(fsrv.rootValue.expand(r, repl, ""))
+	return fsrv.roots.canonical(fsrv.rootValue.expand(r, repl, "."))
 }
