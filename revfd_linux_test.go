@@ -39,6 +39,7 @@ func TestBareDescriptorsUnderChurnServeOwnBytes(t *testing.T) {
 			t.Cleanup(func() { backToBaseline(t, base, base.threads+32) })
 			port := freePort(t)
 			loadSites(t, "", siteBlock(port, root, flashServe("max_open_files 8", "memory_cache 0", "transmit "+engine)))
+			before := snapshot()
 			var stop atomic.Bool
 			var wg sync.WaitGroup
 			wg.Add(1)
@@ -88,6 +89,12 @@ func TestBareDescriptorsUnderChurnServeOwnBytes(t *testing.T) {
 			clients.Wait()
 			stop.Store(true)
 			wg.Wait()
+			after := snapshot()
+			ev, inv := after.Statacc.Evictions-before.Statacc.Evictions, after.Statacc.Invalidations-before.Statacc.Invalidations
+			t.Logf("%d evictions, %d invalidations under the load", ev, inv)
+			if ev == 0 || inv == 0 {
+				t.Errorf("%d evictions, %d invalidations: the descriptors did not churn", ev, inv)
+			}
 		})
 	}
 }
