@@ -373,11 +373,32 @@ func (c *Cache) Close() error {
 	}
 	close(c.stop)
 	c.wg.Wait()
+	c.refuseQueued()
 	if c.watch != nil {
 		c.watch.close()
 	}
 	c.flush()
 	return nil
+}
+
+// errCacheClosed answers the lookups of a closed cache.
+var errCacheClosed = errors.New("statacc: cache closed")
+
+// refuseQueued answers the misses still queued for the workers, which
+// have stopped, with errCacheClosed, so that their callers return now
+// rather than when their contexts end. Close calls it once the workers
+// are gone, and a miss that queued itself and then saw the cache closed
+// calls it too: whichever comes second finds the call.
+func (c *Cache) refuseQueued() {
+	for {
+		select {
+		case cl := <-c.jobs:
+			c.complete(cl, &Entry{path: cl.key.path, err: errCacheClosed})
+			cl.leave()
+		default:
+			return
+		}
+	}
 }
 
 // GetConfined returns the entry for path, a file below root resolved as
@@ -439,7 +460,7 @@ func (c *Cache) fresh(e *Entry) bool {
 
 func (c *Cache) miss(ctx context.Context, key lookupKey) (*Entry, error) {
 	if c.closed.Load() {
-		return nil, errors.New("statacc: cache closed")
+		return nil, errCacheClosed
 	}
 	c.mu.Lock()
 	if cl, ok := c.inflight[key]; ok {
@@ -478,6 +499,9 @@ func (c *Cache) miss(ctx context.Context, key lookupKey) (*Entry, error) {
 	c.mu.Unlock()
 	select {
 	case c.jobs <- cl:
+		if c.closed.Load() {
+			c.refuseQueued() // Close may have drained the queue before this call entered it
+		}
 		return c.wait(ctx, cl, done)
 	default:
 		// Misses merged with this one meanwhile are refused with it.
@@ -682,6 +706,12 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 		if c.counts.NegativeCount.Load() > int64(c.opts.NegativeEntries) {
 			c.evictNegatives(e)
 		}
+	}
+	if c.closed.Load() && c.unpublish(e) {
+		// Close set closed before its flush: an entry published after the
+		// flush went by is dropped here, or its descriptor would stay open
+		// (a bare descriptor has no finalizer to close it).
+		c.drop(e)
 	}
 	return e
 }
