@@ -174,11 +174,21 @@ func TestAnOldColdBodyIsNoColdRequestNow(t *testing.T) {
 	defer c.CloseIdleConnections()
 	coldRequests.serving() // takes in what came before
 	for name := range files {
-		cold0 := transmit.Snapshot().ColdBodies
-		if status, _, _ := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 {
-			t.Fatalf("%s: status %d", name, status)
+		var d int64
+		for try := range coldTries {
+			if try > 0 {
+				t.Logf("%s was back in the page cache when the request read it; a fresh evicted file (%d of %d)", name, try+1, coldTries)
+				name, _ = freshColdFile(t, root, 8<<10)
+			}
+			cold0 := transmit.Snapshot().ColdBodies
+			if status, _, _ := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 {
+				t.Fatalf("%s: status %d", name, status)
+			}
+			if d = transmit.Snapshot().ColdBodies - cold0; d != 0 {
+				break
+			}
 		}
-		if d := transmit.Snapshot().ColdBodies - cold0; d != 1 {
+		if d != 1 {
 			t.Fatalf("%s read cold: ColdBodies +%d, want 1", name, d)
 		}
 	}

@@ -117,6 +117,36 @@ func counterReaches(c *atomic.Int64, want int64) int64 {
 	return c.Load()
 }
 
+// freshColdFile writes a new file of size random bytes under root, syncs
+// and evicts it, and checks that none of it is resident.
+func freshColdFile(t *testing.T, root string, size int) (string, []byte) {
+	t.Helper()
+	b := make([]byte, size)
+	rand.NewChaCha8([32]byte{byte(time.Now().UnixNano())}).Read(b)
+	f, err := os.CreateTemp(root, "fresh-*.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(b)
+	f.Sync()
+	f.Close()
+	if err := prewarm.Evict(f.Name()); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := prewarm.FileResidency(f.Name()); err != nil || r.Resident != 0 {
+		t.Fatalf("%s: %+v, %v after eviction: the test would prove nothing", f.Name(), r, err)
+	}
+	return "/" + filepath.Base(f.Name()), b
+}
+
+// coldTries is how many freshly evicted files a test of the cold path
+// asks for until one is read cold: the whole suite sometimes finds a file
+// evicted a moment before already back in the page cache when the
+// request's no-wait read looks (about one full run in two on this VM,
+// never in a test alone; the reader was not found), and a body served
+// from the page cache says nothing about the cold path.
+const coldTries = 3
+
 // TestSmallBodiesReadWithoutWaiting: a small body that is not known to be
 // resident is read with one RWF_NOWAIT read instead of a mincore probe.
 // Cold, the request takes the ring's path: the no-wait read finds nothing
@@ -352,6 +382,19 @@ func TestColdSmallBodySkipsTheProbe(t *testing.T) {
 		ring := counterReaches(&counters.bytes[transmit.EngineIOUring], ring0+1) - ring0
 		t.Logf("%s (%d of %d bytes resident): %d probes, %d bytes through io_uring", name, i/2*4096, size, probes, ring)
 		if i < 2 {
+			for try := 1; ring == 0 && probes == 0 && try < coldTries; try++ {
+				// Served whole by the no-wait read: found in the page cache.
+				t.Logf("%s was back in the page cache when the request read it; a fresh evicted file (%d of %d)", name, try+1, coldTries)
+				var want []byte
+				name, want = freshColdFile(t, root, size)
+				probes0, ring0 = transmit.Snapshot().ResidencyProbes, counters.bytes[transmit.EngineIOUring].Load()
+				if status, _, got := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 || !bytes.Equal(got, want) {
+					t.Fatalf("%s: status %d, %d bytes", name, status, len(got))
+				}
+				probes = transmit.Snapshot().ResidencyProbes - probes0
+				ring = counterReaches(&counters.bytes[transmit.EngineIOUring], ring0+1) - ring0
+				t.Logf("%s (cold): %d probes, %d bytes through io_uring", name, probes, ring)
+			}
 			if probes != 0 {
 				t.Errorf("%s cold: %d residency probes, want 0 (the no-wait read found the first page missing)", name, probes)
 			}
@@ -403,12 +446,23 @@ func TestColdBodiesAreCounted(t *testing.T) {
 	c := &http.Client{Timeout: 30 * time.Second}
 	for name, want := range files {
 		for _, pass := range []string{"cold", "resident"} {
-			before := transmit.Snapshot()
-			asked := time.Now().UnixNano()
-			if status, _, got := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 || !bytes.Equal(got, want) {
-				t.Fatalf("%s %s: status %d, %d bytes", name, pass, status, len(got))
+			var before, after transmit.Stats
+			var asked int64
+			for try := range coldTries {
+				if try > 0 {
+					if after.ColdBodies != before.ColdBodies || pass != "cold" {
+						break
+					}
+					t.Logf("%s was back in the page cache when the request read it; a fresh evicted file (%d of %d)", name, try+1, coldTries)
+					name, want = freshColdFile(t, root, 8<<10)
+				}
+				before = transmit.Snapshot()
+				asked = time.Now().UnixNano()
+				if status, _, got := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 || !bytes.Equal(got, want) {
+					t.Fatalf("%s %s: status %d, %d bytes", name, pass, status, len(got))
+				}
+				after = transmit.Snapshot()
 			}
-			after := transmit.Snapshot()
 			signal, since := coldRequests.serving(), time.Duration(time.Now().UnixNano()-after.LastColdBody)
 			d := after.ColdBodies - before.ColdBodies
 			t.Logf("%s %s: ColdBodies +%d, the last %v ago", name, pass, d, since)
