@@ -41,6 +41,7 @@ func TestExistingFileMissWhenFullIsWatched(t *testing.T) {
 	root := t.TempDir()
 	c, _ := fullNegativeCache(t, root, 100)
 	for _, dir := range []string{root, filepath.Join(root, "new-dir")} {
+		inv0 := c.counts.Invalidations.Load()
 		if n := firstLookupOpens(t, c, dir); n != 1 {
 			t.Errorf("%s: the first lookup opened the file %d times, want 1", dir, n)
 		}
@@ -53,7 +54,18 @@ func TestExistingFileMissWhenFullIsWatched(t *testing.T) {
 		}
 		hits := c.counts.Hits.Load()
 		describe(t, c, p)
-		if n := oc.opens(t, "page.html"); n != 0 || c.counts.Hits.Load() != hits+1 {
+		n := oc.opens(t, "page.html")
+		if n == 1 && c.counts.Hits.Load() == hits && c.counts.Invalidations.Load() > inv0 {
+			// The inotify events of the test's own write of the file came
+			// after its first lookup and dropped the entry (seen once in
+			// CI): that open is the invalidation's. The next lookup must hit.
+			t.Logf("%s: the write's events dropped the first entry; looking again", dir)
+			oc = countOpens(t, dir)
+			hits = c.counts.Hits.Load()
+			describe(t, c, p)
+			n = oc.opens(t, "page.html")
+		}
+		if n != 0 || c.counts.Hits.Load() != hits+1 {
 			t.Errorf("%s: the second lookup opened the file %d times (%d hits), want a hit", dir, n, c.counts.Hits.Load()-hits)
 		}
 		v, _ := c.entries.Load(p)
