@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,6 +123,9 @@ type parityServers struct {
 
 // freePort returns a port free for both TCP and UDP on 127.0.0.1, as
 // HTTP/3 listens on the UDP port of the same number.
+// portsHandedOut holds the ports freePort returned in this process.
+var portsHandedOut sync.Map
+
 func freePort(t testing.TB) int {
 	t.Helper()
 	for range 50 {
@@ -134,6 +138,12 @@ func freePort(t testing.TB) int {
 		l.Close()
 		if err == nil {
 			u.Close()
+			// A port closed here can come back from the next Listen: two
+			// sites of one config then share it ("ambiguous site
+			// definition", seen once in CI). Each port is handed out once.
+			if _, dup := portsHandedOut.LoadOrStore(port, true); dup {
+				continue
+			}
 			return port
 		}
 	}
