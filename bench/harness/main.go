@@ -227,7 +227,7 @@ func run(cfg *config) error {
 		measureWorkload(cfg, w, servers, results[w.id])
 	}
 	if cfg.only["j"] {
-		w := workload{id: "j", title: fmt.Sprintf("restart on a cold page cache: first %s of e", cfg.restartWindow), unit: "req/s"}
+		w := workload{id: "j", title: fmt.Sprintf("restart on a cold page cache: first %s of e", cfg.restartWindow), unit: "req/s", cpuPerGiB: true}
 		ran = append(ran, w)
 		results["j"] = map[string]*result{}
 		stopServers(servers) // j starts its own, one at a time, on the cold cache

@@ -98,7 +98,15 @@ func restartOnce(cfg *config, v restartVariant, window time.Duration) (measureme
 	cfg.duration = window
 	defer func() { cfg.duration = saved }()
 	smp := sample(s.pid)
+	cpu0, cerr := cpuSeconds(s.pid)
 	m, err := wrk(cfg, 200, s.url(""), filepath.Join(cfg.work, "many.uris"), int64(cfg.set.manyFileSize))
+	// The server's CPU in the window, warm-ups included, per GiB served:
+	// less sensitive to a loaded machine than req/s, and what a warm-up
+	// that does not yield adds shows there.
+	if cpu1, cerr1 := cpuSeconds(s.pid); err == nil && cerr == nil && cerr1 == nil {
+		m.cpuSecs = cpu1 - cpu0
+		m.bytes = m.value * window.Seconds() * float64(cfg.set.manyFileSize)
+	}
 	th, kb := smp.finish()
 	if v.prewarm {
 		logf.Sync()
@@ -168,7 +176,8 @@ func measureRestart(cfg *config, res map[string]*result) {
 				continue
 			}
 			r.runs = append(r.runs, m)
-			log.Printf("j  %-20s run %d: %10.2f req/s", v.name, round, m.value)
+			log.Printf("j  %-20s run %d: %10.2f req/s, %.1f µs of server CPU per request", v.name, round, m.value,
+				1e6*m.cpuSecs/max(1, m.value*cfg.restartWindow.Seconds()))
 		}
 	}
 }
