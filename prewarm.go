@@ -165,9 +165,9 @@ var sent = &responses{window: busyWindow, count: counters.begun.Load, inFlight: 
 // cache (and read through the ring) in the last busyWindow. It then reads
 // at full width (Warmer.Cold): after a restart on a cold page cache what
 // it reads is what those requests wait for. The paths and keep_hot passes
-// keep taking turns: the tree the one walks is not what the clients asked
-// for, and the other reads a set that is mostly resident while a long
-// tail of other files is read cold.
+// are Background, cold requests or not: the tree the one walks is not
+// what the clients asked for, and the other reads a set that is mostly
+// resident while a long tail of other files is read cold.
 var coldRequests coldSignal
 
 type coldSignal struct{}
@@ -305,27 +305,45 @@ func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, bud
 	if len(targets) == 0 {
 		return 0
 	}
-	w := &prewarm.Warmer{Budget: budget, Workers: workers, Every: prewarmLogEvery, ReadAt: readAt, Busy: sent.serving, FDPressure: fdPressure,
-		OnProgress: func(p prewarm.Progress) {
-			fields := []zap.Field{
-				zap.String("pass", pass), zap.Int64("files", p.Files), zap.Int64("bytes", p.Bytes),
-				zap.Float64("percent_of_budget", 100*float64(p.Bytes)/float64(max(1, p.Budget))),
-				zap.Float64("mb_per_sec", p.Rate()/1e6),
-			}
-			if p.Done {
-				logger.Info("prewarm done", append(fields, zap.Duration("took", time.Since(p.Started)))...)
-				return
-			}
-			logger.Info("prewarm progress", fields...)
-		}}
-	if pass == "hot set" {
-		w.Cold = coldRequests.serving
+	w := passWarmer(pass)
+	w.Budget, w.Workers, w.Every, w.ReadAt, w.FDPressure = budget, workers, prewarmLogEvery, readAt, fdPressure
+	w.OnProgress = func(p prewarm.Progress) {
+		fields := []zap.Field{
+			zap.String("pass", pass), zap.Int64("files", p.Files), zap.Int64("bytes", p.Bytes),
+			zap.Float64("percent_of_budget", 100*float64(p.Bytes)/float64(max(1, p.Budget))),
+			zap.Float64("mb_per_sec", p.Rate()/1e6),
+		}
+		if p.Done {
+			logger.Info("prewarm done", append(fields, zap.Duration("took", time.Since(p.Started)))...)
+			return
+		}
+		logger.Info("prewarm progress", fields...)
 	}
 	p, err := w.Run(ctx, targets)
 	if err != nil && ctx.Err() == nil {
 		logger.Warn("prewarm stopped early", zap.String("pass", pass), zap.Error(err))
 	}
 	return p.Spent
+}
+
+// passWarmer is how a pass yields to the requests. The hot set at
+// start-up is what the clients asked for most: it reads at full width
+// while requests wait for the disk (Cold) and takes a quarter of a core
+// while they are served from memory. The paths and keep_hot passes read
+// what no request is known to wait for (the rest of a tree, a set mostly
+// resident): Background, a twentieth of a core while requests are served,
+// cold or not, as an operator who ran a warm-up beside nginx would have
+// it run under `nice 19`. After a restart the paths pass would otherwise
+// take a quarter of the core from the requests the hot set just made
+// fast, for as long as it walks the tree.
+func passWarmer(pass string) *prewarm.Warmer {
+	w := &prewarm.Warmer{Busy: sent.serving}
+	if pass == "hot set" {
+		w.Cold = coldRequests.serving
+	} else {
+		w.Background = true
+	}
+	return w
 }
 
 func dedupeTargets(ts []prewarm.Target) []prewarm.Target {

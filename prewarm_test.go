@@ -217,3 +217,24 @@ func TestWarmUpsSeeResponses(t *testing.T) {
 		t.Fatalf("idle %v after a response, before the %v window ended", quiet, r.window)
 	}
 }
+
+// TestOnlyTheHotSetPassIsForeground: the hot-set pass at start-up reads
+// at full width while requests wait for the disk (Cold) and is not
+// Background; the paths and keep_hot passes are Background (a twentieth
+// of a core while requests are served) and do not ask Cold, so that
+// after a restart they do not take a quarter of the core from the
+// requests the hot set made fast.
+func TestOnlyTheHotSetPassIsForeground(t *testing.T) {
+	for _, c := range []struct {
+		pass       string
+		background bool
+	}{{"hot set", false}, {"paths", true}, {"keep_hot", true}} {
+		w := passWarmer(c.pass)
+		if w.Busy == nil {
+			t.Errorf("%s: no Busy: the pass would not yield to requests at all", c.pass)
+		}
+		if w.Background != c.background || (w.Cold == nil) != c.background {
+			t.Errorf("%s: Background %v, Cold set %v; want Background %v, Cold set %v", c.pass, w.Background, w.Cold != nil, c.background, !c.background)
+		}
+	}
+}

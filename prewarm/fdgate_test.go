@@ -50,7 +50,7 @@ func TestFDPressureBacksOff(t *testing.T) {
 		}
 		batches[len(batches)-1]++
 	}
-	w.verify = func(ctx context.Context, f *os.File, n int64) (int64, error) {
+	w.verify = func(ctx context.Context, path string, f readFile, n int64) (int64, error) {
 		mu.Lock()
 		reading = true
 		mu.Unlock()

@@ -55,7 +55,7 @@ func holdFirstReads(w *Warmer, d time.Duration) {
 	allOpen := make(chan struct{})
 	var once sync.Once
 	workers := int32(w.Workers)
-	w.verify = func(ctx context.Context, f *os.File, n int64) (int64, error) {
+	w.verify = func(ctx context.Context, path string, f readFile, n int64) (int64, error) {
 		if firsts.Add(1) <= workers {
 			if firsts.Load() >= workers {
 				once.Do(func() { close(allOpen) })

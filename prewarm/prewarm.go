@@ -186,6 +186,11 @@ type Warmer struct {
 	// the cold read of a request (about 35 µs against 60). Busy's turns
 	// are for requests served from memory, which a warm-up only slows.
 	Cold func() bool
+	// Background marks a warm-up of files no request is known to wait
+	// for (the rest of a tree, a set that is mostly resident): while
+	// requests are served its turns take a twentieth of a core
+	// (backgroundPause), not a quarter, and Cold is not asked.
+	Background bool
 	// FDPressure, if set, reports whether the server found the fd table
 	// full lately (the cache shed descriptors). The warm-up then backs
 	// off as when its own open finds it full (fdGate): fewer files per
@@ -199,7 +204,7 @@ type Warmer struct {
 	// started, and verify, if set, reads the file instead of pread (which
 	// closes f): for tests.
 	prefetched func(path string)
-	verify     func(ctx context.Context, f *os.File, n int64) (int64, error)
+	verify     func(ctx context.Context, path string, f readFile, n int64) (int64, error)
 	// cpu and pause, if set, stand for the thread's CPU clock and the
 	// pause of a batch while requests are served (yielder): for tests.
 	cpu   func() time.Duration
@@ -258,7 +263,10 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 	}
 	yctx := ctx
 	if w.Busy != nil {
-		y := &yielder{busy: w.Busy, cold: w.Cold, lane: make(chan struct{}, 1), cpu: threadCPU, pause: sleep}
+		y := &yielder{busy: w.Busy, cold: w.Cold, lane: make(chan struct{}, 1), cpu: threadCPU, pause: sleep, factor: busyPause}
+		if w.Background {
+			y.cold, y.factor = nil, backgroundPause
+		}
 		if w.cpu != nil {
 			y.cpu, y.pause = w.cpu, w.pause
 		}
@@ -284,6 +292,7 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 	// a large file alone, or a batch of up to gate.batchLimit small ones
 	// that come in a row.
 	gate := newFDGate(w.FDPressure)
+	limit := fdTableSize()
 	var mu sync.Mutex
 	next := 0
 	var back []batchFile
@@ -353,11 +362,11 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 				opened := 1
 				if batch[0].n > batchFileMax {
 					b := &batch[0]
-					if b.got, b.err = w.warm(yctx, b.path, b.n); errors.Is(b.err, errNoDescriptor) {
+					if b.got, b.err = w.warm(yctx, b.path, b.n, limit); errors.Is(b.err, errNoDescriptor) {
 						opened = 0
 					}
 				} else {
-					opened = w.warmBatch(ctx, yctx, batch)
+					opened = w.warmBatch(ctx, yctx, batch, limit)
 				}
 				putBack(opened, batch)
 			}
@@ -384,14 +393,26 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 // earlier run.
 var errSkipped = errors.New("not a regular file any more")
 
+// fdTableSize reads the size of the fd table, once per Run (a var for
+// tests).
+var fdTableSize = fdLimit
+
+// readFile is an open file a warm-up reads: a bare descriptor where there
+// is one (rawFile), else an *os.File.
+type readFile interface {
+	ReadAt(b []byte, off int64) (int, error)
+	Close() error
+	Fd() uintptr
+}
+
 // warm warms up to n bytes of the file at path, if it is still a regular
-// file.
-func (w *Warmer) warm(ctx context.Context, path string, n int64) (int64, error) {
+// file; limit is the size of the fd table (fdLimit).
+func (w *Warmer) warm(ctx context.Context, path string, n int64, limit uint64) (int64, error) {
 	f, n, err := openPrefetched(path, n)
 	if statacc.IsFDExhaustion(err) {
 		return 0, fmt.Errorf("%w: %w", errNoDescriptor, err)
 	}
-	if f != nil && tableNearlyFull(f.Fd()) {
+	if f != nil && tableNearlyFull(f.Fd(), limit) {
 		f.Close()
 		return 0, errNoDescriptor
 	}
@@ -404,19 +425,39 @@ func (w *Warmer) warm(ctx context.Context, path string, n int64) (int64, error) 
 // openPrefetched opens the file at path, if it is a regular file, and
 // starts the readahead of its first n bytes (fewer if it shrank), which
 // it returns; a nil file comes with errSkipped or the error. The
-// readahead covers the whole span with the kernel's own readahead off for
-// this descriptor, so that exactly the budgeted pages are read, no more;
-// the reads of readPrefix make sure it has landed before the file counts
-// as warm.
-func openPrefetched(path string, n int64) (*os.File, int64, error) {
-	f, info, err := openRegular(path)
+// readahead covers the span, up to prefetchAhead, with the kernel's own
+// readahead off for this descriptor, so that exactly the budgeted pages
+// are read, no more; the reads of readPrefix make sure it has landed
+// before the file counts as warm, and advise the rest of a larger span
+// as they go. A file read whole in one advice needs no readahead off
+// (there is nothing past its end to read, and an advice marks no page to
+// start more): one fadvise less for each small file.
+func openPrefetched(path string, n int64) (readFile, int64, error) {
+	f, size, err := openWarm(path)
 	if err != nil {
 		return nil, 0, err
 	}
-	n = min(n, info.Size())
-	pagecache.Prefetch(int(f.Fd()), n)
+	n = min(n, size)
+	if n == size && n <= prefetchAhead {
+		pagecache.PrefetchRange(int(f.Fd()), 0, n)
+	} else {
+		pagecache.Prefetch(int(f.Fd()), min(n, prefetchAhead))
+	}
 	return f, n, nil
 }
+
+// prefetchAhead is how far ahead of its reads a large file is advised
+// (fadvise WILLNEED). The kernel reads at most one readahead window
+// (read_ahead_kb) of an advice, however long, so an advice of the whole
+// file at open brought in its first window only, and then each 1 MiB
+// read waited for its own I/O, the readahead being off. Advised window
+// by window as its reads go, the file keeps that much queued ahead of
+// them while no request is served; while the reads take turns nothing is
+// advised ahead: a turn reads its chunk, no more.
+const prefetchAhead = 8 << 20
+
+// adviseRange advises the next window of a large file (a var for tests).
+var adviseRange = pagecache.PrefetchRange
 
 // batchFileMax is the largest file warmed in a batch, and prefetchBatch
 // the most files in one: a worker starts the readahead of a batch's files
@@ -448,7 +489,7 @@ type batchFile struct {
 // the batch reads what it has,
 // and the files it did not open get errNoDescriptor (Run queues them
 // again). It returns how many files it opened.
-func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile) (opened int) {
+func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile, limit uint64) (opened int) {
 	y := yielderFrom(yctx)
 	release, held, err := y.wait(ctx)
 	if err != nil {
@@ -459,10 +500,10 @@ func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile) (opened
 	}
 	defer release()
 	defer y.charge(ctx, held)()
-	files := make([]*os.File, len(batch))
+	files := make([]readFile, len(batch))
 	for i := range batch {
 		f, n, err := openPrefetched(batch[i].path, batch[i].n)
-		if f != nil && tableNearlyFull(f.Fd()) {
+		if f != nil && tableNearlyFull(f.Fd(), limit) {
 			f.Close()
 			f, err = nil, errNoDescriptor
 		}
@@ -485,11 +526,13 @@ func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile) (opened
 	}
 	verify := w.verify
 	if verify == nil {
-		verify = func(ctx context.Context, f *os.File, n int64) (int64, error) { return readPrefix(ctx, f, n, nil) }
+		verify = func(ctx context.Context, _ string, f readFile, n int64) (int64, error) {
+			return readPrefix(ctx, f, n, nil)
+		}
 	}
 	for i := range batch {
 		if files[i] != nil {
-			batch[i].got, batch[i].err = verify(ctx, files[i], batch[i].n)
+			batch[i].got, batch[i].err = verify(ctx, batch[i].path, files[i], batch[i].n)
 		}
 	}
 	return opened
@@ -508,8 +551,10 @@ type ReaderAt func(ctx context.Context, fd int, buf []byte, off int64, hold func
 
 // readPrefix reads the first n bytes of f through a pooled buffer, which
 // leaves them in the page cache, and closes f: at once, or when a read
-// that was let go completes.
-func readPrefix(ctx context.Context, f *os.File, n int64, readAt ReaderAt) (int64, error) {
+// that was let go completes. Of a file larger than prefetchAhead it
+// advises the next window as it goes, while its reads need not take
+// turns.
+func readPrefix(ctx context.Context, f readFile, n int64, readAt ReaderAt) (int64, error) {
 	bp := readBufs.Get().(*[]byte)
 	lent := false
 	hold := func() func() {
@@ -526,19 +571,26 @@ func readPrefix(ctx context.Context, f *os.File, n int64, readAt ReaderAt) (int6
 		}
 	}()
 	buf := *bp
+	y := yielderFrom(ctx)
 	var done int64
+	advised := min(n, prefetchAhead) // openPrefetched's advice
 	for done < n {
 		if ctx.Err() != nil {
 			return done, ctx.Err()
 		}
 		chunk := buf[:min(int64(len(buf)), n-done)]
 		// Each read waits its turn while requests are being served.
-		release, held, err := yielderFrom(ctx).wait(ctx)
+		release, held, err := y.wait(ctx)
 		if err != nil {
 			return done, err
 		}
+		if !held && advised < n {
+			end := min(n, done+int64(len(chunk))+prefetchAhead)
+			adviseRange(int(f.Fd()), advised, end-advised)
+			advised = end
+		}
 		var m int
-		if readAt != nil {
+		if readAt != nil && !held {
 			m, err = readAt(ctx, int(f.Fd()), chunk, done, hold)
 			release()
 			switch {
@@ -553,9 +605,13 @@ func readPrefix(ctx context.Context, f *os.File, n int64, readAt ReaderAt) (int6
 			}
 		} else {
 			// The copy is this thread's CPU: it pays for it as a batch
-			// does. (Through the ring the kernel's io-wq threads copy,
-			// which no thread clock of this process sees.)
-			pay := yielderFrom(ctx).charge(ctx, held)
+			// does. That is why a read that takes its turn goes through
+			// pread, not the ring: through the ring the kernel's threads
+			// fill the pages and copy, which no thread clock of this
+			// process sees, so a large file's turns would cost the
+			// requests a core's worth of copies unpaid. The lane keeps
+			// such reads to one thread at a time.
+			pay := y.charge(ctx, held)
 			m, err = f.ReadAt(chunk, done)
 			pay()
 			release()

@@ -27,15 +27,25 @@ type yielder struct {
 	// cpu is the calling thread's CPU clock, nil where there is none;
 	// pause waits, or returns early when ctx ends. A read that holds the
 	// lane (a batch of small files, a chunk of a large one read with
-	// pread) pauses for busyPause times the CPU it took (charge).
-	cpu   func() time.Duration
-	pause func(context.Context, time.Duration)
+	// pread) pauses for factor times the CPU it took (charge): busyPause,
+	// or backgroundPause for a Background warm-up.
+	cpu    func() time.Duration
+	pause  func(context.Context, time.Duration)
+	factor time.Duration
 }
 
 // busyPause is how long, in CPU time taken, a read while requests are
 // served holds the lane idle after it: a warm-up takes at most a
 // quarter of a core from the requests, and all the disk time they leave.
 const busyPause = 3
+
+// backgroundPause is busyPause for a Background warm-up: a twentieth of a
+// core while requests are served, as `nice 19` would give it. Why so
+// little: what it reads (the rest of the tree, a set that is mostly
+// resident) is not what the requests beside it wait for, and on a server
+// that is busy for good it still gets through 100,000 small files in
+// about a minute.
+const backgroundPause = 19
 
 // sleep waits for d, or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) {
@@ -64,8 +74,8 @@ func noRelease() {}
 
 // charge starts counting the CPU the calling thread takes for a read that
 // holds the lane (held: requests are being served); the func it returns
-// pauses, lane still held, for busyPause times that CPU, so that a
-// warm-up takes at most 1/(1+busyPause) of a core from the requests. A
+// pauses, lane still held, for factor times that CPU, so that a warm-up
+// takes at most 1/(1+factor) of a core from the requests. A
 // read's waits for the disk cost no CPU, so they earn no pause: the disk
 // is not left idle for them. The thread is locked while the read runs so
 // that its CPU clock is the read's, and let go before the pause. Nothing
@@ -79,7 +89,7 @@ func (y *yielder) charge(ctx context.Context, held bool) (pay func()) {
 	return func() {
 		took := y.cpu() - start
 		runtime.UnlockOSThread()
-		y.pause(ctx, busyPause*took)
+		y.pause(ctx, y.factor*took)
 	}
 }
 

@@ -57,10 +57,10 @@ func TestWarmUpYieldsToRequests(t *testing.T) {
 			maxIdle = max(maxIdle, inFlight)
 		}
 	}
-	w.verify = func(ctx context.Context, f *os.File, n int64) (int64, error) {
+	w.verify = func(ctx context.Context, path string, f readFile, n int64) (int64, error) {
 		defer f.Close()
 		mu.Lock()
-		b := whileBusy[f.Name()]
+		b := whileBusy[path]
 		mu.Unlock()
 		arrived <- b
 		if b {
@@ -166,7 +166,7 @@ func TestBusyBatchesPauseForTheirCPU(t *testing.T) {
 		var lanePaused []bool
 		w := &Warmer{Workers: workers, Busy: func() bool { return busy }}
 		w.prefetched = func(string) { mu.Lock(); clock += time.Millisecond; mu.Unlock() }
-		w.verify = func(_ context.Context, f *os.File, n int64) (int64, error) { f.Close(); return n, nil }
+		w.verify = func(_ context.Context, _ string, f readFile, n int64) (int64, error) { f.Close(); return n, nil }
 		w.cpu = func() time.Duration { mu.Lock(); defer mu.Unlock(); return clock }
 		w.pause = func(_ context.Context, d time.Duration) {
 			y := w.yield.Load()
@@ -230,7 +230,7 @@ func TestColdRequestsGetAFullWidthWarmUp(t *testing.T) {
 				once.Do(func() { close(allIn) })
 			}
 		}
-		w.verify = func(_ context.Context, f *os.File, n int64) (int64, error) {
+		w.verify = func(_ context.Context, _ string, f readFile, n int64) (int64, error) {
 			defer f.Close()
 			if cold {
 				// The first batches wait until every worker's is in flight,

@@ -144,3 +144,8 @@ func Prefetch(fd int, n int64) {
 // Evict drops the file's clean pages from the page cache (fadvise
 // DONTNEED), for tests and benchmarks of a cold start.
 func Evict(fd int) error { return unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED) }
+
+// PrefetchRange starts reading n bytes of fd from off into the page cache
+// (fadvise WILLNEED), for a reader that advises a large file window by
+// window instead of all of it at once (Prefetch).
+func PrefetchRange(fd int, off, n int64) { unix.Fadvise(fd, off, n, unix.FADV_WILLNEED) }

@@ -26,5 +26,8 @@ func ReadNoWait(int, []byte, int64) (int, error) { return 0, errUnsupported }
 // Prefetch does nothing here: the reads that follow bring the data in.
 func Prefetch(int, int64) {}
 
+// PrefetchRange does nothing here.
+func PrefetchRange(int, int64, int64) {}
+
 // Evict cannot drop pages here.
 func Evict(int) error { return errUnsupported }
