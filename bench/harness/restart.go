@@ -109,32 +109,45 @@ func restartOnce(cfg *config, v restartVariant, window time.Duration) (measureme
 	}
 	th, kb := smp.finish()
 	if v.prewarm {
+		// Stopped first: a pass the stop cuts short logs what it read by
+		// then, so that the report says what the paths pass took of the
+		// window too.
+		stopServers([]*server{s})
 		logf.Sync()
-		log.Printf("j  %-20s warm-ups: %s", v.name, warmUpReport(conf+".log"))
+		log.Printf("j  %-20s warm-ups: %s", v.name, warmUpReport(conf+".log", window))
 	}
 	return m, th, kb, err
 }
 
 // warmUpReport sums up the "prewarm done" lines of a server's log: each
-// pass's files, seconds and files per second, so that j says whether the
-// hot set was warm before the window ended.
-func warmUpReport(logPath string) string {
+// pass's files, bytes, seconds and files per second, so that j says
+// whether the hot set was warm before the window ended, and how much the
+// passes after it read in the window. A pass that ran to the stop (its
+// seconds as long as what was left of the window) is marked "stopped":
+// the server was stopped before it was done.
+func warmUpReport(logPath string, window time.Duration) string {
 	b, err := os.ReadFile(logPath)
 	if err != nil {
 		return err.Error()
 	}
 	var parts []string
+	started := 0.0 // seconds since the first pass began, about
 	for _, line := range strings.Split(string(b), "\n") {
 		var e struct {
 			Msg   string  `json:"msg"`
 			Pass  string  `json:"pass"`
 			Files int64   `json:"files"`
+			Bytes int64   `json:"bytes"`
 			Took  float64 `json:"took"`
 		}
 		if json.Unmarshal([]byte(line), &e) != nil || e.Msg != "prewarm done" {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("%s %d files in %.2f s (%.0f files/s)", e.Pass, e.Files, e.Took, float64(e.Files)/max(e.Took, 1e-9)))
+		part := fmt.Sprintf("%s %d files, %.0f MB in %.2f s (%.0f files/s)", e.Pass, e.Files, float64(e.Bytes)/1e6, e.Took, float64(e.Files)/max(e.Took, 1e-9))
+		if started += e.Took; started >= window.Seconds() {
+			part += " stopped"
+		}
+		parts = append(parts, part)
 	}
 	if len(parts) == 0 {
 		return "none done in the window"
