@@ -100,6 +100,7 @@ func restartOnce(cfg *config, v restartVariant, window time.Duration) (measureme
 	smp := sample(s.pid)
 	cpu0, cerr := cpuSeconds(s.pid)
 	m, err := wrk(cfg, 200, s.url(""), filepath.Join(cfg.work, "many.uris"), int64(cfg.set.manyFileSize))
+	windowEnd := time.Now()
 	// The server's CPU in the window, warm-ups included, per GiB served:
 	// less sensitive to a loaded machine than req/s, and what a warm-up
 	// that does not yield adds shows there.
@@ -114,7 +115,7 @@ func restartOnce(cfg *config, v restartVariant, window time.Duration) (measureme
 		// window too.
 		stopServers([]*server{s})
 		logf.Sync()
-		log.Printf("j  %-20s warm-ups: %s", v.name, warmUpReport(conf+".log", window))
+		log.Printf("j  %-20s warm-ups: %s", v.name, warmUpReport(conf+".log", windowEnd))
 	}
 	return m, th, kb, err
 }
@@ -122,16 +123,14 @@ func restartOnce(cfg *config, v restartVariant, window time.Duration) (measureme
 // warmUpReport sums up the "prewarm done" lines of a server's log: each
 // pass's files, bytes, seconds and files per second, so that j says
 // whether the hot set was warm before the window ended, and how much the
-// passes after it read in the window. A pass that ran to the stop (its
-// seconds as long as what was left of the window) is marked "stopped":
-// the server was stopped before it was done.
-func warmUpReport(logPath string, window time.Duration) string {
+// passes after it read in the window. A pass whose line was logged after
+// windowEnd is marked "stopped": the stop after the window cut it short.
+func warmUpReport(logPath string, windowEnd time.Time) string {
 	b, err := os.ReadFile(logPath)
 	if err != nil {
 		return err.Error()
 	}
 	var parts []string
-	started := 0.0 // seconds since the first pass began, about
 	for _, line := range strings.Split(string(b), "\n") {
 		var e struct {
 			Msg   string  `json:"msg"`
@@ -139,12 +138,13 @@ func warmUpReport(logPath string, window time.Duration) string {
 			Files int64   `json:"files"`
 			Bytes int64   `json:"bytes"`
 			Took  float64 `json:"took"`
+			TS    float64 `json:"ts"`
 		}
 		if json.Unmarshal([]byte(line), &e) != nil || e.Msg != "prewarm done" {
 			continue
 		}
 		part := fmt.Sprintf("%s %d files, %.0f MB in %.2f s (%.0f files/s)", e.Pass, e.Files, float64(e.Bytes)/1e6, e.Took, float64(e.Files)/max(e.Took, 1e-9))
-		if started += e.Took; started >= window.Seconds() {
+		if e.TS > float64(windowEnd.UnixNano())/1e9 {
 			part += " stopped"
 		}
 		parts = append(parts, part)
