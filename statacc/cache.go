@@ -95,7 +95,10 @@ type counters struct {
 	WaitNanos                          atomic.Int64
 	OpenFiles, NegativeCount           atomic.Int64
 	NegativeEvictions                  atomic.Int64
-	MemoryBytes, Evictions, Shed       atomic.Int64
+	// NegativeRevalidations counts the negative entries looked up again
+	// in place when they were no longer fresh (revalidateNegative).
+	NegativeRevalidations        atomic.Int64
+	MemoryBytes, Evictions, Shed atomic.Int64
 	// UnwatchedDirs counts the directories whose watch failed
 	// (permission, the user's inotify limit).
 	UnwatchedDirs atomic.Int64
@@ -346,13 +349,23 @@ func (c *Cache) janitor() {
 func (c *Cache) dropStale() int {
 	n := 0
 	c.entries.Range(func(k, v any) bool {
-		if e := v.(*Entry); !c.fresh(e) && c.entries.CompareAndDelete(k, v) {
+		if e := v.(*Entry); !c.fresh(e) && !c.keptForRevalidation(e) && c.entries.CompareAndDelete(k, v) {
 			c.drop(e)
 			n++
 		}
 		return true
 	})
 	return n
+}
+
+// keptForRevalidation reports whether the janitor leaves a stale entry for
+// its next lookup to revalidate in place (revalidateNegative): a negative
+// entry of a watched directory, stale for less than another Revalidate.
+// It holds no descriptor, the negative bound counts it, and a path asked
+// for about once per Revalidate then costs one failed open each time
+// rather than a new entry. One not asked for in that time is dropped.
+func (c *Cache) keptForRevalidation(e *Entry) bool {
+	return e.err != nil && e.watched && nanotime()-e.checked.Load() < 2*int64(c.opts.Revalidate)
 }
 
 // Options returns the options in force, defaults filled in.
@@ -440,6 +453,10 @@ func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, pat
 				return e, nil
 			}
 		}
+		if e.err != nil && e.root == root && e.symlinks == mode && c.revalidateNegative(lookupKey{path: path, root: root, mode: mode}, e) {
+			c.counts.NegativeHits.Add(1)
+			return nil, e.err
+		}
 	}
 	for range 3 {
 		e, err := c.miss(ctx, lookupKey{path: path, root: root, mode: mode})
@@ -450,12 +467,67 @@ func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, pat
 	return nil, ErrQueueFull
 }
 
+// revalidateNegative looks up again the path of a negative entry that is
+// no longer fresh, in place: if it is still missing for the same reason,
+// the entry is fresh again and stays, and the lookup is answered from it.
+// A storm of missing paths thus costs one failed open per path and
+// Revalidate, instead of a whole miss (a new entry, its watch ticket, its
+// place in the map and the ring, and the garbage of the old one) for
+// every path at once when they all expire together, Revalidate after
+// the storm's first pass. Only entries of a watched directory: an
+// unwatched one is looked up as a miss, which may watch it now. It
+// reports false, and the caller misses as before, when the path is found
+// or fails otherwise, the entry has left the cache, or no slot is free
+// (the slots bound the threads in the filesystem).
+func (c *Cache) revalidateNegative(key lookupKey, e *Entry) bool {
+	// One published stale (its directory changed, or its node went,
+	// while it was looked up) may be indexed under no node, so that no
+	// event would drop it: a miss looks it up with a new watch ticket.
+	if !e.watched || e.gone.Load() || e.checked.Load() == staleSince {
+		return false
+	}
+	select {
+	case c.slots <- struct{}{}:
+	default:
+		return false
+	}
+	// The age counts from before the lookup, as a miss's does.
+	checked := nanotime()
+	_, f, err := c.open(key)
+	<-c.slots
+	if f != nil {
+		f.Close()
+	}
+	if !sameMissing(err, e.err) || e.gone.Load() {
+		return false
+	}
+	// An inotify event that drops the entry meanwhile marks it gone and
+	// takes it out of the map: moving its time on then changes nothing.
+	if old := e.checked.Load(); old < checked {
+		e.checked.CompareAndSwap(old, checked)
+	}
+	c.counts.NegativeRevalidations.Add(1)
+	return true
+}
+
+// sameMissing reports whether err says that a path is missing in the way
+// old said it: both fs.ErrNotExist, or both ENOTDIR.
+func sameMissing(err, old error) bool {
+	if err == nil || old == nil {
+		return false
+	}
+	if errors.Is(old, fs.ErrNotExist) {
+		return errors.Is(err, fs.ErrNotExist)
+	}
+	return errors.Is(old, syscall.ENOTDIR) && errors.Is(err, syscall.ENOTDIR)
+}
+
 func (c *Cache) fresh(e *Entry) bool {
 	ttl := c.opts.Revalidate
 	if !e.watched {
 		ttl = min(ttl, time.Second)
 	}
-	return nanotime()-e.checked < int64(ttl)
+	return nanotime()-e.checked.Load() < int64(ttl)
 }
 
 func (c *Cache) miss(ctx context.Context, key lookupKey) (*Entry, error) {
@@ -664,7 +736,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 		c.hot.Track(&e.hot, path)
 	}
 	e.watched = ticket.watched && !openedFirst
-	e.checked = checked
+	e.checked.Store(checked)
 	if !ticket.watched && e.file != nil && !c.sawUnwatched.Load() {
 		c.sawUnwatched.Store(true)
 	}

@@ -56,7 +56,9 @@ type Entry struct {
 	refs atomic.Int32
 	// fileMode is the file's mode; IsDir and IsRegular derive from it.
 	fileMode fs.FileMode
-	checked  int64 // nanotime of the last stat
+	// checked is the nanotime of the last stat; a negative entry's moves
+	// on when it is revalidated in place (Cache.revalidateNegative).
+	checked atomic.Int64
 	// residentAt is the nanotime when the whole file was last seen in the
 	// page cache, 0 if never; probedAt when it was last looked for there.
 	residentAt, probedAt atomic.Int64

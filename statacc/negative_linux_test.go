@@ -62,7 +62,7 @@ func TestExistingFileMissWhenFullIsWatched(t *testing.T) {
 		if !v.(*Entry).watched {
 			// The next lookup comes within the entry's second, however
 			// loaded the machine.
-			v.(*Entry).checked = nanotime()
+			v.(*Entry).checked.Store(nanotime())
 		}
 		hits := c.counts.Hits.Load()
 		describe(t, c, p)
@@ -91,7 +91,7 @@ func TestExistingFileMissWhenFullIsWatched(t *testing.T) {
 		if !e.watched {
 			// Opened before its directory was watched: looked up again
 			// after a second, then watched.
-			e.checked = nanotime() - int64(2*time.Second)
+			e.checked.Store(nanotime() - int64(2*time.Second))
 			describe(t, c, p)
 			describe(t, c, p)
 			if n := oc.opens(t, "page.html"); n != 1 {

@@ -321,7 +321,7 @@ func (w *watcher) publish(t watchTicket, e *Entry, store func()) {
 	w.mu.Lock()
 	n := t.leaf
 	if t.watched && (n.dropped || n.gen != t.gen) {
-		e.checked = staleSince
+		e.checked.Store(staleSince)
 	}
 	if !n.dropped {
 		// Indexed even when stale or unwatched: an event drops it all the

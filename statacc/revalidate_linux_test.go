@@ -1,0 +1,162 @@
+//go:build linux && !flashserve_portable
+
+package statacc
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// negativeEntry returns the cached negative entry of path, failing the
+// test if there is none.
+func negativeEntry(t *testing.T, c *Cache, path string) *Entry {
+	t.Helper()
+	v, ok := c.entries.Load(path)
+	if !ok {
+		t.Fatalf("%s: no entry", path)
+	}
+	e := v.(*Entry)
+	if e.err == nil {
+		t.Fatalf("%s: a positive entry, want a negative one", path)
+	}
+	return e
+}
+
+// TestStaleNegativeIsRevalidatedInPlace: a negative entry of a watched
+// directory that is no longer fresh is looked up again by its next
+// request in place: no miss, the same entry, fresh again, so the one
+// after is a plain negative hit. A bench's 404 storm otherwise misses on
+// every one of its paths at once, Revalidate after its first pass.
+func TestStaleNegativeIsRevalidatedInPlace(t *testing.T) {
+	dir := t.TempDir()
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	defer c.Close()
+	p := filepath.Join(dir, "missing.bin")
+	lookMissing(t, c, []string{p})
+	e := negativeEntry(t, c, p)
+	if !e.watched {
+		t.Fatalf("%s: the negative entry of a temporary directory is not watched", p)
+	}
+	e.checked.Store(nanotime() - int64(time.Hour) - int64(time.Second))
+	if c.fresh(e) {
+		t.Fatal("an entry checked more than Revalidate ago is fresh")
+	}
+	misses, hits := c.counts.Misses.Load(), c.counts.NegativeHits.Load()
+	lookMissing(t, c, []string{p})
+	if got := c.counts.Misses.Load() - misses; got != 0 {
+		t.Errorf("the stale negative entry's lookup made %d misses, want 0 (revalidated in place)", got)
+	}
+	if got := c.counts.NegativeRevalidations.Load(); got != 1 {
+		t.Errorf("%d revalidations in place, want 1", got)
+	}
+	if now := negativeEntry(t, c, p); now != e {
+		t.Error("the revalidated path has a new entry, want the same one kept")
+	}
+	if !c.fresh(e) {
+		t.Error("the revalidated entry is not fresh")
+	}
+	lookMissing(t, c, []string{p})
+	if got := c.counts.NegativeRevalidations.Load(); got != 1 {
+		t.Errorf("the lookup after the revalidation revalidated again (%d in all), want a plain hit", got)
+	}
+	if got := c.counts.NegativeHits.Load() - hits; got != 2 {
+		t.Errorf("%d negative hits for the two lookups, want 2", got)
+	}
+}
+
+// TestRevalidationFindsAFileItsEventDidNotReport: the revalidation is a
+// lookup, not a clock reset. A stale negative entry for a path that
+// exists (standing for an inotify event that never came: the entry is put
+// back after the creation's event dropped the first one) is not kept: its
+// lookup finds the file.
+func TestRevalidationFindsAFileItsEventDidNotReport(t *testing.T) {
+	dir := t.TempDir()
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	defer c.Close()
+	p := filepath.Join(dir, "late.bin")
+	lookMissing(t, c, []string{p})
+	e := negativeEntry(t, c, p)
+	write(t, p, "here")
+	for deadline := time.Now().Add(10 * time.Second); !e.gone.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the creation's inotify event did not drop the negative entry within 10s")
+		}
+	}
+	lost := &Entry{path: p, err: e.err, root: e.root, symlinks: e.symlinks, watched: true}
+	lost.checked.Store(nanotime() - int64(time.Hour) - int64(time.Second))
+	c.counts.NegativeCount.Add(1) // what record counts for an entry it publishes
+	c.entries.Store(p, lost)
+	misses := c.counts.Misses.Load()
+	if got := describe(t, c, p); got != "4:here" {
+		t.Fatalf("%s after its stale negative entry was revalidated: %q, want the file", p, got)
+	}
+	if got := c.counts.NegativeRevalidations.Load(); got != 0 {
+		t.Errorf("%d revalidations kept an entry whose path exists", got)
+	}
+	if got := c.counts.Misses.Load() - misses; got != 1 {
+		t.Errorf("%d misses, want 1: the path is looked up as a miss", got)
+	}
+}
+
+// TestUnwatchedStaleNegativeIsAMiss: without inotify an expired negative
+// entry is looked up again as a miss, as before (the in-place revalidation
+// is for watched directories only).
+func TestUnwatchedStaleNegativeIsAMiss(t *testing.T) {
+	dir := t.TempDir()
+	c := New(Options{Workers: 2, Revalidate: time.Hour, NoInotify: true})
+	defer c.Close()
+	p := filepath.Join(dir, "missing.bin")
+	lookMissing(t, c, []string{p})
+	e := negativeEntry(t, c, p)
+	if e.watched {
+		t.Fatal("an entry of a cache without inotify is watched")
+	}
+	e.checked.Store(nanotime() - int64(2*time.Second))
+	misses := c.counts.Misses.Load()
+	lookMissing(t, c, []string{p})
+	if got := c.counts.Misses.Load() - misses; got != 1 {
+		t.Errorf("%d misses for the expired unwatched entry, want 1", got)
+	}
+	if got := c.counts.NegativeRevalidations.Load(); got != 0 {
+		t.Errorf("%d revalidations in place of an unwatched entry, want 0", got)
+	}
+}
+
+// TestJanitorKeepsStaleNegativesForRevalidation: the janitor leaves a
+// watched negative entry that went stale less than another Revalidate
+// ago for its next lookup to revalidate, and drops one older than that
+// and a stale entry of a file (which holds a descriptor).
+func TestJanitorKeepsStaleNegativesForRevalidation(t *testing.T) {
+	dir := t.TempDir()
+	const reval = time.Minute
+	c := New(Options{Workers: 2, Revalidate: reval})
+	defer c.Close()
+	recent, old := filepath.Join(dir, "recent.bin"), filepath.Join(dir, "old.bin")
+	file := filepath.Join(dir, "file.bin")
+	write(t, file, "x")
+	lookMissing(t, c, []string{recent, old})
+	if got := describe(t, c, file); got != "1:x" {
+		t.Fatalf("%s: %q", file, got)
+	}
+	now := nanotime()
+	negativeEntry(t, c, recent).checked.Store(now - int64(reval) - int64(reval/2))
+	negativeEntry(t, c, old).checked.Store(now - 2*int64(reval) - int64(time.Second))
+	v, _ := c.entries.Load(file)
+	v.(*Entry).checked.Store(now - int64(reval) - int64(time.Second))
+	if n := c.dropStale(); n != 2 {
+		t.Errorf("the janitor dropped %d entries, want 2 (the old negative and the file)", n)
+	}
+	if _, ok := c.entries.Load(recent); !ok {
+		t.Error("the janitor dropped a negative entry stale for less than another Revalidate")
+	}
+	for _, p := range []string{old, file} {
+		if _, ok := c.entries.Load(p); ok {
+			t.Errorf("%s: the janitor kept it", filepath.Base(p))
+		}
+	}
+	if _, err := os.Stat(file); err != nil {
+		t.Fatal(err)
+	}
+}
