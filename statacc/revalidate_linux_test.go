@@ -3,6 +3,9 @@
 package statacc
 
 import (
+	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,18 +27,34 @@ func negativeEntry(t *testing.T, c *Cache, path string) *Entry {
 	return e
 }
 
+// missingIn makes a cache with opts, closed when t ends, and looks up a
+// missing name in a new directory: the cache, the path and its negative
+// entry.
+func missingIn(t *testing.T, opts Options, name string) (*Cache, string, *Entry) {
+	t.Helper()
+	c := New(opts)
+	t.Cleanup(func() { c.Close() })
+	p := filepath.Join(t.TempDir(), name)
+	lookMissing(t, c, []string{p})
+	return c, p, negativeEntry(t, c, p)
+}
+
+// wantCount fails the test unless a counter moved by want; msg formats
+// the count found.
+func wantCount(t *testing.T, got, want int64, msg string) {
+	t.Helper()
+	if got != want {
+		t.Errorf(msg, got)
+	}
+}
+
 // TestStaleNegativeIsRevalidatedInPlace: a negative entry of a watched
 // directory that is no longer fresh is looked up again by its next
 // request in place: no miss, the same entry, fresh again, so the one
 // after is a plain negative hit. A bench's 404 storm otherwise misses on
 // every one of its paths at once, Revalidate after its first pass.
 func TestStaleNegativeIsRevalidatedInPlace(t *testing.T) {
-	dir := t.TempDir()
-	c := New(Options{Workers: 2, Revalidate: time.Hour})
-	defer c.Close()
-	p := filepath.Join(dir, "missing.bin")
-	lookMissing(t, c, []string{p})
-	e := negativeEntry(t, c, p)
+	c, p, e := missingIn(t, Options{Workers: 2, Revalidate: time.Hour}, "missing.bin")
 	if !e.watched {
 		t.Fatalf("%s: the negative entry of a temporary directory is not watched", p)
 	}
@@ -45,12 +64,8 @@ func TestStaleNegativeIsRevalidatedInPlace(t *testing.T) {
 	}
 	misses, hits := c.counts.Misses.Load(), c.counts.NegativeHits.Load()
 	lookMissing(t, c, []string{p})
-	if got := c.counts.Misses.Load() - misses; got != 0 {
-		t.Errorf("the stale negative entry's lookup made %d misses, want 0 (revalidated in place)", got)
-	}
-	if got := c.counts.NegativeRevalidations.Load(); got != 1 {
-		t.Errorf("%d revalidations in place, want 1", got)
-	}
+	wantCount(t, c.counts.Misses.Load()-misses, 0, "the stale negative entry's lookup made %d misses, want 0 (revalidated in place)")
+	wantCount(t, c.counts.NegativeRevalidations.Load(), 1, "%d revalidations in place, want 1")
 	if now := negativeEntry(t, c, p); now != e {
 		t.Error("the revalidated path has a new entry, want the same one kept")
 	}
@@ -58,12 +73,8 @@ func TestStaleNegativeIsRevalidatedInPlace(t *testing.T) {
 		t.Error("the revalidated entry is not fresh")
 	}
 	lookMissing(t, c, []string{p})
-	if got := c.counts.NegativeRevalidations.Load(); got != 1 {
-		t.Errorf("the lookup after the revalidation revalidated again (%d in all), want a plain hit", got)
-	}
-	if got := c.counts.NegativeHits.Load() - hits; got != 2 {
-		t.Errorf("%d negative hits for the two lookups, want 2", got)
-	}
+	wantCount(t, c.counts.NegativeRevalidations.Load(), 1, "the lookup after the revalidation revalidated again (%d in all), want a plain hit")
+	wantCount(t, c.counts.NegativeHits.Load()-hits, 2, "%d negative hits for the two lookups, want 2")
 }
 
 // TestRevalidationFindsAFileItsEventDidNotReport: the revalidation is a
@@ -72,12 +83,7 @@ func TestStaleNegativeIsRevalidatedInPlace(t *testing.T) {
 // back after the creation's event dropped the first one) is not kept: its
 // lookup finds the file.
 func TestRevalidationFindsAFileItsEventDidNotReport(t *testing.T) {
-	dir := t.TempDir()
-	c := New(Options{Workers: 2, Revalidate: time.Hour})
-	defer c.Close()
-	p := filepath.Join(dir, "late.bin")
-	lookMissing(t, c, []string{p})
-	e := negativeEntry(t, c, p)
+	c, p, e := missingIn(t, Options{Workers: 2, Revalidate: time.Hour}, "late.bin")
 	write(t, p, "here")
 	for deadline := time.Now().Add(10 * time.Second); !e.gone.Load(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -92,36 +98,23 @@ func TestRevalidationFindsAFileItsEventDidNotReport(t *testing.T) {
 	if got := describe(t, c, p); got != "4:here" {
 		t.Fatalf("%s after its stale negative entry was revalidated: %q, want the file", p, got)
 	}
-	if got := c.counts.NegativeRevalidations.Load(); got != 0 {
-		t.Errorf("%d revalidations kept an entry whose path exists", got)
-	}
-	if got := c.counts.Misses.Load() - misses; got != 1 {
-		t.Errorf("%d misses, want 1: the path is looked up as a miss", got)
-	}
+	wantCount(t, c.counts.NegativeRevalidations.Load(), 0, "%d revalidations kept an entry whose path exists")
+	wantCount(t, c.counts.Misses.Load()-misses, 1, "%d misses, want 1: the path is looked up as a miss")
 }
 
 // TestUnwatchedStaleNegativeIsAMiss: without inotify an expired negative
 // entry is looked up again as a miss, as before (the in-place revalidation
 // is for watched directories only).
 func TestUnwatchedStaleNegativeIsAMiss(t *testing.T) {
-	dir := t.TempDir()
-	c := New(Options{Workers: 2, Revalidate: time.Hour, NoInotify: true})
-	defer c.Close()
-	p := filepath.Join(dir, "missing.bin")
-	lookMissing(t, c, []string{p})
-	e := negativeEntry(t, c, p)
+	c, p, e := missingIn(t, Options{Workers: 2, Revalidate: time.Hour, NoInotify: true}, "missing.bin")
 	if e.watched {
 		t.Fatal("an entry of a cache without inotify is watched")
 	}
 	e.checked.Store(nanotime() - int64(2*time.Second))
 	misses := c.counts.Misses.Load()
 	lookMissing(t, c, []string{p})
-	if got := c.counts.Misses.Load() - misses; got != 1 {
-		t.Errorf("%d misses for the expired unwatched entry, want 1", got)
-	}
-	if got := c.counts.NegativeRevalidations.Load(); got != 0 {
-		t.Errorf("%d revalidations in place of an unwatched entry, want 0", got)
-	}
+	wantCount(t, c.counts.Misses.Load()-misses, 1, "%d misses for the expired unwatched entry, want 1")
+	wantCount(t, c.counts.NegativeRevalidations.Load(), 0, "%d revalidations in place of an unwatched entry, want 0")
 }
 
 // TestJanitorKeepsStaleNegativesForRevalidation: the janitor leaves a
@@ -158,5 +151,35 @@ func TestJanitorKeepsStaleNegativesForRevalidation(t *testing.T) {
 	}
 	if _, err := os.Stat(file); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// BenchmarkStaleNegative looks up a missing path whose negative entry is
+// no longer fresh, every time: revalidated in place in a watched
+// directory, a miss (a new entry) without inotify.
+func BenchmarkStaleNegative(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		opts Options
+	}{
+		{"in_place", Options{Workers: 2, Revalidate: time.Hour}},
+		{"miss", Options{Workers: 2, Revalidate: time.Hour, NoInotify: true}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			c := New(bc.opts)
+			defer c.Close()
+			p := filepath.Join(b.TempDir(), "missing.bin")
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if v, ok := c.entries.Load(p); ok {
+					v.(*Entry).checked.Store(nanotime() - int64(2*time.Hour))
+				}
+				if _, err := c.Get(ctx, p); !errors.Is(err, fs.ErrNotExist) {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(c.counts.Misses.Load())/float64(b.N), "misses/op")
+		})
 	}
 }
