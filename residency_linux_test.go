@@ -63,7 +63,7 @@ func mincoreSays(t *testing.T, path string, off int64) bool {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	probe := pagecache.NewProbe(int(f.Fd()), true)
+	probe := pagecache.NewProbe(int(f.Fd()), true, 0)
 	n, err := probe.Resident(off, 1)
 	if err != nil {
 		t.Fatal(err)

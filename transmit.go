@@ -34,8 +34,9 @@ func (fsrv *FlashServe) pickEngine(w http.ResponseWriter, r *http.Request, res *
 	if res.body.Data() != nil && fsrv.policy == engineAuto {
 		return transmit.EngineMemory
 	}
-	if fsrv.ring != nil && res.body.FD() >= 0 {
-		// io_uring where it wins: data that may not be in the page cache.
+	if fsrv.ring != nil && res.body.FD() >= 0 && (!res.body.InMemoryFS() || fsrv.policy == engineIOUring) {
+		// io_uring where it wins: data that may not be in the page cache
+		// (a file on tmpfs always is).
 		// A file seen whole in it within the last second goes straight to
 		// sendfile or copy, without a probe.
 		// A small body is not probed here: the ring's engine reads it with

@@ -824,6 +824,7 @@ func (c *Cache) build(path string, info fs.FileInfo, f handle, err error, withHe
 	e.file = f
 	e.fd = handleFD(f)
 	e.trusted = pagecache.Trusted(e.fd, info)
+	e.inMemoryFS = e.noBlockDev && pagecache.InMemoryFS(e.fd, info)
 	c.counts.OpenFiles.Add(1)
 	if e.size <= c.opts.MemoryMaxFile && c.opts.MemoryBudget > 0 {
 		if c.counts.MemoryBytes.Add(e.size) <= c.opts.MemoryBudget {

@@ -86,6 +86,8 @@ type Entry struct {
 	symlinks Symlinks // the confinement it was resolved with
 	// noBlockDev is set for a file on a filesystem without a block device.
 	noBlockDev bool
+	// inMemoryFS is set for a file on tmpfs or ramfs (InMemoryFS).
+	inMemoryFS bool
 	modNsec    int32
 }
 
@@ -155,6 +157,11 @@ const headSize = 512
 // to stay there: long enough that a hot file is probed about once a
 // second, short enough that memory pressure is noticed soon.
 const residentFor = int64(time.Second)
+
+// InMemoryFS reports whether the file is on a filesystem that keeps its
+// files in memory (tmpfs, ramfs): it is always in the page cache, and a
+// residency probe would only cost system calls.
+func (e *Entry) InMemoryFS() bool { return e.inMemoryFS }
 
 // RecentlyResident reports whether the whole file was seen in the page
 // cache within the last second.

@@ -10,7 +10,9 @@ const residencyProbe = 2 << 20
 // newProbe returns the page-cache probe of a body: mincore where it
 // tells this process the truth, no-wait reads of each span's ends
 // elsewhere.
-func newProbe(f Body) pagecache.Probe { return pagecache.NewProbe(f.FD(), f.MincoreTrusted()) }
+func newProbe(f Body) pagecache.Probe {
+	return pagecache.NewProbe(f.FD(), f.MincoreTrusted(), f.Size())
+}
 
 // ResidentWhole reports whether the whole file is in the page cache: one
 // mincore over it where mincore answers, else the ends of every span of

@@ -104,7 +104,7 @@ func TestNoWaitProbeWithoutNoWaitSupport(t *testing.T) {
 	if _, err := pagecache.ReadNoWait(fd, buf[:4096], 0); !errors.Is(err, unix.EOPNOTSUPP) {
 		t.Skipf("preadv2(RWF_NOWAIT) on a cached FUSE page: %v; this kernel's FUSE takes it", err)
 	}
-	p := pagecache.NewProbe(fd, false)
+	p := pagecache.NewProbe(fd, false, 0)
 	for off := int64(0); off < size; off += 256 << 10 {
 		if n, _ := p.Resident(off, 256<<10); n != 0 {
 			t.Fatalf("span at %d reported resident (%d) where no-wait reads fail with EOPNOTSUPP", off, n)

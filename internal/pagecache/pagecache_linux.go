@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -149,3 +150,57 @@ func Evict(fd int) error { return unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED) }
 // (fadvise WILLNEED), for a reader that advises a large file window by
 // window instead of all of it at once (Prefetch).
 func PrefetchRange(fd int, off, n int64) { unix.Fadvise(fd, off, n, unix.FADV_WILLNEED) }
+
+// InMemoryFS reports whether the open file fd, described by info, is on a
+// filesystem that keeps its files in memory (tmpfs, ramfs): its data is in
+// the page cache whenever it can be read, and no read of it waits for a
+// disk (one of a tmpfs page swapped out waits for swap). Such a file
+// needs no residency probe, and cannot be probed cheaply: tmpfs refuses
+// RWF_NOWAIT reads (EOPNOTSUPP), which leaves a probe three system calls
+// (mmap, mincore, munmap). The answer is kept per device, so only the
+// first file of each memory filesystem costs an fstatfs; only anonymous
+// devices (major 0) are asked, as block devices hold no such filesystem.
+func InMemoryFS(fd int, info fs.FileInfo) bool {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok || unix.Major(st.Dev) != 0 {
+		return false
+	}
+	dev := uint64(st.Dev)
+	known := memoryDevs.Load()
+	if known != nil {
+		for _, d := range *known {
+			if d.dev == dev {
+				return d.inMemory
+			}
+		}
+	}
+	var sf unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sf); err != nil {
+		return false
+	}
+	inMemory := sf.Type == unix.TMPFS_MAGIC || sf.Type == unix.RAMFS_MAGIC
+	// Copied on write: a reader scans the list it loaded without a lock.
+	// A device number freed by an unmount and given to another mount keeps
+	// the first answer: at worst a file is probed that needs none, or one
+	// of a FUSE mount that took a tmpfs's number is read without the ring.
+	if known == nil || len(*known) < maxMemoryDevs {
+		var next []memoryDev
+		if known != nil {
+			next = append(next, *known...)
+		}
+		next = append(next, memoryDev{dev: dev, inMemory: inMemory})
+		memoryDevs.CompareAndSwap(known, &next)
+	}
+	return inMemory
+}
+
+// memoryDevs is InMemoryFS's answer per anonymous device, at most
+// maxMemoryDevs of them.
+var memoryDevs atomic.Pointer[[]memoryDev]
+
+const maxMemoryDevs = 64
+
+type memoryDev struct {
+	dev      uint64
+	inMemory bool
+}

@@ -31,3 +31,6 @@ func PrefetchRange(int, int64, int64) {}
 
 // Evict cannot drop pages here.
 func Evict(int) error { return errUnsupported }
+
+// InMemoryFS is false where the page cache is not asked.
+func InMemoryFS(int, fs.FileInfo) bool { return false }
