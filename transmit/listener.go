@@ -4,11 +4,13 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 func init() {
@@ -36,6 +38,17 @@ func (ListenerWrapper) CaddyModule() caddy.ModuleInfo {
 		ID:  "caddy.listeners.flash_serve",
 		New: func() caddy.Module { return new(ListenerWrapper) },
 	}
+}
+
+// Provision implements caddy.Provisioner: the server that loads the
+// wrapper puts each connection the wrapper made in its requests'
+// contexts, so that flash_serve can send a response's head with its body
+// (holdHead).
+func (*ListenerWrapper) Provision(ctx caddy.Context) error {
+	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok {
+		srv.RegisterConnContext(withConn)
+	}
+	return nil
 }
 
 // WrapListener implements caddy.ListenerWrapper.
@@ -76,6 +89,14 @@ type conn struct {
 	// Unix nanoseconds (0: none): the deadline a turn starts with, which
 	// the renewer extends (see renewer).
 	wdl atomic.Int64
+
+	// armed is set while flash_serve writes a body (holdHead): the first
+	// small write waits in held for the next one. mu guards held and iov
+	// while armed; a connection that is not armed takes no lock.
+	armed atomic.Bool
+	mu    sync.Mutex
+	held  *[]byte
+	iov   [2][]byte
 }
 
 // SetWriteDeadline implements net.Conn, noting the deadline for ReadFrom.
@@ -111,6 +132,16 @@ func (c *conn) writeDeadline() time.Time {
 // 512 bytes itself; it adds the count returned here to what it checks
 // against Content-Length, so keep-alive survives.
 func (c *conn) ReadFrom(r io.Reader) (int64, error) {
+	if c.armed.Load() {
+		// What is held leaves first; the bytes after it follow as always.
+		c.mu.Lock()
+		c.armed.Store(false)
+		err := c.flushHeld()
+		c.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+	}
 	src, limit := findSource(r)
 	if src != nil && limit == 0 {
 		// A turn after the last byte (the body was a multiple of the
@@ -190,6 +221,7 @@ func (c *conn) renew(ren *renewer, sent int64) {
 // Interface guards
 var (
 	_ caddy.ListenerWrapper = (*ListenerWrapper)(nil)
+	_ caddy.Provisioner     = (*ListenerWrapper)(nil)
 	_ caddyfile.Unmarshaler = (*ListenerWrapper)(nil)
 	_ io.ReaderFrom         = (*conn)(nil)
 )

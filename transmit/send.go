@@ -89,7 +89,25 @@ type Sender struct {
 // and headers are written already. A *ReadError means the file could not
 // be read (it was truncated, the disk failed): the body can no longer be
 // completed honestly. Any other error is the client's.
-func (s *Sender) Send(w http.ResponseWriter, r *http.Request, body Body, t *Transfer, start, length int64) (Counts, error) {
+func (s *Sender) Send(w http.ResponseWriter, r *http.Request, body Body, t *Transfer, start, length int64) (sent Counts, err error) {
+	if !t.FileServerWrites && (t.Engine == EngineMemory || t.Engine == EngineIOUring) {
+		// Bodies copied from memory leave with the headers in one write
+		// (coalesce.go); sendfile's are sent by the connection itself.
+		if c := holdHead(r); c != nil {
+			defer func() {
+				// What net/http still buffers (the body's last bytes) joins
+				// what the connection gathered.
+				flushBottom(w)
+				if rerr := c.releaseHead(); err == nil {
+					err = rerr
+				}
+			}()
+		}
+	}
+	return s.send(w, r, body, t, start, length)
+}
+
+func (s *Sender) send(w http.ResponseWriter, r *http.Request, body Body, t *Transfer, start, length int64) (Counts, error) {
 	var sent Counts
 	var n int64
 	var err error
@@ -118,6 +136,22 @@ func (s *Sender) Send(w http.ResponseWriter, r *http.Request, body Body, t *Tran
 	}
 	sent[t.Engine] = n
 	return sent, err
+}
+
+// flushBottom flushes the writer at the bottom of w's chain, net/http's
+// own under the server's writers (t.FileServerWrites unset), which pass
+// every byte through unchanged.
+func flushBottom(w http.ResponseWriter) {
+	for {
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			break
+		}
+		w = u.Unwrap()
+	}
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 // canSendfile reports whether the response may be handed to the writer

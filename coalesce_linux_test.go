@@ -1,0 +1,144 @@
+//go:build linux && !flashserve_portable
+
+package flashserve
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// segmentCountingClient is an HTTP/1.1 client of one keep-alive
+// connection whose dataSegments reports how many TCP segments with data
+// the connection has received so far (TCP_INFO).
+type segmentCountingClient struct {
+	*http.Client
+	conn *net.TCPConn
+}
+
+func newSegmentCountingClient(t *testing.T) *segmentCountingClient {
+	sc := &segmentCountingClient{}
+	tr := &http.Transport{
+		MaxConnsPerHost: 1,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err == nil {
+				sc.conn = c.(*net.TCPConn)
+			}
+			return c, err
+		},
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	sc.Client = &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	return sc
+}
+
+func (sc *segmentCountingClient) dataSegments(t *testing.T) uint32 {
+	t.Helper()
+	if sc.conn == nil {
+		return 0
+	}
+	raw, err := sc.conn.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *unix.TCPInfo
+	var ierr error
+	raw.Control(func(fd uintptr) { info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+	if ierr != nil {
+		t.Fatal(ierr)
+	}
+	return info.Data_segs_in
+}
+
+// TestHeadAndBodyLeaveInOneSegment: net/http writes an HTTP/1 response
+// through a 4 KiB buffer, so a body of more than about 3.8 KiB left as
+// two writes and two TCP segments, the headers with the body's first
+// bytes, then the rest. A body flash_serve copies (from memory, or read
+// without waiting from the page cache) now leaves with its headers in one
+// write: on loopback, whose segments hold 64 KiB, the client receives one
+// segment per response. Each response is asked twice on one keep-alive
+// connection and arrives whole; a range and a HEAD request keep their
+// bytes, and a body sendfile carries is unchanged.
+func TestHeadAndBodyLeaveInOneSegment(t *testing.T) {
+	root := t.TempDir()
+	rng := rand.NewChaCha8([32]byte{3})
+	files := map[string][]byte{}
+	for _, size := range []int{1 << 10, 8 << 10, 20<<10 + 33} {
+		b := make([]byte, size)
+		rng.Read(b)
+		name := fmt.Sprintf("/f%d.bin", size)
+		if err := os.WriteFile(filepath.Join(root, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files[name] = b
+	}
+	port := freePort(t)
+	loadSites(t, "", siteBlock(port, root, flashServe("memory_cache 16MiB max_file 64KiB")))
+	sc := newSegmentCountingClient(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	do := func(method, name, rangeHeader string) (int, []byte, uint32) {
+		t.Helper()
+		before := sc.dataSegments(t)
+		req, _ := http.NewRequest(method, base+name, nil)
+		if rangeHeader != "" {
+			req.Header.Set("Range", rangeHeader)
+		}
+		resp, err := sc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, body, sc.dataSegments(t) - before
+	}
+	do("GET", "/f1024.bin", "") // the connection is open from here on
+	for _, name := range []string{"/f8192.bin", "/f20513.bin", "/f1024.bin"} {
+		want := files[name]
+		for _, round := range []string{"first", "second"} {
+			status, got, segs := do("GET", name, "")
+			if status != 200 || !bytes.Equal(got, want) {
+				t.Fatalf("%s, %s request: status %d, %d bytes, want %d", name, round, status, len(got), len(want))
+			}
+			t.Logf("%s, %s request: %d data segments", name, round, segs)
+			if segs != 1 {
+				t.Errorf("%s, %s request: the response came in %d segments, want 1", name, round, segs)
+			}
+		}
+	}
+	status, got, segs := do("GET", "/f8192.bin", "bytes=100-5000")
+	if status != 206 || !bytes.Equal(got, files["/f8192.bin"][100:5001]) {
+		t.Errorf("range: status %d, %d bytes", status, len(got))
+	}
+	if segs != 1 {
+		t.Errorf("range: the response came in %d segments, want 1", segs)
+	}
+	if status, got, _ := do("HEAD", "/f20513.bin", ""); status != 200 || len(got) != 0 {
+		t.Errorf("HEAD: status %d, %d bytes", status, len(got))
+	}
+	// A body sendfile sends: the headers and 512 bytes, then sendfile.
+	big := make([]byte, 300<<10)
+	rng.Read(big)
+	if err := os.WriteFile(filepath.Join(root, "big.bin"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if status, got, _ := do("GET", "/big.bin", ""); status != 200 || !bytes.Equal(got, big) {
+			t.Fatalf("big.bin: status %d, %d bytes", status, len(got))
+		}
+	}
+}
+
