@@ -141,4 +141,3 @@ func TestHeadAndBodyLeaveInOneSegment(t *testing.T) {
 		}
 	}
 }
-

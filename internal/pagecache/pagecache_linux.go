@@ -8,8 +8,8 @@ import (
 	"math/bits"
 	"os"
 	"strconv"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
