@@ -90,18 +90,20 @@ type Sender struct {
 // be read (it was truncated, the disk failed): the body can no longer be
 // completed honestly. Any other error is the client's.
 func (s *Sender) Send(w http.ResponseWriter, r *http.Request, body Body, t *Transfer, start, length int64) (sent Counts, err error) {
-	if !t.FileServerWrites && (t.Engine == EngineMemory || t.Engine == EngineIOUring) {
+	if !t.FileServerWrites && (t.Engine == EngineMemory || t.Engine == EngineIOUring) && length > gatherMin {
 		// Bodies copied from memory leave with the headers in one write
 		// (coalesce.go); sendfile's are sent by the connection itself.
-		if c := holdHead(r); c != nil {
-			defer func() {
-				// What net/http still buffers (the body's last bytes) joins
-				// what the connection gathered.
-				flushBottom(w)
-				if rerr := c.releaseHead(); err == nil {
-					err = rerr
-				}
-			}()
+		if bottom := unbufferedBottom(w); bottom != nil {
+			if c := holdHead(r); c != nil {
+				defer func() {
+					// What net/http still buffers (the body's last bytes)
+					// joins what the connection gathered.
+					bottom.Flush()
+					if rerr := c.releaseHead(); err == nil {
+						err = rerr
+					}
+				}()
+			}
 		}
 	}
 	return s.send(w, r, body, t, start, length)
@@ -138,20 +140,33 @@ func (s *Sender) send(w http.ResponseWriter, r *http.Request, body Body, t *Tran
 	return sent, err
 }
 
-// flushBottom flushes the writer at the bottom of w's chain, net/http's
+// gatherMin is the largest body not gathered: net/http's 4 KiB buffer
+// sends it with the headers in one write already (unless they are over
+// 2 KiB). It is also net/http's own threshold (bufferBeforeChunkingSize):
+// a body written whole that is larger has its headers decided, chunked or
+// not, when it is written, so flushing after it changes nothing that the
+// client sees; a smaller one, flushed before the handler returns, would
+// lose the Content-Length net/http adds when a rule removed it.
+const gatherMin = 2 << 10
+
+// unbufferedBottom returns the writer at the bottom of w's chain, net/http's
 // own under the server's writers (t.FileServerWrites unset), which pass
-// every byte through unchanged.
-func flushBottom(w http.ResponseWriter) {
+// every byte through unchanged; nil if a writer of the chain keeps the
+// body (a recorder that buffers, as templates' does), which must not see
+// the bottom flushed under it.
+func unbufferedBottom(w http.ResponseWriter) http.Flusher {
 	for {
+		if b, ok := w.(interface{ Buffered() bool }); ok && b.Buffered() {
+			return nil
+		}
 		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
 		if !ok {
 			break
 		}
 		w = u.Unwrap()
 	}
-	if f, ok := w.(http.Flusher); ok {
-		f.Flush()
-	}
+	f, _ := w.(http.Flusher)
+	return f
 }
 
 // canSendfile reports whether the response may be handed to the writer

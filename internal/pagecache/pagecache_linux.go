@@ -8,7 +8,6 @@ import (
 	"math/bits"
 	"os"
 	"strconv"
-	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -157,50 +156,18 @@ func PrefetchRange(fd int, off, n int64) { unix.Fadvise(fd, off, n, unix.FADV_WI
 // disk (one of a tmpfs page swapped out waits for swap). Such a file
 // needs no residency probe, and cannot be probed cheaply: tmpfs refuses
 // RWF_NOWAIT reads (EOPNOTSUPP), which leaves a probe three system calls
-// (mmap, mincore, munmap). The answer is kept per device, so only the
-// first file of each memory filesystem costs an fstatfs; only anonymous
-// devices (major 0) are asked, as block devices hold no such filesystem.
+// (mmap, mincore, munmap). Only files of anonymous devices (major 0) are
+// asked, with one fstatfs each: block devices hold no such filesystem, and
+// an answer kept per device number would outlive its mount, as the number
+// of an unmounted filesystem is given to the next one mounted.
 func InMemoryFS(fd int, info fs.FileInfo) bool {
 	st, ok := info.Sys().(*syscall.Stat_t)
 	if !ok || unix.Major(st.Dev) != 0 {
 		return false
 	}
-	dev := uint64(st.Dev)
-	known := memoryDevs.Load()
-	if known != nil {
-		for _, d := range *known {
-			if d.dev == dev {
-				return d.inMemory
-			}
-		}
-	}
 	var sf unix.Statfs_t
 	if err := unix.Fstatfs(fd, &sf); err != nil {
 		return false
 	}
-	inMemory := sf.Type == unix.TMPFS_MAGIC || sf.Type == unix.RAMFS_MAGIC
-	// Copied on write: a reader scans the list it loaded without a lock.
-	// A device number freed by an unmount and given to another mount keeps
-	// the first answer: at worst a file is probed that needs none, or one
-	// of a FUSE mount that took a tmpfs's number is read without the ring.
-	if known == nil || len(*known) < maxMemoryDevs {
-		var next []memoryDev
-		if known != nil {
-			next = append(next, *known...)
-		}
-		next = append(next, memoryDev{dev: dev, inMemory: inMemory})
-		memoryDevs.CompareAndSwap(known, &next)
-	}
-	return inMemory
-}
-
-// memoryDevs is InMemoryFS's answer per anonymous device, at most
-// maxMemoryDevs of them.
-var memoryDevs atomic.Pointer[[]memoryDev]
-
-const maxMemoryDevs = 64
-
-type memoryDev struct {
-	dev      uint64
-	inMemory bool
+	return sf.Type == unix.TMPFS_MAGIC || sf.Type == unix.RAMFS_MAGIC
 }
