@@ -54,7 +54,9 @@ func (sc *segmentCountingClient) dataSegments(t *testing.T) uint32 {
 	}
 	var info *unix.TCPInfo
 	var ierr error
-	raw.Control(func(fd uintptr) { info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+	if err := raw.Control(func(fd uintptr) { info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }); err != nil {
+		t.Fatalf("the client's connection: %v", err)
+	}
 	if ierr != nil {
 		t.Fatal(ierr)
 	}

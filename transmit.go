@@ -113,6 +113,11 @@ func (fsrv *FlashServe) writeResponse(w http.ResponseWriter, r *http.Request, re
 	defer func() { counters.requests[t.Engine].Add(1) }()
 	if fsrv.LimitRate != nil && fsrv.LimitRate.Rate > 0 {
 		t.pace = &pacer{rate: fsrv.LimitRate.Rate, after: fsrv.LimitRate.After, ctx: r.Context()}
+	} else {
+		// The headers and a copied body leave in one write, every part of
+		// a multipart body with them (not across limit_rate's waits).
+		g := transmit.Gather(w, r, &t.Transfer, p.length)
+		defer g.Release()
 	}
 	var err error
 	switch {

@@ -89,24 +89,47 @@ type Sender struct {
 // and headers are written already. A *ReadError means the file could not
 // be read (it was truncated, the disk failed): the body can no longer be
 // completed honestly. Any other error is the client's.
-func (s *Sender) Send(w http.ResponseWriter, r *http.Request, body Body, t *Transfer, start, length int64) (sent Counts, err error) {
-	if !t.FileServerWrites && (t.Engine == EngineMemory || t.Engine == EngineIOUring) && length > gatherMin {
-		// Bodies copied from memory leave with the headers in one write
-		// (coalesce.go); sendfile's are sent by the connection itself.
-		if bottom := unbufferedBottom(w); bottom != nil {
-			if c := holdHead(r); c != nil {
-				defer func() {
-					// What net/http still buffers (the body's last bytes)
-					// joins what the connection gathered.
-					bottom.Flush()
-					if rerr := c.releaseHead(); err == nil {
-						err = rerr
-					}
-				}()
-			}
-		}
-	}
+func (s *Sender) Send(w http.ResponseWriter, r *http.Request, body Body, t *Transfer, start, length int64) (Counts, error) {
 	return s.send(w, r, body, t, start, length)
+}
+
+// Gathering is a response whose writes the listener wrapper's connection
+// gathers (coalesce.go); its zero value gathers nothing.
+type Gathering struct {
+	c      *conn
+	bottom http.Flusher
+}
+
+// Gather makes the connection of r gather the writes of a response of
+// length bytes whose body t.Engine copies (memory, io_uring), so that its
+// headers and body leave in one write, if the listener wrapper made the
+// connection, r is cleartext HTTP/1 and the writer chain is the server's
+// own, without a writer that buffers the body. The caller must call
+// Release once the body is written, also on a panic, and must not gather
+// across a wait (limit_rate's pacing).
+func Gather(w http.ResponseWriter, r *http.Request, t *Transfer, length int64) Gathering {
+	if t.FileServerWrites || (t.Engine != EngineMemory && t.Engine != EngineIOUring) || length <= gatherMin {
+		return Gathering{}
+	}
+	bottom := unbufferedBottom(w)
+	if bottom == nil {
+		return Gathering{}
+	}
+	c := holdHead(r)
+	if c == nil {
+		return Gathering{}
+	}
+	return Gathering{c: c, bottom: bottom}
+}
+
+// Release flushes what net/http still buffers (the body's last bytes) to
+// what the connection gathered, and sends it all.
+func (g Gathering) Release() error {
+	if g.c == nil {
+		return nil
+	}
+	g.bottom.Flush()
+	return g.c.releaseHead()
 }
 
 func (s *Sender) send(w http.ResponseWriter, r *http.Request, body Body, t *Transfer, start, length int64) (Counts, error) {
