@@ -63,6 +63,27 @@ func (sc *segmentCountingClient) dataSegments(t *testing.T) uint32 {
 	return info.Data_segs_in
 }
 
+// fetch sends one request on the client's connection and returns the
+// response, its body and the data segments that came meanwhile.
+func (sc *segmentCountingClient) fetch(t *testing.T, method, url, rangeHeader string) (*http.Response, []byte, uint32) {
+	t.Helper()
+	before := sc.dataSegments(t)
+	req, _ := http.NewRequest(method, url, nil)
+	if rangeHeader != "" {
+		req.Header.Set("Range", rangeHeader)
+	}
+	resp, err := sc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, body, sc.dataSegments(t) - before
+}
+
 // TestHeadAndBodyLeaveInOneSegment: net/http writes an HTTP/1 response
 // through a 4 KiB buffer, so a body of more than about 3.8 KiB left as
 // two writes and two TCP segments, the headers with the body's first
@@ -91,21 +112,8 @@ func TestHeadAndBodyLeaveInOneSegment(t *testing.T) {
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	do := func(method, name, rangeHeader string) (int, []byte, uint32) {
 		t.Helper()
-		before := sc.dataSegments(t)
-		req, _ := http.NewRequest(method, base+name, nil)
-		if rangeHeader != "" {
-			req.Header.Set("Range", rangeHeader)
-		}
-		resp, err := sc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, body, sc.dataSegments(t) - before
+		resp, body, segs := sc.fetch(t, method, base+name, rangeHeader)
+		return resp.StatusCode, body, segs
 	}
 	do("GET", "/f1024.bin", "") // the connection is open from here on
 	for _, name := range []string{"/f8192.bin", "/f20513.bin", "/f1024.bin"} {

@@ -36,28 +36,9 @@ func TestMultipartRangesLeaveInOneSegment(t *testing.T) {
 	for i := range 16 {
 		specs = append(specs, fmt.Sprintf("%d-%d", i*500, i*500+9))
 	}
-	get := func(rangeHeader string) (*http.Response, []byte) {
-		t.Helper()
-		req, _ := http.NewRequest("GET", url, nil)
-		if rangeHeader != "" {
-			req.Header.Set("Range", rangeHeader)
-		}
-		resp, err := sc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp, body
-	}
-	get("") // opens the connection and fills the memory cache
+	sc.fetch(t, "GET", url, "") // opens the connection and fills the memory cache
 	for round := range 3 {
-		before := sc.dataSegments(t)
-		resp, body := get("bytes=" + strings.Join(specs, ","))
-		segs := sc.dataSegments(t) - before
+		resp, body, segs := sc.fetch(t, "GET", url, "bytes="+strings.Join(specs, ","))
 		if resp.StatusCode != http.StatusPartialContent {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
