@@ -30,9 +30,9 @@ const (
 //     span (mincore where it tells the truth, no-wait reads elsewhere);
 //     what is resident leaves as above, the rest is read through the
 //     ring (transmit.Sender).
-func (fsrv *FlashServe) pickEngine(w http.ResponseWriter, r *http.Request, res *resolved) transmit.Engine {
+func (fsrv *FlashServe) pickEngine(w http.ResponseWriter, r *http.Request, res *resolved) transmit.Transfer {
 	if res.body.Data() != nil && fsrv.policy == engineAuto {
-		return transmit.EngineMemory
+		return transmit.Transfer{Engine: transmit.EngineMemory}
 	}
 	if fsrv.ring != nil && res.body.FD() >= 0 && (!res.body.InMemoryFS() || fsrv.policy == engineIOUring) {
 		// io_uring where it wins: data that may not be in the page cache
@@ -41,16 +41,20 @@ func (fsrv *FlashServe) pickEngine(w http.ResponseWriter, r *http.Request, res *
 		// sendfile or copy, without a probe.
 		// A small body is not probed here: the ring's engine reads it with
 		// one RWF_NOWAIT read, which is the probe and the read at once.
-		if fsrv.policy == engineIOUring || !res.body.RecentlyResident() && (res.body.Size() <= transmit.NoWaitMax || !fsrv.probeWhole(res.body)) {
-			return transmit.EngineIOUring
+		t := transmit.Transfer{Engine: transmit.EngineIOUring}
+		if fsrv.policy == engineIOUring {
+			return t
+		}
+		if !res.body.RecentlyResident() && (res.body.Size() <= transmit.NoWaitMax || !fsrv.probeWhole(res.body, &t)) {
+			return t
 		}
 	}
 	if fsrv.policy != engineCopy && r.ProtoMajor == 1 && r.TLS == nil && res.body.FD() >= 0 {
 		if _, ok := w.(io.ReaderFrom); ok {
-			return transmit.EngineSendfile
+			return transmit.Transfer{Engine: transmit.EngineSendfile}
 		}
 	}
-	return transmit.EngineCopy
+	return transmit.Transfer{Engine: transmit.EngineCopy}
 }
 
 // provisionSender sets up how the handler's bodies leave: with io_uring
@@ -80,12 +84,18 @@ const wholeProbeMax = 1 << 30
 // probeWhole looks for the whole body in the page cache, at most once a
 // second per file, and reports whether it is all there. A hot file then
 // leaves by sendfile or copy without a probe per request, as a range
-// request of a large file would otherwise cost one.
-func (fsrv *FlashServe) probeWhole(body *statacc.Entry) bool {
+// request of a large file would otherwise cost one. Where it is not, t
+// learns where its data stops being there (Transfer.MissingAt).
+func (fsrv *FlashServe) probeWhole(body *statacc.Entry, t *transmit.Transfer) bool {
 	if body.Size() > wholeProbeMax || !body.ClaimProbe() {
 		return false
 	}
-	if !transmit.ResidentWhole(body) {
+	off, ok := transmit.FirstMissing(body)
+	if !ok {
+		return false
+	}
+	if off < body.Size() {
+		t.MissingAt, t.MissingKnown = off, true
 		return false
 	}
 	body.MarkResident()
@@ -105,10 +115,8 @@ func (fsrv *FlashServe) writeResponse(w http.ResponseWriter, r *http.Request, re
 	if p.noBody || r.Method == http.MethodHead {
 		return nil
 	}
-	t := transfer{
-		Transfer: transmit.Transfer{Engine: fsrv.pickEngine(w, r, res), FileServerWrites: !serverWriter(w)},
-		body:     res.body,
-	}
+	t := transfer{Transfer: fsrv.pickEngine(w, r, res), body: res.body}
+	t.FileServerWrites = !serverWriter(w)
 	// Counted after the body, by the engine that really sent it.
 	defer func() { counters.requests[t.Engine].Add(1) }()
 	if fsrv.LimitRate != nil && fsrv.LimitRate.Rate > 0 {

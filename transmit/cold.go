@@ -134,10 +134,21 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 	counted := false
 	for done < length {
 		off := start + done
+		span := min(length-done, residencyProbe)
 		knownCold := missing
-		if !s.RingOnly && !missing {
+		if t.MissingKnown && !missing {
+			// What the handler's probe has just found missing is not asked
+			// again (Transfer.MissingAt); what comes before it is.
+			switch {
+			case off >= t.MissingAt && off < t.MissingAt+residencyProbe:
+				knownCold, t.MissingKnown = true, false
+			case off < t.MissingAt && t.MissingAt < off+span:
+				span = t.MissingAt - off
+			}
+		}
+		if !s.RingOnly && !knownCold {
 			stats.residencyProbes.Add(1)
-			resident, err := probe.Resident(off, min(length-done, residencyProbe))
+			resident, err := probe.Resident(off, span)
 			knownCold = err == nil && resident == 0
 			if err == nil && resident > 0 {
 				var n int64

@@ -14,12 +14,14 @@ func newProbe(f Body) pagecache.Probe {
 	return pagecache.NewProbe(f.FD(), f.MincoreTrusted(), f.Size())
 }
 
-// ResidentWhole reports whether the whole file is in the page cache: one
-// mincore over it where mincore answers, else the ends of every span of
-// 2 MiB, stopping at the first missing one. The handler's policy asks it,
-// at most once a second per file, before it sends a large body to the
-// ring's engine.
-func ResidentWhole(f Body) bool {
+// FirstMissing returns where the file stops being in the page cache,
+// from its start (pagecache.Probe.FirstMissing): its size when it is all
+// there; ok is false when nothing could be learnt. One mincore over it
+// where mincore answers, else the ends of every span of 2 MiB, stopping
+// at the first missing one. The handler's policy asks it, at most once a
+// second per file, before it sends a large body to the ring's engine, and
+// passes the answer on in Transfer.MissingAt.
+func FirstMissing(f Body) (off int64, ok bool) {
 	p := newProbe(f)
-	return p.Whole(f.Size(), residencyProbe)
+	return p.FirstMissing(f.Size(), residencyProbe)
 }

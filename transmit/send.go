@@ -61,6 +61,15 @@ type Transfer struct {
 	// depending on how the body is cut into writes: the body is then
 	// written the way file_server writes it.
 	FileServerWrites bool
+	// MissingAt, when MissingKnown, is where the handler's probe of the
+	// whole file (FirstMissing) has just found its data leave the page
+	// cache: the span of the ring's engine that holds it is read through
+	// the ring without being probed again. Probed again with no-wait reads
+	// (a file mincore does not tell this process about), it would seem
+	// resident: the read that found it missing started the kernel reading
+	// that page, and a sendfile would then block on the rest of the span.
+	MissingAt    int64
+	MissingKnown bool
 }
 
 // Sender sends the bodies of one handler's responses. Its fields are set

@@ -163,19 +163,32 @@ func residentFrom(vec []byte, start, off, n int64) int64 {
 }
 
 // Whole reports whether the first size bytes of the file are all in the
-// page cache: one mincore over them where mincore answers, else the ends
-// of every span of span bytes, stopping at the first missing one.
+// page cache (FirstMissing).
 func (p *Probe) Whole(size, span int64) bool {
+	off, ok := p.FirstMissing(size, span)
+	return ok && off == size
+}
+
+// FirstMissing returns where the first size bytes of the file stop being
+// in the page cache: size when they are all there; with mincore (one call
+// over them), the first missing page; without, the start of the first
+// span of span bytes with an end missing, the spans probed in turn. ok is
+// false when mincore failed and nothing is known.
+//
+// Without mincore the answer is only good at once: the no-wait read that
+// found a page missing has also started the kernel reading it, and a
+// probe a moment later finds it there while the rest of its span is not.
+func (p *Probe) FirstMissing(size, span int64) (off int64, ok bool) {
 	if p.trusted {
 		n, err := residentPrefix(p.fd, 0, size)
-		return err == nil && n == size
+		return n, err == nil
 	}
-	for off := int64(0); off < size; off += span {
+	for off = 0; off < size; off += span {
 		if p.noWait(off, min(span, size-off)) == 0 {
-			return false
+			return off, true
 		}
 	}
-	return true
+	return size, true
 }
 
 // noWait is Resident without mincore: n when the bytes at off and at

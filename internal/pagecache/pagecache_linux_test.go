@@ -87,6 +87,9 @@ func TestResidencyAfterEvictAndRead(t *testing.T) {
 	if mincore.Whole(size, 256<<10) {
 		t.Error("evicted: Whole with mincore = true")
 	}
+	if off, ok := mincore.FirstMissing(size, 256<<10); off != 0 || !ok {
+		t.Errorf("evicted: FirstMissing with mincore = %d, %v; want 0, true", off, ok)
+	}
 
 	// The first 256 KiB, read with the kernel's readahead off.
 	const part = 256 << 10
@@ -108,6 +111,9 @@ func TestResidencyAfterEvictAndRead(t *testing.T) {
 	if mincore.Whole(size, 256<<10) {
 		t.Error("a quarter read: Whole with mincore = true")
 	}
+	if off, ok := mincore.FirstMissing(size, 256<<10); off != part || !ok {
+		t.Errorf("a quarter read: FirstMissing with mincore = %d, %v; want %d, true", off, ok, part)
+	}
 	// No-wait probes, asked after mincore, and the one that meets the
 	// missing page first: a no-wait read of a missing page brings it in.
 	noWait := NewProbe(fd, false, 0)
@@ -123,6 +129,11 @@ func TestResidencyAfterEvictAndRead(t *testing.T) {
 	}
 	if n, err := Count(fd, size); n != size || err != nil {
 		t.Errorf("after reading it all: Count = %d, %v; want %d", n, err, size)
+	}
+	for _, p := range []Probe{mincore, noWait} {
+		if off, ok := p.FirstMissing(size, 256<<10); off != size || !ok {
+			t.Errorf("after reading it all: FirstMissing (mincore %v) = %d, %v; want %d, true", p.trusted, off, ok, size)
+		}
 	}
 	if !mincore.Whole(size, 256<<10) || !noWait.Whole(size, 256<<10) {
 		t.Errorf("after reading it all: Whole with mincore %v, without %v; want both true",

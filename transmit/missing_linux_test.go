@@ -1,0 +1,69 @@
+//go:build linux && !flashserve_portable
+
+package transmit
+
+import (
+	"bytes"
+	"fmt"
+	"net/http/httptest"
+	"testing"
+
+	"go.uber.org/zap"
+)
+
+// blindBody is a Body mincore does not tell this process about: it is
+// probed with no-wait reads.
+type blindBody struct{ reviewBody }
+
+func (blindBody) MincoreTrusted() bool { return false }
+
+// TestMissingSpanIsNotProbedAgain: where the handler's probe of the whole
+// file has just found its data missing (Transfer.MissingAt), the span
+// that holds it is read through the ring, without a second probe, and
+// what comes before it is probed and leaves as resident data does. The
+// file here is all resident, so that a second probe would send it all by
+// copy: with no-wait reads it would, a moment after the first probe's
+// read started the kernel reading the page in (CI, as nobody on a cold
+// 256 MiB file: 0 bytes through the ring, the body sent by sendfile calls
+// that blocked on the disk).
+func TestMissingSpanIsNotProbedAgain(t *testing.T) {
+	const size = 6<<20 + 100
+	f, want := testFile(t, size)
+	r, err := newRing(ringOptions{})
+	if err != nil {
+		t.Fatalf("io_uring should work on this kernel: %v", err)
+	}
+	defer r.close()
+	s := &Sender{Ring: r, Logger: zap.NewNop()}
+	cases := []struct {
+		name          string
+		known         bool
+		at            int64
+		start, length int64
+		ring          int64 // bytes through the ring
+	}{
+		{"no hint", false, 0, 0, size, 0},
+		{"missing at 0", true, 0, 0, size, coldChunk},
+		{"missing at 1 MiB, sent from 0", true, 1 << 20, 0, size, coldChunk},
+		{"missing span 2-4 MiB, a range from 3 MiB", true, 2 << 20, 3 << 20, 1 << 20, coldChunk},
+		{"missing at 5 MiB, a range before it", true, 5 << 20, 0, 4 << 20, 0},
+		{"missing at 2 MiB, a range after its span", true, 2 << 20, 4 << 20, 1 << 20, 0},
+	}
+	for _, body := range []Body{reviewBody{f}, blindBody{reviewBody{f}}} {
+		for _, c := range cases {
+			name := fmt.Sprintf("%s, mincore trusted %v", c.name, body.MincoreTrusted())
+			w := httptest.NewRecorder()
+			tr := &Transfer{Engine: EngineIOUring, MissingAt: c.at, MissingKnown: c.known}
+			sent, err := s.Send(w, httptest.NewRequest("GET", "/", nil), body, tr, c.start, c.length)
+			if err != nil || !bytes.Equal(w.Body.Bytes(), want[c.start:c.start+c.length]) {
+				t.Fatalf("%s: %v, %d bytes, equal %v", name, err, w.Body.Len(), bytes.Equal(w.Body.Bytes(), want[c.start:c.start+c.length]))
+			}
+			if sent[EngineIOUring] != c.ring || sent[EngineCopy] != c.length-c.ring {
+				t.Errorf("%s: %d bytes through the ring, %d copied; want %d and %d", name, sent[EngineIOUring], sent[EngineCopy], c.ring, c.length-c.ring)
+			}
+			if c.ring > 0 && tr.MissingKnown {
+				t.Errorf("%s: the hint is still set after the span it names was read", name)
+			}
+		}
+	}
+}
