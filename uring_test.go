@@ -84,12 +84,16 @@ func TestColdBodiesGoThroughTheRing(t *testing.T) {
 	port := ringSite(t, root)
 	c := &http.Client{Timeout: 30 * time.Second}
 	for name, want := range files {
-		ring0, sf0 := counters.bytes[transmit.EngineIOUring].Load(), counters.bytes[transmit.EngineSendfile].Load()
+		ring0, sf0, copy0 := counters.bytes[transmit.EngineIOUring].Load(), counters.bytes[transmit.EngineSendfile].Load(), counters.bytes[transmit.EngineCopy].Load()
+		st0 := transmit.Snapshot()
 		if status, _, got := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 || !bytes.Equal(got, want) {
 			t.Fatalf("%s cold: status %d, %d bytes", name, status, len(got))
 		}
 		if counterReaches(&counters.bytes[transmit.EngineIOUring], ring0+1) == ring0 {
-			t.Errorf("%s cold: no byte was read through io_uring", name)
+			st := transmit.Snapshot()
+			t.Errorf("%s cold: no byte was read through io_uring (%d by sendfile, %d copied; %d residency probes, %d cold bodies)", name,
+				counters.bytes[transmit.EngineSendfile].Load()-sf0, counters.bytes[transmit.EngineCopy].Load()-copy0,
+				st.ResidencyProbes-st0.ResidencyProbes, st.ColdBodies-st0.ColdBodies)
 		}
 		// Now resident: sendfile carries it all, and nothing goes through
 		// the ring.
@@ -103,7 +107,6 @@ func TestColdBodiesGoThroughTheRing(t *testing.T) {
 		if d := counterReaches(&counters.bytes[transmit.EngineSendfile], sf1+int64(len(want))-sniffLen) - sf1; d < int64(len(want))-sniffLen {
 			t.Errorf("%s warm: %d bytes with sendfile of %d", name, d, len(want))
 		}
-		_ = sf0
 	}
 }
 

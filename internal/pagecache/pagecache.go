@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"time"
 )
 
@@ -193,23 +194,38 @@ func (p *Probe) FirstMissing(size, span int64) (off int64, ok bool) {
 
 // noWait is Resident without mincore: n when the bytes at off and at
 // off+n-1 are both cached, else 0.
+//
+// A no-wait read of a missing page starts the kernel reading it in, and
+// on a fast device (a virtual disk over the host's cache, under load) that
+// read can complete before the call looks again and returns the byte. The
+// probe would then report a span resident whose middle is still on disk,
+// for a sendfile that blocks on it: so a probe during which this thread
+// submitted a disk read (blocksReadIn) counts the span missing, whatever the
+// reads returned.
 func (p *Probe) noWait(off, n int64) int64 {
 	if n <= 0 {
 		return 0
 	}
-	var b [2]byte
 	known := p.next == off+1
 	p.next = 0
+	// The count is the thread's: the goroutine stays on it meanwhile.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before := blocksReadIn()
+	var b [2]byte
 	if !known {
 		if k, err := ReadNoWait(p.fd, b[:1], off); k != 1 || err != nil {
 			return 0
 		}
 	}
-	if n == 1 {
-		return 1
+	k := 1
+	if n > 1 {
+		var err error
+		if k, err = ReadNoWait(p.fd, b[:], off+n-1); k == 0 || err != nil {
+			return 0
+		}
 	}
-	k, err := ReadNoWait(p.fd, b[:], off+n-1)
-	if k == 0 || err != nil {
+	if blocksReadIn() != before {
 		return 0
 	}
 	if k == 2 {

@@ -132,6 +132,21 @@ func ReadNoWait(fd int, buf []byte, off int64) (int, error) {
 	}
 }
 
+// blocksReadIn is the calling thread's count of blocks read in
+// (getrusage), which the kernel adds to when the thread submits a read to
+// a block device, readahead included (task I/O accounting: a kernel
+// without it counts nothing, and every no-wait answer stands). A variable
+// for the tests.
+var blocksReadIn = threadBlocksReadIn
+
+func threadBlocksReadIn() int64 {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) != nil {
+		return 0
+	}
+	return ru.Inblock
+}
+
 // Prefetch starts reading the first n bytes of fd into the page cache
 // (fadvise WILLNEED) and turns the kernel's own readahead off for the
 // descriptor (fadvise RANDOM), so that its reads bring in what they ask

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -412,5 +413,67 @@ func TestProbeLooksNoFurtherThanTheFile(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("a probe of a small file allocated %v times, want 0", allocs)
+	}
+}
+
+// TestBlocksReadInCountsThisThreadsDiskReads: the count the no-wait probe
+// relies on moves when this thread reads a page from the disk (the
+// readahead a no-wait read starts included) and not when it reads one
+// from the page cache.
+func TestBlocksReadInCountsThisThreadsDiskReads(t *testing.T) {
+	const size = 1 << 20
+	f := testFile(t, size)
+	fd := int(f.Fd())
+	evict(t, f, size)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var b [1]byte
+	before := threadBlocksReadIn()
+	if _, err := ReadNoWait(fd, b[:], 0); !errors.Is(err, unix.EAGAIN) {
+		t.Fatalf("no-wait read of an evicted page: %v, want EAGAIN", err)
+	}
+	if after := threadBlocksReadIn(); after == before {
+		t.Errorf("a no-wait read of an evicted page started no disk read by this thread's count (%d blocks)", after)
+	}
+	before = threadBlocksReadIn()
+	if _, err := f.ReadAt(b[:], size/2); err != nil {
+		t.Fatal(err)
+	}
+	if after := threadBlocksReadIn(); after == before {
+		t.Errorf("a blocking read of an evicted page is not counted (%d blocks)", after)
+	}
+	before = threadBlocksReadIn()
+	if n, err := ReadNoWait(fd, b[:], size/2); n != 1 || err != nil {
+		t.Fatalf("no-wait read of the page just read: %d, %v", n, err)
+	}
+	if after := threadBlocksReadIn(); after != before {
+		t.Errorf("a read from the page cache counted %d blocks read in", after-before)
+	}
+}
+
+// TestNoWaitProbeWithADiskReadIsMissing: a no-wait probe during which
+// this thread submitted a disk read reports the span missing, though its
+// reads returned bytes: the page was read in during the call, and the
+// rest of the span may still be on disk. The file here is resident; the
+// count is made to move as a read that met the disk moves it.
+func TestNoWaitProbeWithADiskReadIsMissing(t *testing.T) {
+	const size = 1 << 20
+	f := testFile(t, size)
+	if _, err := f.ReadAt(make([]byte, size), 0); err != nil {
+		t.Fatal(err)
+	}
+	p := NewProbe(int(f.Fd()), false, size)
+	if n, _ := p.Resident(0, size); n != size {
+		t.Fatalf("a resident file probed without mincore: %d of %d bytes", n, size)
+	}
+	var reads int64
+	blocksReadIn = func() int64 { reads++; return reads }
+	defer func() { blocksReadIn = threadBlocksReadIn }()
+	p = NewProbe(int(f.Fd()), false, size)
+	if n, _ := p.Resident(0, size); n != 0 {
+		t.Errorf("a probe that met the disk: %d bytes resident, want 0", n)
+	}
+	if off, ok := p.FirstMissing(size, 256<<10); off != 0 || !ok {
+		t.Errorf("a whole-file probe that met the disk: FirstMissing = %d, %v; want 0, true", off, ok)
 	}
 }
