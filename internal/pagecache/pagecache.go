@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"time"
 )
 
@@ -208,9 +207,6 @@ func (p *Probe) noWait(off, n int64) int64 {
 	}
 	known := p.next == off+1
 	p.next = 0
-	// The count is the thread's: the goroutine stays on it meanwhile.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	before := blocksReadIn()
 	var b [2]byte
 	if !known {
@@ -225,7 +221,11 @@ func (p *Probe) noWait(off, n int64) int64 {
 			return 0
 		}
 	}
-	if blocksReadIn() != before {
+	if after := blocksReadIn(); after != before {
+		// A disk read, or another thread's count: the goroutine moved to
+		// another thread meanwhile (it is not locked to one, which would
+		// hold a thread per waiting probe in a cold storm), and the span
+		// counts missing either way.
 		return 0
 	}
 	if k == 2 {

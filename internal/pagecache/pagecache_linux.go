@@ -132,19 +132,25 @@ func ReadNoWait(fd int, buf []byte, off int64) (int, error) {
 	}
 }
 
-// blocksReadIn is the calling thread's count of blocks read in
-// (getrusage), which the kernel adds to when the thread submits a read to
-// a block device, readahead included (task I/O accounting: a kernel
-// without it counts nothing, and every no-wait answer stands). A variable
-// for the tests.
+// threadReads is a thread's count of blocks read in (getrusage), which
+// the kernel adds to when the thread submits a read to a block device,
+// readahead included (task I/O accounting: a kernel without it counts
+// nothing, and every no-wait answer stands), with the thread's id.
+type threadReads struct {
+	tid    int
+	blocks int64
+}
+
+// blocksReadIn is the calling thread's threadReads. A variable for the
+// tests.
 var blocksReadIn = threadBlocksReadIn
 
-func threadBlocksReadIn() int64 {
+func threadBlocksReadIn() threadReads {
 	var ru unix.Rusage
 	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) != nil {
-		return 0
+		return threadReads{}
 	}
-	return ru.Inblock
+	return threadReads{tid: unix.Gettid(), blocks: ru.Inblock}
 }
 
 // Prefetch starts reading the first n bytes of fd into the page cache

@@ -425,6 +425,7 @@ func TestBlocksReadInCountsThisThreadsDiskReads(t *testing.T) {
 	f := testFile(t, size)
 	fd := int(f.Fd())
 	evict(t, f, size)
+	// The counts are one thread's.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var b [1]byte
@@ -432,22 +433,22 @@ func TestBlocksReadInCountsThisThreadsDiskReads(t *testing.T) {
 	if _, err := ReadNoWait(fd, b[:], 0); !errors.Is(err, unix.EAGAIN) {
 		t.Fatalf("no-wait read of an evicted page: %v, want EAGAIN", err)
 	}
-	if after := threadBlocksReadIn(); after == before {
-		t.Errorf("a no-wait read of an evicted page started no disk read by this thread's count (%d blocks)", after)
+	if after := threadBlocksReadIn(); after.blocks == before.blocks || after.tid != before.tid {
+		t.Errorf("a no-wait read of an evicted page started no disk read by this thread's count (%+v, then %+v)", before, after)
 	}
 	before = threadBlocksReadIn()
 	if _, err := f.ReadAt(b[:], size/2); err != nil {
 		t.Fatal(err)
 	}
-	if after := threadBlocksReadIn(); after == before {
-		t.Errorf("a blocking read of an evicted page is not counted (%d blocks)", after)
+	if after := threadBlocksReadIn(); after.blocks == before.blocks {
+		t.Errorf("a blocking read of an evicted page is not counted (%+v, then %+v)", before, after)
 	}
 	before = threadBlocksReadIn()
 	if n, err := ReadNoWait(fd, b[:], size/2); n != 1 || err != nil {
 		t.Fatalf("no-wait read of the page just read: %d, %v", n, err)
 	}
 	if after := threadBlocksReadIn(); after != before {
-		t.Errorf("a read from the page cache counted %d blocks read in", after-before)
+		t.Errorf("a read from the page cache counted blocks read in: %+v, then %+v", before, after)
 	}
 }
 
@@ -467,7 +468,7 @@ func TestNoWaitProbeWithADiskReadIsMissing(t *testing.T) {
 		t.Fatalf("a resident file probed without mincore: %d of %d bytes", n, size)
 	}
 	var reads int64
-	blocksReadIn = func() int64 { reads++; return reads }
+	blocksReadIn = func() threadReads { reads++; return threadReads{tid: 1, blocks: reads} }
 	defer func() { blocksReadIn = threadBlocksReadIn }()
 	p = NewProbe(int(f.Fd()), false, size)
 	if n, _ := p.Resident(0, size); n != 0 {
@@ -475,5 +476,17 @@ func TestNoWaitProbeWithADiskReadIsMissing(t *testing.T) {
 	}
 	if off, ok := p.FirstMissing(size, 256<<10); off != 0 || !ok {
 		t.Errorf("a whole-file probe that met the disk: FirstMissing = %d, %v; want 0, true", off, ok)
+	}
+	// The goroutine on another thread after the reads: the counts do not
+	// compare, and the span counts missing too.
+	blocksReadIn = func() threadReads { reads++; return threadReads{tid: int(reads), blocks: 7} }
+	p = NewProbe(int(f.Fd()), false, size)
+	if n, _ := p.Resident(0, size); n != 0 {
+		t.Errorf("a probe whose goroutine changed threads: %d bytes resident, want 0", n)
+	}
+	blocksReadIn = func() threadReads { return threadReads{tid: 1, blocks: 7} }
+	p = NewProbe(int(f.Fd()), false, size)
+	if n, _ := p.Resident(0, size); n != size {
+		t.Errorf("a probe that met no disk, on one thread: %d bytes resident, want %d", n, size)
 	}
 }

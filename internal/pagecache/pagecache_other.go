@@ -23,8 +23,10 @@ func Count(int, int64) (int64, error) { return 0, errUnsupported }
 // ReadNoWait cannot read without waiting here.
 func ReadNoWait(int, []byte, int64) (int, error) { return 0, errUnsupported }
 
-// blocksReadIn counts nothing here: the no-wait reads fail anyway.
-func blocksReadIn() int64 { return 0 }
+// threadReads counts nothing here: the no-wait reads fail anyway.
+type threadReads struct{}
+
+func blocksReadIn() threadReads { return threadReads{} }
 
 // Prefetch does nothing here: the reads that follow bring the data in.
 func Prefetch(int, int64) {}
