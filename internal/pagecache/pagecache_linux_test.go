@@ -490,3 +490,58 @@ func TestNoWaitProbeWithADiskReadIsMissing(t *testing.T) {
 		t.Errorf("a probe that met no disk, on one thread: %d bytes resident, want %d", n, size)
 	}
 }
+
+// TestNoWaitSpanBeforeAnEvictedOneIsResident: a span whose two ends are
+// cached is resident by the no-wait probe, though the byte just past its
+// end (which the end's read takes too, to know the next span's start) is
+// not: the disk read that byte starts is the next span's, not this one's.
+// Here the first 2 MiB of a 4 MiB file are cached and the rest evicted;
+// the whole-file probe must say the data stops at 2 MiB, not at 0. An
+// attempt after which mincore no longer sees the first 2 MiB (another
+// process dropped the caches meanwhile) proves nothing and is made again.
+func TestNoWaitSpanBeforeAnEvictedOneIsResident(t *testing.T) {
+	const span = 2 << 20
+	const size = 2 * span
+	f := testFile(t, size)
+	fd := int(f.Fd())
+	// setUp leaves the first span cached and the second evicted, waiting
+	// for a read a probe started there (a page under I/O is not dropped).
+	setUp := func() {
+		if _, err := f.ReadAt(make([]byte, size), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Fadvise(fd, span, span, unix.FADV_DONTNEED); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.ReadAt(make([]byte, span), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	firstSpanStayed := func() bool {
+		n, err := residentPrefix(fd, 0, span)
+		return n == span && err == nil
+	}
+	for try := 1; ; try++ {
+		setUp()
+		if n, err := residentPrefix(fd, 0, size); n != span || err != nil {
+			t.Fatalf("set up: mincore sees %d bytes resident (%v), want %d: the test would prove nothing", n, err, span)
+		}
+		p := NewProbe(fd, false, size)
+		got, _ := p.Resident(0, span)
+		stayed := firstSpanStayed()
+		setUp()
+		p = NewProbe(fd, false, size)
+		off, ok := p.FirstMissing(size, span)
+		if !(stayed && firstSpanStayed()) && try < 3 {
+			t.Logf("attempt %d: the first span was evicted under the probes; again", try)
+			continue
+		}
+		if got != span {
+			t.Errorf("cached span before an evicted one: Resident(0, 2 MiB) = %d, want %d", got, span)
+		}
+		if off != span || !ok {
+			t.Errorf("first 2 MiB cached, the rest evicted: FirstMissing = %d, %v; want %d, true", off, ok, span)
+		}
+		return
+	}
+}
