@@ -50,8 +50,6 @@ func ShortRead[N int | int64](n, want N, err error) error {
 // may write (Trusted); for the others it lies, reporting every page
 // resident, so their spans are probed with no-wait reads of a byte at
 // each end, and a span with either end missing counts as not resident.
-// The read of a span's end takes the next byte too, so that a file probed
-// span after span costs about one system call per span.
 //
 // With mincore, one probe looks 64 MiB ahead and its answer is used for
 // the spans that follow it for 250 ms, so that a body sent chunk after
@@ -72,9 +70,6 @@ type Probe struct {
 	// past the end too, and on tmpfs a look 64 MiB ahead of an 8 KiB file
 	// took about 0.6 ms.
 	size int64
-	// next is one more than an offset the last no-wait probe found cached,
-	// 0 for none: a span that starts there needs no read for its start.
-	next int64
 	// vec is the last mincore answer, one byte per page from vecStart
 	// (bit 0 set for a resident page), asked at vecAt; buf holds it.
 	vec, buf []byte
@@ -205,19 +200,16 @@ func (p *Probe) noWait(off, n int64) int64 {
 	if n <= 0 {
 		return 0
 	}
-	known := p.next == off+1
-	p.next = 0
+	// Each end is read alone: a read that took the byte past the span too
+	// (the next span's start, for one system call fewer) would count the
+	// disk read it starts there against this span.
 	before := blocksReadIn()
-	var b [2]byte
-	if !known {
-		if k, err := ReadNoWait(p.fd, b[:1], off); k != 1 || err != nil {
-			return 0
-		}
+	var b [1]byte
+	if k, err := ReadNoWait(p.fd, b[:], off); k != 1 || err != nil {
+		return 0
 	}
-	k := 1
 	if n > 1 {
-		var err error
-		if k, err = ReadNoWait(p.fd, b[:], off+n-1); k == 0 || err != nil {
+		if k, err := ReadNoWait(p.fd, b[:], off+n-1); k != 1 || err != nil {
 			return 0
 		}
 	}
@@ -227,9 +219,6 @@ func (p *Probe) noWait(off, n int64) int64 {
 		// hold a thread per waiting probe in a cold storm), and the span
 		// counts missing either way.
 		return 0
-	}
-	if k == 2 {
-		p.next = off + n + 1
 	}
 	return n
 }

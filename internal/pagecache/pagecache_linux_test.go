@@ -143,9 +143,8 @@ func TestResidencyAfterEvictAndRead(t *testing.T) {
 }
 
 // TestProbeWithoutMincore: without mincore a span is resident when both
-// its ends are in the page cache, and not when either is missing; a
-// span's end read carries the next span's start; the end of the file is
-// not resident; no allocation. mincore (this process owns the file, so it
+// its ends are in the page cache, and not when either is missing; the
+// end of the file is not resident; no allocation. mincore (this process owns the file, so it
 // tells the truth) is asked before every no-wait read of the same pages,
 // since such a read of a missing page brings it in.
 func TestProbeWithoutMincore(t *testing.T) {
@@ -184,8 +183,7 @@ func TestProbeWithoutMincore(t *testing.T) {
 		t.Errorf("start cached, end missing: Resident(0, 2 MiB) = %d, want 0", n)
 	}
 
-	// All of it cached: every span resident, each start known from the
-	// previous span's end read.
+	// All of it cached: every span resident.
 	if _, err := f.ReadAt(make([]byte, size), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -198,12 +196,6 @@ func TestProbeWithoutMincore(t *testing.T) {
 		if got := probe(off, n); got != n {
 			t.Errorf("warm file: Resident(%d, %d) = %d", off, n, got)
 		}
-		if want := off + n + 1; off+n < size && p.next != want {
-			t.Errorf("after the span at %d, next = %d, want %d (the next span's start known)", off, p.next, want)
-		}
-	}
-	if p.next != 0 {
-		t.Errorf("after the last span, next = %d: nothing past the end is known", p.next)
 	}
 	if n := probe(size, 10); n != 0 {
 		t.Errorf("past the end: Resident = %d, want 0", n)
