@@ -79,6 +79,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    prewarm       <paths or globs...>
 //	    prewarm_budget <size>
 //	    prewarm_workers <n>
+//	    prewarm_busy_rate <bytes/s>
 //	    keep_hot      <interval>
 //	    symlinks      follow|deny|beneath
 //	    max_transfers <n> [queue <duration>]
@@ -152,6 +153,8 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			fsrv.SendfileMaxChunk, err = notDefault(d, sub, sizeValue[int])
 		case "prewarm_budget":
 			fsrv.PrewarmBudget, err = notDefault(d, sub, sizeValue[int64])
+		case "prewarm_busy_rate":
+			fsrv.PrewarmBusyRate, err = notDefault(d, sub, sizeValue[int64])
 		case "inotify":
 			var s string
 			s, err = word(d, "inotify takes one argument: on or off")

@@ -151,7 +151,7 @@ func TestTailColdReadsKeepTheKeepHotTurns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	start := time.Now()
-	warm(ctx, zap.NewNop(), targets, 0, 4, "keep_hot", nil, nil)
+	warm(ctx, zap.NewNop(), targets, 0, 4, "keep_hot", nil, nil, 0)
 	t.Logf("keep_hot over %d hot files, 4 workers, tail cold reads and a response in flight: at most %d opens at once, %v", hot.n, hot.most.Load(), time.Since(start))
 	if most := hot.most.Load(); most > 1 {
 		t.Errorf("the keep_hot pass had %d opens in flight at once while the only cold reads were of a file outside its set: it read at full width, want one batch at a time (its opens one after the other)", most)

@@ -190,6 +190,16 @@ type FlashServe struct {
 	// Default: never.
 	KeepHot caddy.Duration `json:"keep_hot,omitempty"`
 
+	// The most bytes per second the warm-ups after the hot set (the
+	// prewarm paths, keep_hot) read while requests are being served;
+	// with none served they read at full speed. The pages they read cost
+	// the requests more than the warm-up's own CPU: the disk's
+	// completions and the page cache's work land on the cores that serve.
+	// The warm-up of the saved hot set after a start is not bounded: it
+	// reads what the requests ask for.
+	// Default: 4 MiB.
+	PrewarmBusyRate int64 `json:"prewarm_busy_rate,omitempty"`
+
 	// The most ranges one request may ask for. A request with more is
 	// answered with the whole file, as if it had no Range header. Zero
 	// disables range requests altogether.
@@ -465,6 +475,9 @@ func (fsrv *FlashServe) checkSettings() error {
 	if fsrv.PrewarmBudget < 0 {
 		return fmt.Errorf("prewarm_budget: must be more than 0, got %d", fsrv.PrewarmBudget)
 	}
+	if fsrv.PrewarmBusyRate < 0 {
+		return fmt.Errorf("prewarm_busy_rate: must be more than 0, got %d", fsrv.PrewarmBusyRate)
+	}
 	if n := fsrv.PrewarmWorkers; n < 0 || n > 64 {
 		return fmt.Errorf("prewarm_workers: %d is outside 1..64", n)
 	}
@@ -473,6 +486,9 @@ func (fsrv *FlashServe) checkSettings() error {
 	}
 	if fsrv.Prewarm == nil && (fsrv.PrewarmBudget != 0 || fsrv.PrewarmWorkers != 0 || fsrv.KeepHot != 0) {
 		return fmt.Errorf("prewarm_budget, prewarm_workers and keep_hot need prewarm")
+	}
+	if fsrv.Prewarm == nil && fsrv.PrewarmBusyRate != 0 {
+		return fmt.Errorf("prewarm_busy_rate needs prewarm")
 	}
 	if _, err := statacc.ParseSymlinks(fsrv.Symlinks); err != nil {
 		return err

@@ -223,13 +223,19 @@ func TestWarmUpsSeeResponses(t *testing.T) {
 // Background; the paths and keep_hot passes are Background (a twentieth
 // of a core while requests are served) and do not ask Cold, so that
 // after a restart they do not take a quarter of the core from the
-// requests the hot set made fast.
+// requests the hot set made fast. Only the background passes read under
+// the byte budget while requests are served (BusyRate): the hot set
+// reads what the requests ask for.
 func TestOnlyTheHotSetPassIsForeground(t *testing.T) {
 	for _, c := range []struct {
 		pass       string
 		background bool
 	}{{"hot set", false}, {"paths", true}, {"keep_hot", true}} {
-		w := passWarmer(c.pass)
+		const rate = 3 << 20
+		w := passWarmer(c.pass, rate)
+		if want := map[bool]int64{true: rate}[c.background]; w.BusyRate != want {
+			t.Errorf("%s: BusyRate %d, want %d", c.pass, w.BusyRate, want)
+		}
 		if w.Busy == nil {
 			t.Errorf("%s: no Busy: the pass would not yield to requests at all", c.pass)
 		}

@@ -28,6 +28,8 @@ var outOfRange = []struct{ caddyfile, json, want string }{
 	{"sendfile_max_chunk 1", `"sendfile_max_chunk": 1`, "sendfile_max_chunk: 1 bytes is outside 64KiB..1GiB"},
 	{"sendfile_max_chunk 65535", `"sendfile_max_chunk": 65535`, "sendfile_max_chunk: 65535 bytes is outside 64KiB..1GiB"},
 	{"sendfile_max_chunk 2GiB", `"sendfile_max_chunk": 2147483648`, "sendfile_max_chunk: 2147483648 bytes is outside 64KiB..1GiB"},
+	{"prewarm *\n\t\tprewarm_busy_rate -1MiB", `"prewarm": ["*"], "prewarm_busy_rate": -1048576`, "prewarm_busy_rate: must be more than 0, got -1048576"},
+	{"prewarm_busy_rate 1MiB", `"prewarm_busy_rate": 1048576`, "prewarm_busy_rate needs prewarm"},
 	{"prewarm *\n\t\tprewarm_workers 65", `"prewarm": ["*"], "prewarm_workers": 65`, "prewarm_workers: 65 is outside 1..64"},
 	{"prewarm *\n\t\tprewarm_workers -1", `"prewarm": ["*"], "prewarm_workers": -1`, "prewarm_workers: -1 is outside 1..64"},
 	{"prewarm *\n\t\tkeep_hot 10ms", `"prewarm": ["*"], "keep_hot": 10000000`, "keep_hot: 10ms is not an interval of a second or more"},
@@ -142,6 +144,7 @@ func TestValidateAcceptsTheBounds(t *testing.T) {
 		{"sendfile_max_chunk 1GiB", `"sendfile_max_chunk": 1073741824`},
 		{"prewarm *\n\t\tprewarm_workers 1\n\t\tkeep_hot 1s", `"prewarm": ["*"], "prewarm_workers": 1, "keep_hot": 1000000000`},
 		{"prewarm *\n\t\tprewarm_workers 64", `"prewarm": ["*"], "prewarm_workers": 64`},
+		{"prewarm *\n\t\tprewarm_busy_rate 1", `"prewarm": ["*"], "prewarm_busy_rate": 1`},
 		{"stat_workers 1\n\t\tmax_watches 1\n\t\tmax_dir_entries 1\n\t\tmax_open_files 1", `"stat_workers": 1, "max_watches": 1, "max_dir_entries": 1, "max_open_files": 1`},
 		{"negative_cache 0\n\t\tmax_ranges 0\n\t\tlimit_rate 1\n\t\tmax_transfers 1 queue 0s", `"negative_cache": 0, "max_ranges": 0, "limit_rate": {"rate": 1}, "max_transfers": {"limit": 1}`},
 		{"status 100", `"status_code": 999`},
@@ -198,7 +201,7 @@ func TestValidateAcceptsTheBounds(t *testing.T) {
 // `revalidate 0` reads as "always" and would silently be 60s.
 func TestCaddyfileRefusesExplicitZeroDefault(t *testing.T) {
 	for _, sub := range []string{"stat_workers", "max_open_files", "max_watches", "max_dir_entries",
-		"revalidate", "sendfile_max_chunk", "prewarm_budget", "prewarm_workers", "keep_hot"} {
+		"revalidate", "sendfile_max_chunk", "prewarm_budget", "prewarm_workers", "prewarm_busy_rate", "keep_hot"} {
 		got := adaptForTest(siteWith("prewarm *\n\t\t" + sub + " 0"))
 		want := fmt.Sprintf("`%s 0` would mean the default; leave it out", sub)
 		if !strings.HasPrefix(got, "error: ") || !strings.Contains(got, want) {

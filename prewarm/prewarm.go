@@ -191,6 +191,13 @@ type Warmer struct {
 	// requests are served its turns take a twentieth of a core
 	// (backgroundPause), not a quarter, and Cold is not asked.
 	Background bool
+	// BusyRate, if more than 0, bounds the bytes per second the reads
+	// take while requests are served (while they take turns): the pages a
+	// warm-up reads cost the requests more than its threads' CPU, in the
+	// disk's completions and the kernel's work to add them to the page
+	// cache, which no clock of this process is charged with. Reads run at
+	// full speed when no request is served.
+	BusyRate int64
 	// FDPressure, if set, reports whether the server found the fd table
 	// full lately (the cache shed descriptors). The warm-up then backs
 	// off as when its own open finds it full (fdGate): fewer files per
@@ -209,6 +216,8 @@ type Warmer struct {
 	// pause of a batch while requests are served (yielder): for tests.
 	cpu   func() time.Duration
 	pause func(context.Context, time.Duration)
+	// now, if set, stands for the clock of BusyRate's budget: for tests.
+	now func() time.Time
 }
 
 // Run warms the targets in order. The budget is counted in whole pages: a
@@ -269,6 +278,12 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 		}
 		if w.cpu != nil {
 			y.cpu, y.pause = w.cpu, w.pause
+		}
+		if w.BusyRate > 0 {
+			y.budget = &byteBudget{perSec: w.BusyRate, now: time.Now}
+			if w.now != nil {
+				y.budget.now = w.now
+			}
 		}
 		w.yield.Store(y)
 		yctx = context.WithValue(ctx, yielderKey{}, y)
@@ -491,7 +506,11 @@ type batchFile struct {
 // again). It returns how many files it opened.
 func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile, limit uint64) (opened int) {
 	y := yielderFrom(yctx)
-	release, held, err := y.wait(ctx)
+	var n int64
+	for _, b := range batch {
+		n += b.n
+	}
+	release, held, err := y.wait(ctx, n)
 	if err != nil {
 		for i := range batch {
 			batch[i].err = err
@@ -580,7 +599,7 @@ func readPrefix(ctx context.Context, f readFile, n int64, readAt ReaderAt) (int6
 		}
 		chunk := buf[:min(int64(len(buf)), n-done)]
 		// Each read waits its turn while requests are being served.
-		release, held, err := y.wait(ctx)
+		release, held, err := y.wait(ctx, int64(len(chunk)))
 		if err != nil {
 			return done, err
 		}

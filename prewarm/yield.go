@@ -3,6 +3,7 @@ package prewarm
 import (
 	"context"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -32,6 +33,9 @@ type yielder struct {
 	cpu    func() time.Duration
 	pause  func(context.Context, time.Duration)
 	factor time.Duration
+	// budget, if set, bounds the bytes the reads that hold the lane take
+	// per second (Warmer.BusyRate).
+	budget *byteBudget
 }
 
 // busyPause is how long, in CPU time taken, a read while requests are
@@ -102,10 +106,10 @@ func (y *yielder) mustTakeTurns() bool {
 // leave gives the lane back.
 func (y *yielder) leave() { <-y.lane }
 
-// wait returns when a read may start, with the func to call when it is
-// done, or ctx's error if ctx ends first; held says the read holds the
-// lane (requests are being served).
-func (y *yielder) wait(ctx context.Context) (release func(), held bool, err error) {
+// wait returns when a read of n bytes may start, with the func to call
+// when it is done, or ctx's error if ctx ends first; held says the read
+// holds the lane (requests are being served).
+func (y *yielder) wait(ctx context.Context, n int64) (release func(), held bool, err error) {
 	if y == nil || !y.mustTakeTurns() {
 		return noRelease, false, ctx.Err()
 	}
@@ -116,6 +120,7 @@ func (y *yielder) wait(ctx context.Context) (release func(), held bool, err erro
 	for {
 		select {
 		case y.lane <- struct{}{}:
+			y.pace(ctx, n)
 			return y.leave, true, nil
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
@@ -124,5 +129,45 @@ func (y *yielder) wait(ctx context.Context) (release func(), held bool, err erro
 				return noRelease, false, nil
 			}
 		}
+	}
+}
+
+// byteBudget is a token bucket of bytes per second, kept as the time by
+// which the bytes taken so far are paid for: a read may start once that
+// time has come, and pushes it on by its own bytes. It saves nothing up
+// while no read takes from it, so that a read after a pause (or after an
+// idle spell, whose reads take nothing) starts at once and the next waits
+// for it: in any span of t seconds the reads that start take at most
+// perSec·t bytes and one read more.
+type byteBudget struct {
+	perSec int64
+	now    func() time.Time
+	mu     sync.Mutex
+	paid   time.Time
+}
+
+// take counts n bytes and returns how long to wait before reading them.
+func (b *byteBudget) take(n int64) time.Duration {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.paid.Before(now) {
+		b.paid = now
+	}
+	wait := b.paid.Sub(now)
+	b.paid = b.paid.Add(time.Duration(float64(n) / float64(b.perSec) * float64(time.Second)))
+	return wait
+}
+
+// pace waits, lane held, until the budget has room for a read of n bytes
+// that holds the lane. The wait ends early when requests stop being
+// served (the read then goes on at once, as any read does with the server
+// idle) or ctx ends.
+func (y *yielder) pace(ctx context.Context, n int64) {
+	if y.budget == nil || n <= 0 {
+		return
+	}
+	for d := y.budget.take(n); d > 0 && ctx.Err() == nil && y.mustTakeTurns(); d -= busyPoll {
+		y.pause(ctx, min(d, busyPoll))
 	}
 }
