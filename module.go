@@ -197,7 +197,7 @@ type FlashServe struct {
 	// completions and the page cache's work land on the cores that serve.
 	// The warm-up of the saved hot set after a start is not bounded: it
 	// reads what the requests ask for.
-	// Default: 4 MiB.
+	// Default: 4 MiB a second.
 	PrewarmBusyRate int64 `json:"prewarm_busy_rate,omitempty"`
 
 	// The most ranges one request may ask for. A request with more is
