@@ -422,8 +422,11 @@ func TestBlocksReadInCountsThisThreadsDiskReads(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	var b [1]byte
 	before := threadBlocksReadIn()
-	if _, err := ReadNoWait(fd, b[:], 0); !errors.Is(err, unix.EAGAIN) {
-		t.Fatalf("no-wait read of an evicted page: %v, want EAGAIN", err)
+	// The read may see the disk read it started complete within the call
+	// and return the byte (a virtual disk over the host's cache, about 1
+	// run in 100 here): it was this thread's disk read all the same.
+	if _, err := ReadNoWait(fd, b[:], 0); err != nil && !errors.Is(err, unix.EAGAIN) {
+		t.Fatalf("no-wait read of an evicted page: %v, want EAGAIN or the byte", err)
 	}
 	if after := threadBlocksReadIn(); after.blocks == before.blocks || after.tid != before.tid {
 		t.Errorf("a no-wait read of an evicted page started no disk read by this thread's count (%+v, then %+v)", before, after)
