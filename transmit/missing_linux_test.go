@@ -9,6 +9,9 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
 // blindBody is a Body mincore does not tell this process about: it is
@@ -65,5 +68,61 @@ func TestMissingSpanIsNotProbedAgain(t *testing.T) {
 				t.Errorf("%s: the hint is still set after the span it names was read", name)
 			}
 		}
+	}
+}
+
+// TestCachedSpanBeforeAColdOneLeavesAsResidentData: a file whose first
+// 2 MiB are in the page cache and whose next 2 MiB are not, probed with
+// no-wait reads, is found missing from 2 MiB (FirstMissing), and its
+// first 2 MiB leave as resident data (copied here), not through the ring.
+// An attempt after which mincore no longer sees the first 2 MiB (another
+// process dropped the caches meanwhile) proves nothing and is made again.
+func TestCachedSpanBeforeAColdOneLeavesAsResidentData(t *testing.T) {
+	const span = residencyProbe
+	const size = 2 * span
+	f, want := testFile(t, size)
+	fd := int(f.Fd())
+	r, err := newRing(ringOptions{})
+	if err != nil {
+		t.Fatalf("io_uring should work on this kernel: %v", err)
+	}
+	defer r.close()
+	s := &Sender{Ring: r, Logger: zap.NewNop()}
+	body := blindBody{reviewBody{f}}
+	cachedPrefix := func() int64 {
+		p := pagecache.NewProbe(fd, true, size)
+		off, _ := p.FirstMissing(size, span)
+		return off
+	}
+	// Reads bring in what they ask for and no more (no readahead).
+	if err := unix.Fadvise(fd, 0, 0, unix.FADV_RANDOM); err != nil {
+		t.Fatal(err)
+	}
+	for try := 1; ; try++ {
+		evict(t, f)
+		if _, err := f.ReadAt(make([]byte, span), 0); err != nil {
+			t.Fatal(err)
+		}
+		if n := cachedPrefix(); n != span {
+			t.Fatalf("set up: mincore sees the first %d bytes cached, want %d: the test would prove nothing", n, span)
+		}
+		at, ok := FirstMissing(body)
+		if cachedPrefix() < span && try < 3 {
+			t.Logf("attempt %d: the first span was evicted under the probe; again", try)
+			continue
+		}
+		if at != span || !ok {
+			t.Errorf("first 2 MiB cached, the rest not: FirstMissing = %d, %v; want %d, true", at, ok, span)
+		}
+		w := httptest.NewRecorder()
+		tr := &Transfer{Engine: EngineIOUring, MissingAt: at, MissingKnown: ok && at < size}
+		sent, err := s.Send(w, httptest.NewRequest("GET", "/", nil), body, tr, 0, size)
+		if err != nil || !bytes.Equal(w.Body.Bytes(), want) {
+			t.Fatalf("Send: %v, %d bytes, equal %v", err, w.Body.Len(), bytes.Equal(w.Body.Bytes(), want))
+		}
+		if sent[EngineCopy] < span {
+			t.Errorf("%d bytes copied, %d through the ring; want the cached first %d bytes copied", sent[EngineCopy], sent[EngineIOUring], span)
+		}
+		return
 	}
 }
