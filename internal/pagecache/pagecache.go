@@ -195,7 +195,9 @@ func (p *Probe) FirstMissing(size, span int64) (off int64, ok bool) {
 // probe would then report a span resident whose middle is still on disk,
 // for a sendfile that blocks on it: so a probe during which this thread
 // submitted a disk read (blocksReadIn) counts the span missing, whatever the
-// reads returned.
+// reads returned. So does one whose goroutine moved to another thread
+// meanwhile, whose counts do not compare: it is not locked to one, which
+// would hold a thread per waiting probe in a cold storm.
 func (p *Probe) noWait(off, n int64) int64 {
 	if n <= 0 {
 		return 0
@@ -205,20 +207,15 @@ func (p *Probe) noWait(off, n int64) int64 {
 	// disk read it starts there against this span.
 	before := blocksReadIn()
 	var b [1]byte
-	if k, err := ReadNoWait(p.fd, b[:], off); k != 1 || err != nil {
+	if k, err := ReadNoWait(p.fd, b[:], off); k != 1 || err != nil || blocksReadIn() != before {
+		// A start that met the disk: the end is not read, which would start
+		// another disk read there for nothing.
 		return 0
 	}
 	if n > 1 {
-		if k, err := ReadNoWait(p.fd, b[:], off+n-1); k != 1 || err != nil {
+		if k, err := ReadNoWait(p.fd, b[:], off+n-1); k != 1 || err != nil || blocksReadIn() != before {
 			return 0
 		}
-	}
-	if after := blocksReadIn(); after != before {
-		// A disk read, or another thread's count: the goroutine moved to
-		// another thread meanwhile (it is not locked to one, which would
-		// hold a thread per waiting probe in a cold storm), and the span
-		// counts missing either way.
-		return 0
 	}
 	return n
 }
