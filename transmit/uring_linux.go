@@ -107,6 +107,15 @@ const (
 // io-wq that does the blocking reads is that one thread's: its cap
 // (Workers, IORING_REGISTER_IOWQ_MAX_WORKERS, which the kernel counts per
 // submitting task) bounds the whole ring, not each goroutine's thread.
+// Readers wake it through the netpoller (an eventfd), not a channel: a
+// goroutine a channel wakes runs next, before the other requests that are
+// ready, so each read had its own io_uring_enter and its own two thread
+// hand-offs (the submitter's thread is locked). Woken by the netpoller,
+// the submitter runs when the scheduler polls the network, that is once
+// the requests already runnable have queued their reads, and enters them
+// together: the block layer plugs per enter, so the disk is signalled once
+// per batch. A read alone is entered as soon as the scheduler has nothing
+// else to run: nothing waits for company.
 // Completions are reaped by a goroutine that waits on an eventfd through
 // the netpoller. A goroutine waiting for a read parks on a channel, so a
 // read from a cold disk holds no OS thread.
@@ -139,7 +148,8 @@ type Ring struct {
 	closed   bool
 
 	slots       chan struct{} // one token per operation in flight
-	kick        chan struct{} // wakes the submitter
+	kick        *os.File      // an eventfd on the netpoller: wakes the submitter
+	kicked      atomic.Bool   // a wake-up is pending: later readers need not write kick
 	closing     chan struct{} // closed by close
 	submitterUp chan struct{}
 	stopSubmit  chan struct{}
@@ -148,6 +158,11 @@ type Ring struct {
 	reaped      chan struct{} // closed once the ring is torn down
 	closeWait   time.Duration
 	wantWorkers atomic.Int32 // the cap asked for last, for tests
+
+	// enters counts the io_uring_enter calls that submitted entries,
+	// entered the reads submitted (cancellations not counted), for tests
+	// of the batching.
+	enters, entered atomic.Int64
 
 	// failNext makes the next completions fail with ECANCELED, to test
 	// the fallback.
@@ -259,6 +274,13 @@ func newRing(o ringOptions) (*Ring, error) {
 		return nil, fmt.Errorf("io_uring: registering the eventfd: %w", errno)
 	}
 	r.event = os.NewFile(uintptr(efd), "io_uring-eventfd")
+	kfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		r.event.Close()
+		r.unmap()
+		return nil, fmt.Errorf("io_uring: eventfd: %w", err)
+	}
+	r.kick = os.NewFile(uintptr(kfd), "io_uring-submit-eventfd")
 	// Reads in flight are bounded by the submission ring, so that every
 	// read, and a cancellation for each, fits in the completion ring
 	// (twice as large).
@@ -272,7 +294,6 @@ func newRing(o ringOptions) (*Ring, error) {
 	r.queue = make([]uint32, 0, n)
 	r.gates = make(map[uint64]*fileGate)
 	r.slots = make(chan struct{}, n)
-	r.kick = make(chan struct{}, 1)
 	r.closing = make(chan struct{})
 	r.submitterUp = make(chan struct{})
 	r.stopSubmit = make(chan struct{})
@@ -387,11 +408,18 @@ func (r *Ring) busy() (ops, files int) {
 	return len(r.slots), len(r.gates)
 }
 
+// wake makes the submitter look at the queues. Only the first reader
+// since the submitter last woke writes the eventfd; the others' reads
+// are in the queue it takes.
 func (r *Ring) wake() {
-	select {
-	case r.kick <- struct{}{}:
-	default:
+	if !r.kicked.Swap(true) {
+		r.signalSubmitter()
 	}
+}
+
+func (r *Ring) signalSubmitter() {
+	one := [8]byte{1}
+	r.kick.Write(one[:])
 }
 
 // submitter makes every submission from one OS thread. It never unlocks
@@ -402,12 +430,22 @@ func (r *Ring) submitter() {
 	defer close(r.submitted)
 	r.submit()
 	close(r.submitterUp)
+	var b [8]byte
 	for {
+		_, err := r.kick.Read(b[:])
 		select {
-		case <-r.kick:
-			r.submit()
 		case <-r.stopSubmit:
 			return
+		default:
+		}
+		// Cleared before the queues are taken: a reader that queues after
+		// this writes the eventfd again, one that queued before is taken.
+		r.kicked.Store(false)
+		r.submit()
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			// The eventfd cannot fail while the ring is open; should it,
+			// poll rather than leave reads unsubmitted.
+			time.Sleep(time.Millisecond)
 		}
 	}
 }
@@ -442,7 +480,9 @@ func (r *Ring) submit() {
 			put(sqe{opcode: iouringOpAsyncCancel, fd: -1, addr: r.cancels[0], userData: cancelTag | r.cancels[0]})
 			r.cancels = r.cancels[1:]
 		}
+		reads := 0
 		for space > 0 && len(r.queue) > 0 {
+			reads++
 			idx := r.queue[0]
 			r.queue = r.queue[1:]
 			op := &r.ops[idx]
@@ -461,6 +501,7 @@ func (r *Ring) submit() {
 		atomic.StoreUint32(r.sqTail, tail)
 		more := len(r.queue) > 0 || len(r.cancels) > 0
 		r.mu.Unlock()
+		r.entered.Add(int64(reads))
 		r.enter()
 		if !more {
 			return
@@ -476,6 +517,7 @@ func (r *Ring) enter() {
 		if pending == 0 {
 			return
 		}
+		r.enters.Add(1)
 		_, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(pending), 0, 0, 0, 0)
 		switch errno {
 		case 0, unix.EINTR:
@@ -824,7 +866,9 @@ func (r *Ring) drain() bool {
 // kernel.
 func (r *Ring) teardown() {
 	close(r.stopSubmit)
+	r.signalSubmitter()
 	<-r.submitted
+	r.kick.Close()
 	r.event.Close()
 	r.unmap()
 	close(r.reaped)
