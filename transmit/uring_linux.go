@@ -107,15 +107,16 @@ const (
 // io-wq that does the blocking reads is that one thread's: its cap
 // (Workers, IORING_REGISTER_IOWQ_MAX_WORKERS, which the kernel counts per
 // submitting task) bounds the whole ring, not each goroutine's thread.
-// Readers wake it through the netpoller (an eventfd), not a channel: a
-// goroutine a channel wakes runs next, before the other requests that are
-// ready, so each read had its own io_uring_enter and its own two thread
-// hand-offs (the submitter's thread is locked). Woken by the netpoller,
-// the submitter runs when the scheduler polls the network, that is once
+// While the kernel has few reads (eagerBelow), a reader wakes it through
+// a channel, and it runs next: the disk must not idle. With more in the
+// kernel, readers wake it through the netpoller (an eventfd and a relay
+// goroutine): it runs when the scheduler polls the network, that is once
 // the requests already runnable have queued their reads, and enters them
-// together: the block layer plugs per enter, so the disk is signalled once
-// per batch. A read alone is entered as soon as the scheduler has nothing
-// else to run: nothing waits for company.
+// together. Woken by a channel every time, each read had its own
+// io_uring_enter and its own two thread hand-offs (the submitter's thread
+// is locked); the block layer plugs per enter, so a batch also signals
+// the disk once. No read waits for company: the submitter enters what is
+// queued when it gets to it.
 // Completions are reaped by a goroutine that waits on an eventfd through
 // the netpoller. A goroutine waiting for a read parks on a channel, so a
 // read from a cold disk holds no OS thread.
@@ -148,8 +149,9 @@ type Ring struct {
 	closed   bool
 
 	slots       chan struct{} // one token per operation in flight
-	kick        *os.File      // an eventfd on the netpoller: wakes the submitter
-	kicked      atomic.Bool   // a wake-up is pending: later readers need not write kick
+	kick        chan struct{} // wakes the submitter at once
+	lazyKick    *os.File      // an eventfd on the netpoller: wakes it through relay
+	kicked      atomic.Bool   // a lazy wake-up is pending: later readers need not write lazyKick
 	closing     chan struct{} // closed by close
 	submitterUp chan struct{}
 	stopSubmit  chan struct{}
@@ -280,7 +282,7 @@ func newRing(o ringOptions) (*Ring, error) {
 		r.unmap()
 		return nil, fmt.Errorf("io_uring: eventfd: %w", err)
 	}
-	r.kick = os.NewFile(uintptr(kfd), "io_uring-submit-eventfd")
+	r.lazyKick = os.NewFile(uintptr(kfd), "io_uring-submit-eventfd")
 	// Reads in flight are bounded by the submission ring, so that every
 	// read, and a cancellation for each, fits in the completion ring
 	// (twice as large).
@@ -294,12 +296,14 @@ func newRing(o ringOptions) (*Ring, error) {
 	r.queue = make([]uint32, 0, n)
 	r.gates = make(map[uint64]*fileGate)
 	r.slots = make(chan struct{}, n)
+	r.kick = make(chan struct{}, 1)
 	r.closing = make(chan struct{})
 	r.submitterUp = make(chan struct{})
 	r.stopSubmit = make(chan struct{})
 	r.submitted = make(chan struct{})
 	r.setWorkersLocked(o.Workers)
 	go r.submitter()
+	go r.relay()
 	<-r.submitterUp // the cap is applied before any read
 	go r.reap()
 	return r, nil
@@ -408,18 +412,48 @@ func (r *Ring) busy() (ops, files int) {
 	return len(r.slots), len(r.gates)
 }
 
-// wake makes the submitter look at the queues. Only the first reader
-// since the submitter last woke writes the eventfd; the others' reads
-// are in the queue it takes.
+// eagerBelow is the number of reads in the kernel under which a new read
+// wakes the submitter at once rather than through the netpoller: with
+// fewer, the disk may be idle while the read waits for the scheduler.
+const eagerBelow = 4
+
+// wake makes the submitter look at the queues at once.
 func (r *Ring) wake() {
-	if !r.kicked.Swap(true) {
-		r.signalSubmitter()
+	select {
+	case r.kick <- struct{}{}:
+	default:
 	}
 }
 
-func (r *Ring) signalSubmitter() {
-	one := [8]byte{1}
-	r.kick.Write(one[:])
+// wakeForRead wakes the submitter for a read just queued: at once if the
+// kernel has few reads (inKernel, read under r.mu by the caller), or else
+// through the netpoller. Only the first reader since the submitter last
+// woke writes the eventfd; the others' reads are in the queue it takes.
+func (r *Ring) wakeForRead(inKernel int) {
+	if inKernel < eagerBelow {
+		r.wake()
+		return
+	}
+	if !r.kicked.Swap(true) {
+		one := [8]byte{1}
+		r.lazyKick.Write(one[:])
+	}
+}
+
+// relay waits on the eventfd through the netpoller and wakes the
+// submitter, until the ring is torn down (which closes the eventfd).
+func (r *Ring) relay() {
+	var b [8]byte
+	for {
+		if _, err := r.lazyKick.Read(b[:]); errors.Is(err, os.ErrClosed) {
+			return
+		} else if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			// The eventfd cannot fail while the ring is open; should it,
+			// wake the submitter anyway rather than leave reads queued.
+			time.Sleep(time.Millisecond)
+		}
+		r.wake()
+	}
 }
 
 // submitter makes every submission from one OS thread. It never unlocks
@@ -430,22 +464,16 @@ func (r *Ring) submitter() {
 	defer close(r.submitted)
 	r.submit()
 	close(r.submitterUp)
-	var b [8]byte
 	for {
-		_, err := r.kick.Read(b[:])
 		select {
+		case <-r.kick:
+			// Cleared before the queues are taken: a reader that queues
+			// after this writes the eventfd again, one that queued before
+			// is taken.
+			r.kicked.Store(false)
+			r.submit()
 		case <-r.stopSubmit:
 			return
-		default:
-		}
-		// Cleared before the queues are taken: a reader that queues after
-		// this writes the eventfd again, one that queued before is taken.
-		r.kicked.Store(false)
-		r.submit()
-		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			// The eventfd cannot fail while the ring is open; should it,
-			// poll rather than leave reads unsubmitted.
-			time.Sleep(time.Millisecond)
 		}
 	}
 }
@@ -717,8 +745,9 @@ func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *readO
 		op.flags = iosqeAsync
 	}
 	r.queue = append(r.queue, idx)
+	inKernel := r.inKernel
 	r.mu.Unlock()
-	r.wake()
+	r.wakeForRead(inKernel)
 
 	var res int32
 	var gone error
@@ -866,9 +895,8 @@ func (r *Ring) drain() bool {
 // kernel.
 func (r *Ring) teardown() {
 	close(r.stopSubmit)
-	r.signalSubmitter()
 	<-r.submitted
-	r.kick.Close()
+	r.lazyKick.Close() // ends relay
 	r.event.Close()
 	r.unmap()
 	close(r.reaped)
