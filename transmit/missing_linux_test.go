@@ -126,3 +126,53 @@ func TestCachedSpanBeforeAColdOneLeavesAsResidentData(t *testing.T) {
 		return
 	}
 }
+
+// TestRingTransferStaysOnTheRing: a transfer the handler gave to the
+// ring's engine keeps going there after a small range was read whole from
+// the page cache (Engine then says copy, for the request's count): a
+// later range of a multipart response, or a later chunk paced by
+// limit_rate, that is on disk is read through the ring, not by a blocking
+// pread.
+func TestRingTransferStaysOnTheRing(t *testing.T) {
+	const size = 4 << 20
+	f, want := testFile(t, size)
+	r, err := newRing(ringOptions{})
+	if err != nil {
+		t.Fatalf("io_uring should work on this kernel: %v", err)
+	}
+	defer r.close()
+	s := &Sender{Ring: r, Logger: zap.NewNop()}
+	fd := int(f.Fd())
+	for try := 1; ; try++ {
+		// The first 1 MiB cached, the rest not.
+		f.Sync()
+		if err := unix.Fadvise(fd, 1<<20, 0, unix.FADV_DONTNEED); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.ReadAt(make([]byte, 64<<10), 0); err != nil {
+			t.Fatal(err)
+		}
+		p := pagecache.NewProbe(fd, true, size)
+		if n, _ := p.Resident(2<<20, 1<<20); n != 0 {
+			if try < 3 {
+				continue
+			}
+			t.Fatalf("%d bytes of 2-3 MiB resident after DONTNEED: the test would prove nothing", n)
+		}
+		break
+	}
+	tr := &Transfer{Engine: EngineIOUring}
+	w := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/", nil)
+	sent, err := s.Send(w, req, reviewBody{f}, tr, 0, 32<<10)
+	if err != nil || sent[EngineCopy] != 32<<10 || tr.Engine != EngineCopy {
+		t.Fatalf("a small cached range: %v, counts %v, engine %v; want 32 KiB copied and the engine copy", err, sent, tr.Engine)
+	}
+	sent, err = s.Send(w, req, reviewBody{f}, tr, 2<<20, 1<<20)
+	if err != nil || !bytes.Equal(w.Body.Bytes(), append(append([]byte(nil), want[:32<<10]...), want[2<<20:3<<20]...)) {
+		t.Fatalf("the range on disk: %v, %d bytes", err, w.Body.Len())
+	}
+	if sent[EngineIOUring] == 0 {
+		t.Errorf("the range on disk after a cached one: counts %v, want bytes through the ring", sent)
+	}
+}

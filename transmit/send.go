@@ -70,6 +70,11 @@ type Transfer struct {
 	// that page, and a sendfile would then block on the rest of the span.
 	MissingAt    int64
 	MissingKnown bool
+	// throughRing is set once a Send of the transfer went to the ring's
+	// engine: the rest of it goes there too, though Engine, which counts
+	// the request, says copy after a small range read whole from the page
+	// cache. The next range or paced chunk may be on disk.
+	throughRing bool
 }
 
 // Sender sends the bodies of one handler's responses. Its fields are set
@@ -150,11 +155,13 @@ func (s *Sender) send(w http.ResponseWriter, r *http.Request, body Body, t *Tran
 		sent[t.Engine] = n
 		return sent, err
 	}
+	if t.Engine == EngineIOUring || t.throughRing {
+		t.throughRing = true
+		return s.sendThroughRing(w, r, body, t, start, length)
+	}
 	switch t.Engine {
 	case EngineMemory:
 		n, err = writeCopy(w, body.Data()[start:start+length])
-	case EngineIOUring:
-		return s.sendThroughRing(w, r, body, t, start, length)
 	case EngineSendfile:
 		var zeroCopy bool
 		n, zeroCopy, err = s.sendFile(w, r, body, start, length)
