@@ -55,17 +55,28 @@ func TestMissingSpanIsNotProbedAgain(t *testing.T) {
 	for _, body := range []Body{reviewBody{f}, blindBody{reviewBody{f}}} {
 		for _, c := range cases {
 			name := fmt.Sprintf("%s, mincore trusted %v", c.name, body.MincoreTrusted())
-			w := httptest.NewRecorder()
-			tr := &Transfer{Engine: EngineIOUring, MissingAt: c.at, MissingKnown: c.known}
-			sent, err := s.Send(w, httptest.NewRequest("GET", "/", nil), body, tr, c.start, c.length)
-			if err != nil || !bytes.Equal(w.Body.Bytes(), want[c.start:c.start+c.length]) {
-				t.Fatalf("%s: %v, %d bytes, equal %v", name, err, w.Body.Len(), bytes.Equal(w.Body.Bytes(), want[c.start:c.start+c.length]))
-			}
-			if sent[EngineIOUring] != c.ring || sent[EngineCopy] != c.length-c.ring {
-				t.Errorf("%s: %d bytes through the ring, %d copied; want %d and %d", name, sent[EngineIOUring], sent[EngineCopy], c.ring, c.length-c.ring)
-			}
-			if c.ring > 0 && tr.MissingKnown {
-				t.Errorf("%s: the hint is still set after the span it names was read", name)
+			// A no-wait probe counts a resident span missing when its
+			// goroutine changed threads or the VM paged a page out meanwhile
+			// (a ring read too many): a case is sent again, up to 3 times,
+			// and must come out exact once.
+			for try := 1; ; try++ {
+				w := httptest.NewRecorder()
+				tr := &Transfer{Engine: EngineIOUring, MissingAt: c.at, MissingKnown: c.known}
+				sent, err := s.Send(w, httptest.NewRequest("GET", "/", nil), body, tr, c.start, c.length)
+				if err != nil || !bytes.Equal(w.Body.Bytes(), want[c.start:c.start+c.length]) {
+					t.Fatalf("%s: %v, %d bytes, equal %v", name, err, w.Body.Len(), bytes.Equal(w.Body.Bytes(), want[c.start:c.start+c.length]))
+				}
+				if c.ring > 0 && tr.MissingKnown {
+					t.Errorf("%s: the hint is still set after the span it names was read", name)
+				}
+				if sent[EngineIOUring] == c.ring && sent[EngineCopy] == c.length-c.ring {
+					break
+				}
+				if try == 3 || sent[EngineIOUring] < c.ring {
+					t.Errorf("%s: %d bytes through the ring, %d copied; want %d and %d", name, sent[EngineIOUring], sent[EngineCopy], c.ring, c.length-c.ring)
+					break
+				}
+				t.Logf("%s, attempt %d: %d bytes through the ring, %d more than the hint's span; again", name, try, sent[EngineIOUring], sent[EngineIOUring]-c.ring)
 			}
 		}
 	}
