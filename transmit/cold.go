@@ -117,8 +117,13 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 		bufp := noWaitBufPool.Get().(*[]byte)
 		defer noWaitBufPool.Put(bufp)
 		buf := (*bufp)[:length]
-		n, err := pagecache.ReadNoWait(fd, buf, start)
+		n, metDisk, err := pagecache.ReadNoWaitMetDisk(fd, buf, start)
 		if err == nil && n == len(buf) {
+			if metDisk {
+				// The disk read the no-wait read started completed within
+				// the call: the request waited for the disk.
+				coldBody()
+			}
 			k, err := w.Write(buf)
 			sent[EngineCopy] = int64(k)
 			t.Engine = EngineCopy // the ring had nothing to do

@@ -552,3 +552,60 @@ func TestNoWaitSpanBeforeAnEvictedOneIsResident(t *testing.T) {
 		return
 	}
 }
+
+// TestReadNoWaitMetDiskTellsTheDisk: a no-wait read that returns the bytes
+// says whether it met the disk (the disk read it started completed within
+// the call, as this VM's virtio disk does), by this thread's count of
+// blocks read in; a read from the page cache never says so.
+func TestReadNoWaitMetDiskTellsTheDisk(t *testing.T) {
+	const size = 64 << 10
+	f := testFile(t, size)
+	fd := int(f.Fd())
+	want := make([]byte, size)
+	if _, err := f.ReadAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, size)
+	for i := range 20 {
+		if n, met, err := ReadNoWaitMetDisk(fd, got, 0); n != size || met || err != nil || string(got) != string(want) {
+			t.Fatalf("cached file, read %d: %d, met disk %v, %v (content equal %v); want %d, false, nil", i, n, met, err, string(got[:n]) == string(want[:n]), size)
+		}
+	}
+	if n, met, err := ReadNoWaitMetDisk(fd, got[:0], 0); n != 0 || met || err != nil {
+		t.Errorf("empty buffer: %d, %v, %v", n, met, err)
+	}
+	if a := testing.AllocsPerRun(100, func() { ReadNoWaitMetDisk(fd, got[:1], 0) }); a != 0 {
+		t.Errorf("a no-wait read that tells the disk allocates %v times", a)
+	}
+	evict(t, f, size)
+	switch n, met, err := ReadNoWaitMetDisk(fd, got, 0); {
+	case n == 0 && errors.Is(err, unix.EAGAIN):
+	case n > 0 && err == nil && met && string(got[:n]) == string(want[:n]):
+		t.Logf("evicted file: the no-wait read's own disk read completed within the call (%d bytes), and it says so", n)
+	default:
+		t.Errorf("evicted file: %d, met disk %v, %v; want 0 and EAGAIN, or the bytes and met disk", n, met, err)
+	}
+
+	// What the count says decides, for a read slower than readNoDisk: a
+	// count that moves is a read that met the disk, one the kernel does not
+	// answer is not.
+	if _, err := f.ReadAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer func(d time.Duration, f func() (int64, bool)) { readNoDisk, rawBlocksReadInFunc = d, f }(readNoDisk, rawBlocksReadInFunc)
+	readNoDisk = 0
+	for _, c := range []struct {
+		name     string
+		count    func() (int64, bool)
+		wantDisk bool
+	}{
+		{"moving count", func() func() (int64, bool) { var k int64; return func() (int64, bool) { k++; return k, true } }(), true},
+		{"still count", func() (int64, bool) { return 7, true }, false},
+		{"no count", func() (int64, bool) { return 0, false }, false},
+	} {
+		rawBlocksReadInFunc = c.count
+		if n, met, err := ReadNoWaitMetDisk(fd, got, 0); n != size || met != c.wantDisk || err != nil {
+			t.Errorf("%s: %d, met disk %v, %v; want %d, %v, nil", c.name, n, met, err, size, c.wantDisk)
+		}
+	}
+}

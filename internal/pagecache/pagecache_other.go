@@ -23,6 +23,9 @@ func Count(int, int64) (int64, error) { return 0, errUnsupported }
 // ReadNoWait cannot read without waiting here.
 func ReadNoWait(int, []byte, int64) (int, error) { return 0, errUnsupported }
 
+// ReadNoWaitMetDisk cannot read without waiting here.
+func ReadNoWaitMetDisk(int, []byte, int64) (int, bool, error) { return 0, false, errUnsupported }
+
 // threadReads counts nothing here: the no-wait reads fail anyway.
 type threadReads struct{}
 
