@@ -183,7 +183,7 @@ func main() {
 }
 
 func run(cfg *config) error {
-	if err := portsFree(portFlash, portFile, portResp, portResp404, portNginx, portNgxAio, portLighty, tlsFlash, tlsFile, portRestart); err != nil {
+	if err := portsFree(portFlash, portFile, portResp, portRespHdr, portResp404, portNginx, portNgxAio, portLighty, tlsFlash, tlsFile, portRestart); err != nil {
 		return err
 	}
 	log.Printf("building ./xcaddy")

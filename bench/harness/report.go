@@ -104,7 +104,7 @@ func report(cfg *config, ws []workload, names []string, results map[string]map[s
 		"the lowest percentage found, and after → the lowest after the files were read again (`flash-serve prewarm`) where this VM had dropped pages. " +
 		"CPU s/GiB: the server's user+system time (/proc/PID/stat, all threads) during the run, per GiB of body received.\n")
 	b.WriteString("- Peers: `nginx` is nginx's default config with sendfile and open_file_cache; `nginx_aio` adds `thread_pool` of 32 threads, " +
-		"`aio threads; directio off` (f, i, j); `respond` and `respond_404` are Caddy's ceiling in the same binary: `respond` with a 1 KiB body (a), `respond 404` (g).\n\n")
+		"`aio threads; directio off` (f, i, j); `respond` and `respond_404` are Caddy's ceiling in the same binary: `respond` with a 1 KiB body (a), `respond_headers` the same with the header lines a file's answer has beside Content-Type (Accept-Ranges, Etag, Last-Modified, Vary; a), `respond 404` (g).\n\n")
 	if cfg.mode == "smoke" {
 		b.WriteString("Smoke mode: one short request burst per server and workload, small data; the figures mean nothing.\n\n")
 	}
@@ -156,6 +156,9 @@ func report(cfg *config, ws []workload, names []string, results map[string]map[s
 	for _, w := range ws {
 		res := results[w.id]
 		ceiling := ratio(res, "flash_serve", "respond")
+		if res["respond_headers"] != nil {
+			ceiling += " (" + ratio(res, "flash_serve", "respond_headers") + " with a file's headers)"
+		}
 		if res["respond_404"] != nil {
 			ceiling = ratio(res, "flash_serve", "respond_404") + " (404)"
 		}
@@ -207,7 +210,7 @@ func serverNames(names []string, res map[string]*result) []string {
 
 var serverColours = map[string]string{
 	"flash_serve": "#d9480f", "file_server": "#1c7ed6", "respond": "#868e96", "nginx": "#2b8a3e", "lighttpd": "#7048e8",
-	"nginx_aio": "#74b816", "respond_404": "#adb5bd",
+	"nginx_aio": "#74b816", "respond_404": "#adb5bd", "respond_headers": "#495057",
 	"flash_serve+prewarm": "#f59f00", "flash_serve+prewarm_many": "#ffd43b", "flash-serve prewarm": "#f59f00", "cat": "#495057",
 }
 

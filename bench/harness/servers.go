@@ -50,6 +50,7 @@ const (
 	portLighty  = 18085
 	portNgxAio  = 18086
 	portResp404 = 18087
+	portRespHdr = 18088
 	tlsFlash    = 18443
 	tlsFile     = 18444
 )
@@ -82,6 +83,14 @@ func caddyfile(work, data, handler string, port, tlsPort int, body1k string) str
 		switch handler {
 		case "respond":
 			fmt.Fprintf(&b, "\theader Content-Type application/octet-stream\n\trespond %q 200\n}\n", body1k)
+			return
+		case "respond_headers":
+			// respond with the header lines file_server and flash_serve
+			// send for a static file beside Content-Type (a validator, its
+			// date, the ranges it takes, Vary): the ceiling of a file's answer
+			// inside Caddy, with the same bytes on the wire.
+			fmt.Fprintf(&b, "\theader {\n\t\tContent-Type application/octet-stream\n\t\tAccept-Ranges bytes\n"+
+				"\t\tEtag \"\\\"dl3qk5q2s6x7sg\\\"\"\n\t\tLast-Modified \"Mon, 30 Nov 2026 10:00:00 GMT\"\n\t\tVary Accept-Encoding\n\t}\n\trespond %q 200\n}\n", body1k)
 			return
 		case "respond_404":
 			// The ceiling of a 404 inside Caddy: the same empty 404 that
@@ -184,6 +193,7 @@ func specs(cfg *config) ([]serverSpec, error) {
 		{"flash_serve", "flash_serve", portFlash, tlsFlash, ""},
 		{"file_server", "file_server", portFile, tlsFile, ""},
 		{"respond", "respond", portResp, 0, "a"},
+		{"respond_headers", "respond_headers", portRespHdr, 0, "a"},
 		{"respond_404", "respond_404", portResp404, 0, "g"},
 	} {
 		conf := filepath.Join(cfg.work, h.name+".Caddyfile")
