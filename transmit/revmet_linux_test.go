@@ -81,3 +81,60 @@ func TestPartlyCachedSmallBodyCountsCold(t *testing.T) {
 		t.Errorf("%d of %d partly cached small bodies were not counted as cold bodies once", uncounted, setUp)
 	}
 }
+
+// TestResidentRangeStartingReadaheadIsNotCold: a range the page cache
+// holds whole is no cold body, though its no-wait read may start the
+// kernel's readahead of what follows it: a reader of a large file in
+// 64 KiB ranges (pdf.js's way) finds a page marked for readahead in a
+// range every readahead window, and the read of that range submits the
+// next window's disk reads. They are this thread's, and count in its
+// blocks read in (pagecache.ReadNoWaitMetDisk says so), but the request
+// waits for none of them. The descriptor is an ordinary one, as the
+// server's are; ranges the page cache does not hold are read with a
+// blocking read on it, as a reader before this one would have.
+func TestResidentRangeStartingReadaheadIsNotCold(t *testing.T) {
+	const size = 4 << 20
+	const rng = 64 << 10
+	f, want := testFile(t, size)
+	fd := int(f.Fd())
+	if err := unix.Fadvise(fd, 0, 0, unix.FADV_NORMAL); err != nil {
+		t.Fatal(err)
+	}
+	r, err := newRing(ringOptions{})
+	if err != nil {
+		t.Fatalf("io_uring should work on this kernel: %v", err)
+	}
+	defer r.close()
+	s := &Sender{Ring: r, Logger: zap.NewNop()}
+	body := reviewBody{f}
+	evict(t, f)
+	buf := make([]byte, rng)
+	var cold, resident, counted int
+	for off := int64(0); off < size; off += rng {
+		p := pagecache.NewProbe(fd, true, size)
+		if n, err := p.Resident(off, rng); err != nil || n < rng {
+			cold++
+			if _, err := f.ReadAt(buf, off); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		resident++
+		before := Snapshot().ColdBodies
+		w := httptest.NewRecorder()
+		if _, err := s.Send(w, httptest.NewRequest("GET", "/", nil), body, &Transfer{Engine: EngineIOUring}, off, rng); err != nil || !bytes.Equal(w.Body.Bytes(), want[off:off+rng]) {
+			t.Fatalf("range at %d KiB: %v, equal %v", off>>10, err, bytes.Equal(w.Body.Bytes(), want[off:off+rng]))
+		}
+		if d := Snapshot().ColdBodies - before; d != 0 {
+			counted++
+			t.Logf("range at %d KiB, resident whole: ColdBodies +%d", off>>10, d)
+		}
+	}
+	t.Logf("%d ranges of 64 KiB read cold first, %d resident, %d of those counted cold", cold, resident, counted)
+	if resident < size/rng/2 {
+		t.Fatalf("only %d of %d ranges were resident when asked: the test proves little", resident, size/rng)
+	}
+	if counted != 0 {
+		t.Errorf("%d ranges the page cache held whole were counted as cold bodies (the readahead their reads started)", counted)
+	}
+}

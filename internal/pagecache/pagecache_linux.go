@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"math/bits"
 	"os"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -133,23 +134,30 @@ func ReadNoWait(fd int, buf []byte, off int64) (int, error) {
 	}
 }
 
-// ReadNoWaitMetDisk is ReadNoWait that also tells whether the read met the
-// disk. On a VM, a no-wait read of a missing page can start the disk read
-// and see it complete within the same call (the virtio kick exits to a
-// host that reads at once: 80-170 µs on the machine this was found on),
-// and then it returns the bytes. They are right, but the request waited
-// for the disk, and counts of cold bodies must say so. The calling
-// thread's count of blocks read in (threadReads) tells. The two counts and
-// the read are raw system calls (no entersyscall, so the goroutine cannot
-// be moved to another thread between them, and the counts compare without
-// a gettid on each side); a no-wait read never waits for I/O, so it holds
-// its P no longer than a copy from the page cache would. A read that took
-// less than any disk read can (readNoDisk) is not asked about after: that
-// saves the second count on bodies the page cache holds.
-func ReadNoWaitMetDisk(fd int, buf []byte, off int64) (n int, metDisk bool, err error) {
+// ReadNoWaitMetDisk is ReadNoWait that also tells whether the calling
+// thread submitted a disk read during the call: for the pages the read
+// wants, or the kernel's readahead of what follows them (the caller tells
+// which, from where the read stopped and where the file ends). On a VM, a
+// no-wait read of a missing page can start the disk read and see it
+// complete within the same call (the virtio kick exits to a host that
+// reads at once: 80-170 µs on the machine this was found on), and then it
+// returns the bytes. They are right, but the request waited for the disk,
+// and counts of cold bodies must say so. The thread's count of blocks read
+// in (threadReads) tells. The goroutine is locked to its thread around
+// the two counts and the read, so that a preemption between them can
+// neither move it to a thread whose count is another nor let another
+// goroutine read on this one; the lock is cheap (no system call) and held
+// only while nothing waits: the three are raw system calls, and a no-wait
+// read never waits for I/O, so it holds the thread no longer than a copy
+// from the page cache would. A read that took less than any disk read can
+// (readNoDisk) is not asked about after: that saves the second count on
+// bodies the page cache holds.
+func ReadNoWaitMetDisk(fd int, buf []byte, off int64) (n int, diskRead bool, err error) {
 	if len(buf) == 0 {
 		return 0, false, nil
 	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	before, counted := rawBlocksReadInFunc()
 	start := time.Now()
 	iov := unix.Iovec{Base: &buf[0]}
@@ -169,9 +177,9 @@ func ReadNoWaitMetDisk(fd int, buf []byte, off int64) (n int, metDisk bool, err 
 	}
 	if counted && time.Since(start) >= readNoDisk {
 		after, ok := rawBlocksReadInFunc()
-		metDisk = ok && after != before
+		diskRead = ok && after != before
 	}
-	return n, metDisk, err
+	return n, diskRead, err
 }
 
 // readNoDisk is less than any read that met a disk takes: a request to the
