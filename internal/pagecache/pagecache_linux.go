@@ -143,40 +143,28 @@ func ReadNoWait(fd int, buf []byte, off int64) (int, error) {
 // reads at once: 80-170 µs on the machine this was found on), and then it
 // returns the bytes. They are right, but the request waited for the disk,
 // and counts of cold bodies must say so. The thread's count of blocks read
-// in (threadReads) tells. The goroutine is locked to its thread around
-// the two counts and the read, so that a preemption between them can
-// neither move it to a thread whose count is another nor let another
-// goroutine read on this one; the lock is cheap (no system call) and held
-// only while nothing waits: the three are raw system calls, and a no-wait
-// read never waits for I/O, so it holds the thread no longer than a copy
-// from the page cache would. A read that took less than any disk read can
-// (readNoDisk) is not asked about after: that saves the second count on
-// bodies the page cache holds.
+// in (threadReads) tells. The goroutine is locked to its thread from the
+// first count to the second, so that neither a preemption nor the runtime
+// handing its P on during the read can move it to a thread whose count is
+// another, or let another goroutine read on this one. The lock costs no
+// system call, and the three calls are ordinary ones: a no-wait read can
+// still sleep (on file system metadata it reads in to map the page, or a
+// full request queue), and the runtime then hands the P on as for any
+// system call; a thread is held only for that read's time, as by any
+// read. A read that took less than any disk read can (readNoDisk) is not
+// asked about after: that saves the second count on bodies the page cache
+// holds.
 func ReadNoWaitMetDisk(fd int, buf []byte, off int64) (n int, diskRead bool, err error) {
 	if len(buf) == 0 {
 		return 0, false, nil
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	before, counted := rawBlocksReadInFunc()
+	before, counted := blocksReadInFunc()
 	start := time.Now()
-	iov := unix.Iovec{Base: &buf[0]}
-	iov.SetLen(len(buf))
-	lo, hi := uintptr(off), uintptr(uint64(off)>>(bits.UintSize-1)>>1)
-	for {
-		r, _, errno := unix.RawSyscall6(unix.SYS_PREADV2, uintptr(fd), uintptr(unsafe.Pointer(&iov)), 1, lo, hi, unix.RWF_NOWAIT)
-		switch errno {
-		case 0:
-			n = int(r)
-		case unix.EINTR:
-			continue
-		default:
-			err = errno
-		}
-		break
-	}
+	n, err = ReadNoWait(fd, buf, off)
 	if counted && time.Since(start) >= readNoDisk {
-		after, ok := rawBlocksReadInFunc()
+		after, ok := blocksReadInFunc()
 		diskRead = ok && after != before
 	}
 	return n, diskRead, err
@@ -189,17 +177,15 @@ func ReadNoWaitMetDisk(fd int, buf []byte, off int64) (n int, diskRead bool, err
 // A variable for the tests.
 var readNoDisk = 4 * time.Microsecond
 
-// rawBlocksReadInFunc is rawBlocksReadIn, a variable for the tests.
-var rawBlocksReadInFunc = rawBlocksReadIn
 
-// rawBlocksReadIn is the calling thread's blocks read in, by a raw system
-// call (see ReadNoWaitMetDisk), and whether the kernel answered.
-func rawBlocksReadIn() (int64, bool) {
+// blocksReadInFunc is the calling thread's blocks read in (getrusage) and
+// whether the kernel answered; a variable for the tests.
+var blocksReadInFunc = func() (int64, bool) {
 	var ru unix.Rusage
-	if _, _, errno := unix.RawSyscall(unix.SYS_GETRUSAGE, unix.RUSAGE_THREAD, uintptr(unsafe.Pointer(&ru)), 0); errno != 0 {
+	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) != nil {
 		return 0, false
 	}
-	return ru.Inblock, true
+	return int64(ru.Inblock), true
 }
 
 // threadReads is a thread's count of blocks read in (getrusage), which
@@ -220,7 +206,7 @@ func threadBlocksReadIn() threadReads {
 	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) != nil {
 		return threadReads{}
 	}
-	return threadReads{tid: unix.Gettid(), blocks: ru.Inblock}
+	return threadReads{tid: unix.Gettid(), blocks: int64(ru.Inblock)}
 }
 
 // Prefetch starts reading the first n bytes of fd into the page cache
@@ -260,5 +246,8 @@ func InMemoryFS(fd int, info fs.FileInfo) bool {
 	if err := unix.Fstatfs(fd, &sf); err != nil {
 		return false
 	}
-	return sf.Type == unix.TMPFS_MAGIC || sf.Type == unix.RAMFS_MAGIC
+	// The magic as 32 bits: Type is an int32 on 32-bit machines, where
+	// RAMFS_MAGIC is negative.
+	t := uint32(sf.Type)
+	return t == unix.TMPFS_MAGIC || t == unix.RAMFS_MAGIC
 }

@@ -592,7 +592,7 @@ func TestReadNoWaitMetDiskTellsTheDisk(t *testing.T) {
 	if _, err := f.ReadAt(want, 0); err != nil {
 		t.Fatal(err)
 	}
-	defer func(d time.Duration, f func() (int64, bool)) { readNoDisk, rawBlocksReadInFunc = d, f }(readNoDisk, rawBlocksReadInFunc)
+	defer func(d time.Duration, f func() (int64, bool)) { readNoDisk, blocksReadInFunc = d, f }(readNoDisk, blocksReadInFunc)
 	readNoDisk = 0
 	for _, c := range []struct {
 		name     string
@@ -603,7 +603,7 @@ func TestReadNoWaitMetDiskTellsTheDisk(t *testing.T) {
 		{"still count", func() (int64, bool) { return 7, true }, false},
 		{"no count", func() (int64, bool) { return 0, false }, false},
 	} {
-		rawBlocksReadInFunc = c.count
+		blocksReadInFunc = c.count
 		if n, met, err := ReadNoWaitMetDisk(fd, got, 0); n != size || met != c.wantDisk || err != nil {
 			t.Errorf("%s: %d, met disk %v, %v; want %d, %v, nil", c.name, n, met, err, size, c.wantDisk)
 		}
