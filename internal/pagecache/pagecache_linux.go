@@ -173,14 +173,15 @@ func ReadNoWaitMetDisk(fd int, buf []byte, off int64) (n int, diskRead bool, err
 // readNoDisk is less than any read that met a disk takes: a request to the
 // device and its completion (tens of microseconds on a VM's virtio disk,
 // about ten on fast NVMe), where a copy of 64 KiB from the page cache
-// takes a few.
-// A variable for the tests.
+// takes a few. A variable for the tests.
 var readNoDisk = 4 * time.Microsecond
 
+// blocksReadInFunc is threadBlocks, a variable for the tests.
+var blocksReadInFunc = threadBlocks
 
-// blocksReadInFunc is the calling thread's blocks read in (getrusage) and
-// whether the kernel answered; a variable for the tests.
-var blocksReadInFunc = func() (int64, bool) {
+// threadBlocks is the calling thread's count of blocks read in (see
+// threadReads) and whether the kernel answered.
+func threadBlocks() (int64, bool) {
 	var ru unix.Rusage
 	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) != nil {
 		return 0, false
@@ -202,11 +203,11 @@ type threadReads struct {
 var blocksReadIn = threadBlocksReadIn
 
 func threadBlocksReadIn() threadReads {
-	var ru unix.Rusage
-	if unix.Getrusage(unix.RUSAGE_THREAD, &ru) != nil {
+	blocks, ok := threadBlocks()
+	if !ok {
 		return threadReads{}
 	}
-	return threadReads{tid: unix.Gettid(), blocks: int64(ru.Inblock)}
+	return threadReads{tid: unix.Gettid(), blocks: blocks}
 }
 
 // Prefetch starts reading the first n bytes of fd into the page cache
