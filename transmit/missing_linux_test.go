@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
@@ -32,12 +31,7 @@ func (blindBody) MincoreTrusted() bool { return false }
 func TestMissingSpanIsNotProbedAgain(t *testing.T) {
 	const size = 6<<20 + 100
 	f, want := testFile(t, size)
-	r, err := newRing(ringOptions{})
-	if err != nil {
-		t.Fatalf("io_uring should work on this kernel: %v", err)
-	}
-	defer r.close()
-	s := &Sender{Ring: r, Logger: zap.NewNop()}
+	s := ringSender(t)
 	cases := []struct {
 		name          string
 		known         bool
@@ -93,12 +87,7 @@ func TestCachedSpanBeforeAColdOneLeavesAsResidentData(t *testing.T) {
 	const size = 2 * span
 	f, want := testFile(t, size)
 	fd := int(f.Fd())
-	r, err := newRing(ringOptions{})
-	if err != nil {
-		t.Fatalf("io_uring should work on this kernel: %v", err)
-	}
-	defer r.close()
-	s := &Sender{Ring: r, Logger: zap.NewNop()}
+	s := ringSender(t)
 	body := blindBody{reviewBody{f}}
 	cachedPrefix := func() int64 {
 		p := pagecache.NewProbe(fd, true, size)
@@ -147,12 +136,7 @@ func TestCachedSpanBeforeAColdOneLeavesAsResidentData(t *testing.T) {
 func TestRingTransferStaysOnTheRing(t *testing.T) {
 	const size = 4 << 20
 	f, want := testFile(t, size)
-	r, err := newRing(ringOptions{})
-	if err != nil {
-		t.Fatalf("io_uring should work on this kernel: %v", err)
-	}
-	defer r.close()
-	s := &Sender{Ring: r, Logger: zap.NewNop()}
+	s := ringSender(t)
 	fd := int(f.Fd())
 	for try := 1; ; try++ {
 		// The first 1 MiB cached, the rest not.

@@ -8,7 +8,6 @@ import (
 	"os"
 	"testing"
 
-	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
@@ -28,12 +27,7 @@ func TestPartlyCachedSmallBodyCountsCold(t *testing.T) {
 	const cached = 16 << 10
 	f, want := testFile(t, size)
 	fd := int(f.Fd())
-	r, err := newRing(ringOptions{})
-	if err != nil {
-		t.Fatalf("io_uring should work on this kernel: %v", err)
-	}
-	defer r.close()
-	s := &Sender{Ring: r, Logger: zap.NewNop()}
+	s := ringSender(t)
 	body := reviewBody{f}
 	// seed reads the first pages in through a descriptor of its own that
 	// reads what it asks for and no more (FADV_RANDOM), and reports
@@ -100,12 +94,7 @@ func TestResidentRangeStartingReadaheadIsNotCold(t *testing.T) {
 	if err := unix.Fadvise(fd, 0, 0, unix.FADV_NORMAL); err != nil {
 		t.Fatal(err)
 	}
-	r, err := newRing(ringOptions{})
-	if err != nil {
-		t.Fatalf("io_uring should work on this kernel: %v", err)
-	}
-	defer r.close()
-	s := &Sender{Ring: r, Logger: zap.NewNop()}
+	s := ringSender(t)
 	body := reviewBody{f}
 	evict(t, f)
 	buf := make([]byte, rng)

@@ -5,6 +5,7 @@ package transmit
 import (
 	"bytes"
 	"errors"
+	"go.uber.org/zap"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -54,6 +55,18 @@ func testFile(t *testing.T, size int) (*os.File, []byte) {
 }
 
 // evict drops a file's pages from the page cache, after writing them back.
+// ringSender is a Sender with a ring of its own, closed when the test
+// ends.
+func ringSender(t *testing.T) *Sender {
+	t.Helper()
+	r, err := newRing(ringOptions{})
+	if err != nil {
+		t.Fatalf("io_uring should work on this kernel: %v", err)
+	}
+	t.Cleanup(func() { r.close() })
+	return &Sender{Ring: r, Logger: zap.NewNop()}
+}
+
 func evict(t *testing.T, f *os.File) {
 	t.Helper()
 	f.Sync()
