@@ -195,7 +195,10 @@ func (c *Cache) Snapshot() Counters {
 // Revalidate, or one second for unwatched directories.
 type Cache struct {
 	opts    Options
-	entries sync.Map // path string → *Entry
+	entries sync.Map // path string → *Entry, for the paths that exist
+	// negatives holds the cached "no such file" answers, apart and
+	// pointer-free (negstore.go).
+	negatives *negStore
 	jobs    chan *call
 	// slots holds one token per lookup in the filesystem, inline or by a
 	// worker: at most Workers at once, and so at most Workers threads.
@@ -211,7 +214,8 @@ type Cache struct {
 	watch       *watcher
 	// fds holds the cached entries that hold a descriptor, negs the
 	// negative ones, each in the order its eviction clock visits them.
-	fds, negs clock
+	fds  clock[*Entry]
+	negs clock[negRef]
 	// doors remembers the paths that missed while the negative cache was
 	// full (negative.go); nil until then.
 	doors  atomic.Pointer[doorkeeper]
@@ -303,6 +307,7 @@ func New(o Options) *Cache {
 		inflight:    make(map[lookupKey]*call),
 		stop:        make(chan struct{}),
 	}
+	c.negatives = newNegStore(&c.counts.NegativeCount, &c.negs.dead)
 	c.hot = hotset.NewCounter(c.hotFiles)
 	if !o.NoInotify {
 		c.watch = newWatcher(c, o.MaxWatches)
@@ -349,13 +354,17 @@ func (c *Cache) janitor() {
 func (c *Cache) dropStale() int {
 	n := 0
 	c.entries.Range(func(k, v any) bool {
-		if e := v.(*Entry); !c.fresh(e) && !c.keptForRevalidation(e) && c.entries.CompareAndDelete(k, v) {
+		if e := v.(*Entry); !c.fresh(e) && c.entries.CompareAndDelete(k, v) {
 			c.drop(e)
 			n++
 		}
 		return true
 	})
-	return n
+	gone := c.negatives.removeWhere(func(sl *negSlot, _ []byte) bool {
+		return !c.freshNegative(sl) && !c.keptForRevalidation(sl)
+	})
+	c.watch.forgetNegatives(gone)
+	return n + len(gone)
 }
 
 // keptForRevalidation reports whether the janitor leaves a stale entry for
@@ -364,8 +373,8 @@ func (c *Cache) dropStale() int {
 // It holds no descriptor, the negative bound counts it, and a path asked
 // for about once per Revalidate then costs one failed open each time
 // rather than a new entry. One not asked for in that time is dropped.
-func (c *Cache) keptForRevalidation(e *Entry) bool {
-	return e.err != nil && e.watched && nanotime()-e.checked.Load() < 2*int64(c.opts.Revalidate)
+func (c *Cache) keptForRevalidation(sl *negSlot) bool {
+	return sl.watched && nanotime()-sl.checked.Load() < 2*int64(c.opts.Revalidate)
 }
 
 // Options returns the options in force, defaults filled in.
@@ -429,34 +438,21 @@ func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, pat
 	}
 	if v, ok := c.entries.Load(path); ok {
 		e := v.(*Entry)
-		if e.root == root && e.symlinks == mode && c.fresh(e) {
-			if e.err != nil {
-				if !e.used.Load() {
-					e.used.Store(true) // the eviction clock's mark, written once per sweep
-				}
-				if d := e.dir; d != nil && !d.used.Load() {
-					d.used.Store(true)
-				}
-				c.counts.NegativeHits.Add(1)
-				return nil, e.err
+		if e.root == root && e.symlinks == mode && c.fresh(e) && e.acquire() {
+			e.used.Store(true)
+			if d := e.dir; d != nil && !d.used.Load() {
+				d.used.Store(true) // the directory's second chance
 			}
-			if e.acquire() {
-				e.used.Store(true)
-				if d := e.dir; d != nil && !d.used.Load() {
-					d.used.Store(true) // the directory's second chance
-				}
-				e.hot.Hit()
-				c.counts.Hits.Add(1)
-				if e.headWanted.Load() {
-					c.fillHead(e)
-				}
-				return e, nil
+			e.hot.Hit()
+			c.counts.Hits.Add(1)
+			if e.headWanted.Load() {
+				c.fillHead(e)
 			}
+			return e, nil
 		}
-		if e.err != nil && e.root == root && e.symlinks == mode && c.revalidateNegative(lookupKey{path: path, root: root, mode: mode}, e) {
-			c.counts.NegativeHits.Add(1)
-			return nil, e.err
-		}
+	}
+	if err, ok := c.negativeHit(lookupKey{path: path, root: root, mode: mode}); ok {
+		return nil, err
 	}
 	for range 3 {
 		e, err := c.miss(ctx, lookupKey{path: path, root: root, mode: mode})
@@ -467,23 +463,57 @@ func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, pat
 	return nil, ErrQueueFull
 }
 
+// negativeHit answers a lookup from its negative entry: fresh, or
+// revalidated in place (revalidateNegative). It takes one shard's read
+// lock and allocates nothing.
+func (c *Cache) negativeHit(key lookupKey) (error, bool) {
+	s := c.negatives
+	h := s.hash(key.path)
+	sh, shard := s.shardOf(h)
+	sh.mu.RLock()
+	sl, i := sh.findLocked(h, key.path)
+	if sl == nil || sl.symlinks != key.mode || string(sh.rootOf(sl)) != key.root {
+		sh.mu.RUnlock()
+		return nil, false
+	}
+	kind := sl.kind
+	if c.freshNegative(sl) {
+		if !sl.used.Load() {
+			sl.used.Store(true) // the eviction clock's mark, written once per sweep
+		}
+		mark := sl.mark
+		sh.mu.RUnlock()
+		c.watch.markUsed(mark)
+		c.counts.NegativeHits.Add(1)
+		return negErrors[kind], true
+	}
+	ref := negRef{seq: sl.seq.Load(), slot: i, shard: shard}
+	watched, checked := sl.watched, sl.checked.Load()
+	sh.mu.RUnlock()
+	if c.revalidateNegative(key, ref, watched, checked, kind) {
+		c.counts.NegativeHits.Add(1)
+		return negErrors[kind], true
+	}
+	return nil, false
+}
+
 // revalidateNegative looks up again the path of a negative entry that is
-// no longer fresh, in place: if it is still missing for the same reason,
-// the entry is fresh again and stays, and the lookup is answered from it.
-// A storm of missing paths thus costs one failed open per path and
-// Revalidate, instead of a whole miss (a new entry, its watch ticket, its
-// place in the map and the ring, and the garbage of the old one) for
-// every path at once when they all expire together, Revalidate after
-// the storm's first pass. Only entries of a watched directory: an
-// unwatched one is looked up as a miss, which may watch it now. It
-// reports false, and the caller misses as before, when the path is found
-// or fails otherwise, the entry has left the cache, or no slot is free
-// (the slots bound the threads in the filesystem).
-func (c *Cache) revalidateNegative(key lookupKey, e *Entry) bool {
+// no longer fresh (ref, its watched and checked), in place: if it is
+// still missing for the same reason, the entry is fresh again and stays,
+// and the lookup is answered from it. A storm of missing paths thus costs
+// one failed open per path and Revalidate, instead of a whole miss (a new
+// entry, its watch ticket, its place in the store and the ring) for every
+// path at once when they all expire together, Revalidate after the
+// storm's first pass. Only entries of a watched directory: an unwatched
+// one is looked up as a miss, which may watch it now. It reports false,
+// and the caller misses as before, when the path is found or fails
+// otherwise, the entry has left the cache, or no slot is free (the slots
+// bound the threads in the filesystem).
+func (c *Cache) revalidateNegative(key lookupKey, ref negRef, watched bool, checked int64, kind negKind) bool {
 	// One published stale (its directory changed, or its node went,
 	// while it was looked up) may be indexed under no node, so that no
 	// event would drop it: a miss looks it up with a new watch ticket.
-	if !e.watched || e.gone.Load() || e.checked.Load() == staleSince {
+	if !watched || checked == staleSince {
 		return false
 	}
 	select {
@@ -492,22 +522,29 @@ func (c *Cache) revalidateNegative(key lookupKey, e *Entry) bool {
 		return false
 	}
 	// The age counts from before the lookup, as a miss's does.
-	checked := nanotime()
+	now := nanotime()
 	_, f, err := c.open(key)
 	<-c.slots
 	if f != nil {
 		f.Close()
 	}
-	if !sameMissing(err, e.err) || e.gone.Load() {
+	if !sameMissing(err, negErrors[kind]) {
 		return false
 	}
-	// An inotify event that drops the entry meanwhile marks it gone and
-	// takes it out of the map: moving its time on then changes nothing.
-	if old := e.checked.Load(); old < checked {
-		e.checked.CompareAndSwap(old, checked)
+	// An inotify event that drops the entry meanwhile frees its slot
+	// (under the shard's write lock): its seq no longer matches then.
+	sh := &c.negatives.shards[ref.shard]
+	sh.mu.RLock()
+	sl := sh.slot(ref.slot)
+	ok := sl.seq.Load() == ref.seq
+	if old := sl.checked.Load(); ok && old < now {
+		sl.checked.CompareAndSwap(old, now)
 	}
-	c.counts.NegativeRevalidations.Add(1)
-	return true
+	sh.mu.RUnlock()
+	if ok {
+		c.counts.NegativeRevalidations.Add(1)
+	}
+	return ok
 }
 
 // sameMissing reports whether err says that a path is missing in the way
@@ -522,12 +559,20 @@ func sameMissing(err, old error) bool {
 	return errors.Is(old, syscall.ENOTDIR) && errors.Is(err, syscall.ENOTDIR)
 }
 
-func (c *Cache) fresh(e *Entry) bool {
+func (c *Cache) fresh(e *Entry) bool { return c.freshSince(e.checked.Load(), e.watched) }
+
+// freshNegative is fresh for a negative entry.
+func (c *Cache) freshNegative(sl *negSlot) bool { return c.freshSince(sl.checked.Load(), sl.watched) }
+
+// freshSince reports whether what a lookup at checked found is still to
+// be trusted: for Revalidate where inotify watches, else for at most a
+// second.
+func (c *Cache) freshSince(checked int64, watched bool) bool {
 	ttl := c.opts.Revalidate
-	if !e.watched {
+	if !watched {
 		ttl = min(ttl, time.Second)
 	}
-	return nanotime()-e.checked.Load() < int64(ttl)
+	return nanotime()-checked < int64(ttl)
 }
 
 func (c *Cache) miss(ctx context.Context, key lookupKey) (*Entry, error) {
@@ -749,8 +794,10 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 			c.watch.leave(ticket)
 			return e
 		}
-		c.counts.NegativeCount.Add(1)
-	} else if e.file == nil {
+		c.publishNegative(key, ticket, checked, e)
+		return e
+	}
+	if e.file == nil {
 		// A directory or another file without a descriptor: bounded apart,
 		// since the descriptor clock does not see it.
 		if c.counts.DirEntries.Add(1) > int64(c.opts.MaxDirEntries) {
@@ -764,19 +811,17 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 	var replaced bool
 	// publish marks e stale if its directory changed while we looked: the
 	// requests that wait for it get it, the next one looks again.
-	c.watch.publish(ticket, e, func() { old, replaced = c.entries.Swap(path, e) })
+	c.watch.publish(ticket, e, func() (negGone, bool) {
+		old, replaced = c.entries.Swap(path, e)
+		return c.negatives.removePath(path) // the path's negative entry, if any
+	})
 	if replaced {
 		c.drop(old.(*Entry))
 	}
 	if e.file != nil {
-		c.ringAdd(&c.fds, e, c.opts.MaxOpenFiles)
+		ringAdd(&c.fds, fdOps{c}, e, c.opts.MaxOpenFiles)
 		if c.counts.OpenFiles.Load() > int64(c.opts.MaxOpenFiles) {
 			c.evict(c.opts.MaxOpenFiles*9/10, true)
-		}
-	} else if e.err != nil {
-		c.ringAdd(&c.negs, e, c.opts.NegativeEntries)
-		if c.counts.NegativeCount.Load() > int64(c.opts.NegativeEntries) {
-			c.evictNegatives(e)
 		}
 	}
 	if c.closed.Load() && c.unpublish(e) {
@@ -786,6 +831,45 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 		c.drop(e)
 	}
 	return e
+}
+
+// publishNegative caches the negative answer e that the lookup of key
+// found at checked, in the negative store, in place of the path's entry
+// if it had one (positive or negative), and indexes it under its
+// directory's node as its ticket allows.
+func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *Entry) {
+	s := c.negatives
+	n := negNew{root: key.root, path: key.path, symlinks: key.mode, kind: kindOf(e.err), watched: e.watched, checked: checked}
+	h := s.hash(key.path)
+	var ref negRef
+	var pos any
+	var hadPos bool
+	c.watch.publishNegative(t, h, func(node uint64, mark int32, stale bool) (negRef, negGone, bool) {
+		n.node, n.mark = node, mark
+		if stale {
+			n.checked = staleSince
+		}
+		pos, hadPos = c.entries.LoadAndDelete(key.path)
+		sh, shard := s.shardOf(h)
+		sh.mu.Lock()
+		r, old, replaced := s.insertLocked(sh, shard, h, n)
+		sh.mu.Unlock()
+		ref = r
+		return r, old, replaced
+	})
+	if hadPos {
+		c.drop(pos.(*Entry))
+	}
+	ringAdd(&c.negs, negOps{c}, ref, c.opts.NegativeEntries)
+	if c.counts.NegativeCount.Load() > int64(c.opts.NegativeEntries) {
+		c.evictNegatives(ref)
+	}
+	if c.closed.Load() {
+		// As record's: Close's flush may have gone by.
+		if g, ok := s.removeRef(ref); ok {
+			c.watch.forgetNegative(g)
+		}
+	}
 }
 
 // unpublish removes e from the map if it is still there under its key.
@@ -934,11 +1018,6 @@ func IsFDExhaustion(err error) bool {
 func (c *Cache) drop(e *Entry) {
 	e.gone.Store(true)
 	c.watch.forget(e)
-	if e.err != nil {
-		c.negs.dead.Add(1)
-		c.counts.NegativeCount.Add(-1)
-		return
-	}
 	if e.file == nil {
 		c.counts.DirEntries.Add(-1)
 	} else {
@@ -952,6 +1031,10 @@ func (c *Cache) drop(e *Entry) {
 
 // invalidate forgets path, and everything below it when subtree is set.
 func (c *Cache) invalidate(path string, subtree bool) {
+	prefix := path + string(filepath.Separator)
+	gone := c.negatives.removeBelow(path, prefix, subtree)
+	c.counts.Invalidations.Add(int64(len(gone)))
+	c.watch.forgetNegatives(gone)
 	if v, ok := c.entries.LoadAndDelete(path); ok {
 		c.counts.Invalidations.Add(1)
 		c.drop(v.(*Entry))
@@ -959,7 +1042,6 @@ func (c *Cache) invalidate(path string, subtree bool) {
 	if !subtree {
 		return
 	}
-	prefix := path + string(filepath.Separator)
 	c.entries.Range(func(k, v any) bool {
 		if strings.HasPrefix(k.(string), prefix) && c.entries.CompareAndDelete(k, v) {
 			c.counts.Invalidations.Add(1)
@@ -972,17 +1054,19 @@ func (c *Cache) invalidate(path string, subtree bool) {
 // Purge drops path's entry, and with subtree every entry below it, so
 // that the next lookup looks again. It returns how many were dropped.
 func (c *Cache) Purge(path string, subtree bool) int {
-	n := 0
+	prefix := path
+	if !strings.HasSuffix(prefix, string(filepath.Separator)) {
+		prefix += string(filepath.Separator)
+	}
+	gone := c.negatives.removeBelow(path, prefix, subtree)
+	c.watch.forgetNegatives(gone)
+	n := len(gone)
 	if v, ok := c.entries.LoadAndDelete(path); ok {
 		c.drop(v.(*Entry))
 		n++
 	}
 	if !subtree {
 		return n
-	}
-	prefix := path
-	if !strings.HasSuffix(prefix, string(filepath.Separator)) {
-		prefix += string(filepath.Separator)
 	}
 	c.entries.Range(func(k, v any) bool {
 		if strings.HasPrefix(k.(string), prefix) && c.entries.CompareAndDelete(k, v) {
@@ -997,6 +1081,7 @@ func (c *Cache) Purge(path string, subtree bool) int {
 // flush forgets every entry.
 func (c *Cache) flush() {
 	c.counts.Flushes.Add(1)
+	c.watch.forgetNegatives(c.negatives.removeWhere(func(*negSlot, []byte) bool { return true }))
 	c.entries.Range(func(k, v any) bool {
 		if c.entries.CompareAndDelete(k, v) {
 			c.drop(v.(*Entry))
@@ -1009,12 +1094,12 @@ func (c *Cache) flush() {
 // descriptors' CLOCK (sweep). An evicted entry is forgotten: a later
 // request for it is a miss.
 func (c *Cache) evict(target int, secondChance bool) {
-	c.sweep(&c.fds, &c.counts.OpenFiles, target, c.opts.MaxOpenFiles, secondChance, &c.counts.Evictions, nil)
+	sweep(&c.fds, fdOps{c}, &c.counts.OpenFiles, target, c.opts.MaxOpenFiles, secondChance, &c.counts.Evictions, nil)
 }
 
-// entryCount is the number of cached entries.
+// entryCount is the number of cached entries, negative ones included.
 func (c *Cache) entryCount() int {
-	n := 0
+	n := c.negatives.len()
 	c.entries.Range(func(any, any) bool { n++; return true })
 	return n
 }

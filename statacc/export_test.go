@@ -7,3 +7,26 @@ import "context"
 func (c *Cache) Get(ctx context.Context, path string) (*Entry, error) {
 	return c.GetConfined(ctx, "", SymlinksFollow, path)
 }
+
+// negativeSlot returns path's negative entry, nil if it has none. The
+// slot stays valid (slots never move), but may be reused once its entry
+// leaves the cache: its gone says so.
+func (c *Cache) negativeSlot(path string) *negSlot {
+	s := c.negatives
+	h := s.hash(path)
+	sh, _ := s.shardOf(h)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	sl, _ := sh.findLocked(h, path)
+	return sl
+}
+
+// cachedWatched reports whether path has a fresh entry, positive or
+// negative, that inotify watches.
+func (c *Cache) cachedWatched(path string) bool {
+	if v, ok := c.entries.Load(path); ok {
+		return v.(*Entry).watched && c.fresh(v.(*Entry))
+	}
+	sl := c.negativeSlot(path)
+	return sl != nil && sl.watched && c.freshNegative(sl)
+}

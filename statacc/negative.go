@@ -87,7 +87,7 @@ func (c *Cache) keepsNegative(path string) bool {
 	if !c.negativesFull() {
 		return true
 	}
-	if _, ok := c.entries.Load(path); ok {
+	if _, ok := c.entries.Load(path); ok || c.negatives.has(path) {
 		return true
 	}
 	return c.door().sawBefore(path)
@@ -117,16 +117,28 @@ func (c *Cache) probeMissing(key lookupKey, dir string) *Entry {
 	return c.record(key, ticket, checked, c.build(key.path, info, f, nil, false, true), admitAsk, true)
 }
 
-// clock is a ring of cached entries in the order a CLOCK sweep visits
-// them; hand is the sweep's position.
-type clock struct {
+// clock is a ring of cached entries (*Entry for the descriptors, negRef
+// for the negative entries) in the order a CLOCK sweep visits them; hand
+// is the sweep's position.
+type clock[T comparable] struct {
 	mu   sync.Mutex
-	ring []*Entry
+	ring []T
 	hand int
 	// dead counts the entries of the ring that left the cache (or are
 	// about to join it, dropped already): Cache.drop adds one, their
 	// removal from the ring takes it back.
 	dead atomic.Int64
+}
+
+// clockOps is what a sweep asks of the entries of its ring.
+type clockOps[T any] interface {
+	// gone reports whether the entry left the cache.
+	gone(T) bool
+	// used reports whether a hit marked the entry since the last call, and
+	// takes the mark.
+	used(T) bool
+	// evict forgets the entry, reporting false if it had left already.
+	evict(T) bool
 }
 
 // compactMin is the shortest ring compacted for its dead entries alone.
@@ -148,31 +160,31 @@ func ringLimit(bound int) int {
 // never swept) from holding as many dropped entries as live ones; it
 // costs a walk per half a ring of drops, so the work per drop stays
 // constant. Called with k.mu held.
-func (k *clock) needsCompactLocked(bound int) bool {
+func (k *clock[T]) needsCompactLocked(bound int) bool {
 	n := len(k.ring)
 	return n > ringLimit(bound) || n >= compactMin && 2*k.dead.Load() > int64(n)
 }
 
-// add puts a cached entry under the clock. bound is the most entries the
-// ring is meant to hold: past twice that, or when dropped entries are
+// ringAdd puts a cached entry under the clock. bound is the most entries
+// the ring is meant to hold: past twice that, or when dropped entries are
 // most of it, the entries that left the cache since (invalidated,
 // expired, replaced) are compacted away, so that a cache whose entries
 // churn below its bound, and so is never swept, does not keep them.
-func (c *Cache) ringAdd(k *clock, e *Entry, bound int) {
+func ringAdd[T comparable](k *clock[T], ops clockOps[T], e T, bound int) {
 	k.mu.Lock()
 	k.ring = append(k.ring, e)
 	if k.needsCompactLocked(bound) {
-		k.compactLocked()
+		k.compactLocked(ops)
 	}
 	k.mu.Unlock()
 }
 
 // compactLocked removes from k the entries no longer in the cache. Called
 // with k.mu held.
-func (k *clock) compactLocked() {
+func (k *clock[T]) compactLocked(ops clockOps[T]) {
 	live := k.ring[:0]
 	for _, e := range k.ring {
-		if !e.gone.Load() {
+		if !ops.gone(e) {
 			live = append(live, e)
 		}
 	}
@@ -186,35 +198,36 @@ func (k *clock) compactLocked() {
 // and stays. This approximates LRU without making a hit write anything
 // but one flag. evicted counts the entries forgotten; bound is the most
 // entries the ring is meant to hold, past twice which the entries that
-// left the cache behind the hand are compacted away. except, if set, is
-// not evicted: the entry whose arrival made the sweep necessary.
-func (c *Cache) sweep(k *clock, count *atomic.Int64, target, bound int, secondChance bool, evicted *atomic.Int64, except *Entry) {
+// left the cache behind the hand are compacted away. except, if not the
+// zero value, is not evicted: the entry whose arrival made the sweep
+// necessary.
+func sweep[T comparable](k *clock[T], ops clockOps[T], count *atomic.Int64, target, bound int, secondChance bool, evicted *atomic.Int64, except T) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	var none T
 	for steps := 0; count.Load() > int64(target) && len(k.ring) > 0 && steps < 3*len(k.ring); steps++ {
 		if k.hand >= len(k.ring) {
 			k.hand = 0
 		}
 		e := k.ring[k.hand]
-		if e.gone.Load() {
+		if ops.gone(e) {
 			k.unring() // invalidated or replaced since: no longer the cache's to drop
 			continue
 		}
-		if e == except || secondChance && e.used.Swap(false) {
+		if except != none && e == except || secondChance && ops.used(e) {
 			k.hand++
 			continue
 		}
-		// Fails if e left the map since, and its drop is on its way.
-		if c.entries.CompareAndDelete(e.path, e) {
+		// Fails if e left the cache since, and its drop is on its way.
+		if ops.evict(e) {
 			evicted.Add(1)
-			c.drop(e)
 		}
 		k.unring()
 	}
 	// Entries invalidated behind the hand stay in the ring until it comes
 	// round; keep it from growing without bound meanwhile.
 	if k.needsCompactLocked(bound) {
-		k.compactLocked()
+		k.compactLocked(ops)
 	}
 }
 
@@ -225,19 +238,52 @@ func (c *Cache) sweep(k *clock, count *atomic.Int64, target, bound int, secondCh
 // files than the cache holds (e's wrk list) instead of none. The entry is
 // dropped, or its drop is on its way, so it leaves the dead count. Called
 // with mu held.
-func (k *clock) unring() {
+func (k *clock[T]) unring() {
+	var none T
 	k.dead.Add(-1)
 	last := len(k.ring) - 1
 	k.ring[k.hand] = k.ring[last]
-	k.ring[last] = nil
+	k.ring[last] = none
 	k.ring = k.ring[:last]
 }
 
-// evictNegatives makes room in a negative cache that the admission of e
+// fdOps are the descriptors' clock's: its entries are *Entry.
+type fdOps struct{ c *Cache }
+
+func (o fdOps) gone(e *Entry) bool { return e.gone.Load() }
+func (o fdOps) used(e *Entry) bool { return e.used.Swap(false) }
+func (o fdOps) evict(e *Entry) bool {
+	if !o.c.entries.CompareAndDelete(e.path, e) {
+		return false
+	}
+	o.c.drop(e)
+	return true
+}
+
+// negOps are the negative clock's: its entries name slots of the store.
+type negOps struct{ c *Cache }
+
+func (o negOps) gone(r negRef) bool {
+	live, _ := o.c.negatives.live(r, false)
+	return !live
+}
+func (o negOps) used(r negRef) bool {
+	_, used := o.c.negatives.live(r, true)
+	return used
+}
+func (o negOps) evict(r negRef) bool {
+	g, ok := o.c.negatives.removeRef(r)
+	if ok {
+		o.c.watch.forgetNegative(g)
+	}
+	return ok
+}
+
+// evictNegatives makes room in a negative cache that the admission of r
 // overfilled: down to fifteen sixteenths of the bound, so that the sweep
-// runs once per sixteenth of the cache rather than once per miss. e
+// runs once per sixteenth of the cache rather than once per miss. r
 // stays: the sweep looks at the newest entries first (unring).
-func (c *Cache) evictNegatives(e *Entry) {
+func (c *Cache) evictNegatives(r negRef) {
 	n := c.opts.NegativeEntries
-	c.sweep(&c.negs, &c.counts.NegativeCount, n-max(1, n/16), n, true, &c.counts.NegativeEvictions, e)
+	sweep(&c.negs, negOps{c}, &c.counts.NegativeCount, n-max(1, n/16), n, true, &c.counts.NegativeEvictions, r)
 }

@@ -193,8 +193,7 @@ func watchedHit(t testing.TB, c *Cache, path string) string {
 		got := describe(t, c, path)
 		hits := c.counts.Hits.Load() + c.counts.NegativeHits.Load()
 		again := describe(t, c, path)
-		v, ok := c.entries.Load(path)
-		if ok && v.(*Entry).watched && c.fresh(v.(*Entry)) && again == got &&
+		if c.cachedWatched(path) && again == got &&
 			c.counts.Hits.Load()+c.counts.NegativeHits.Load() == hits+1 {
 			return got
 		}

@@ -14,23 +14,22 @@ import (
 
 // negativeEntry returns the cached negative entry of path, failing the
 // test if there is none.
-func negativeEntry(t *testing.T, c *Cache, path string) *Entry {
+func negativeEntry(t *testing.T, c *Cache, path string) *negSlot {
 	t.Helper()
-	v, ok := c.entries.Load(path)
-	if !ok {
+	sl := c.negativeSlot(path)
+	if sl == nil {
+		if _, ok := c.entries.Load(path); ok {
+			t.Fatalf("%s: a positive entry, want a negative one", path)
+		}
 		t.Fatalf("%s: no entry", path)
 	}
-	e := v.(*Entry)
-	if e.err == nil {
-		t.Fatalf("%s: a positive entry, want a negative one", path)
-	}
-	return e
+	return sl
 }
 
 // missingIn makes a cache with opts, closed when t ends, and looks up a
 // missing name in a new directory: the cache, the path and its negative
 // entry.
-func missingIn(t *testing.T, opts Options, name string) (*Cache, string, *Entry) {
+func missingIn(t *testing.T, opts Options, name string) (*Cache, string, *negSlot) {
 	t.Helper()
 	c := New(opts)
 	t.Cleanup(func() { c.Close() })
@@ -59,7 +58,7 @@ func TestStaleNegativeIsRevalidatedInPlace(t *testing.T) {
 		t.Fatalf("%s: the negative entry of a temporary directory is not watched", p)
 	}
 	e.checked.Store(nanotime() - int64(time.Hour) - int64(time.Second))
-	if c.fresh(e) {
+	if c.freshNegative(e) {
 		t.Fatal("an entry checked more than Revalidate ago is fresh")
 	}
 	misses, hits := c.counts.Misses.Load(), c.counts.NegativeHits.Load()
@@ -69,7 +68,7 @@ func TestStaleNegativeIsRevalidatedInPlace(t *testing.T) {
 	if now := negativeEntry(t, c, p); now != e {
 		t.Error("the revalidated path has a new entry, want the same one kept")
 	}
-	if !c.fresh(e) {
+	if !c.freshNegative(e) {
 		t.Error("the revalidated entry is not fresh")
 	}
 	lookMissing(t, c, []string{p})
@@ -90,10 +89,13 @@ func TestRevalidationFindsAFileItsEventDidNotReport(t *testing.T) {
 			t.Fatal("the creation's inotify event did not drop the negative entry within 10s")
 		}
 	}
-	lost := &Entry{path: p, err: e.err, root: e.root, symlinks: e.symlinks, watched: true}
-	lost.checked.Store(nanotime() - int64(time.Hour) - int64(time.Second))
-	c.counts.NegativeCount.Add(1) // what record counts for an entry it publishes
-	c.entries.Store(p, lost)
+	// Put back as an unindexed entry, as record would without its event.
+	h := c.negatives.hash(p)
+	sh, shard := c.negatives.shardOf(h)
+	sh.mu.Lock()
+	ref, _, _ := c.negatives.insertLocked(sh, shard, h, negNew{path: p, kind: negNotExist, watched: true, checked: nanotime() - int64(time.Hour) - int64(time.Second), mark: -1})
+	sh.mu.Unlock()
+	ringAdd(&c.negs, negOps{c}, ref, c.opts.NegativeEntries)
 	misses := c.counts.Misses.Load()
 	if got := describe(t, c, p); got != "4:here" {
 		t.Fatalf("%s after its stale negative entry was revalidated: %q, want the file", p, got)
@@ -141,11 +143,11 @@ func TestJanitorKeepsStaleNegativesForRevalidation(t *testing.T) {
 	if n := c.dropStale(); n != 2 {
 		t.Errorf("the janitor dropped %d entries, want 2 (the old negative and the file)", n)
 	}
-	if _, ok := c.entries.Load(recent); !ok {
+	if c.negativeSlot(recent) == nil {
 		t.Error("the janitor dropped a negative entry stale for less than another Revalidate")
 	}
 	for _, p := range []string{old, file} {
-		if _, ok := c.entries.Load(p); ok {
+		if _, ok := c.entries.Load(p); ok || c.negativeSlot(p) != nil {
 			t.Errorf("%s: the janitor kept it", filepath.Base(p))
 		}
 	}
@@ -172,8 +174,8 @@ func BenchmarkStaleNegative(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				if v, ok := c.entries.Load(p); ok {
-					v.(*Entry).checked.Store(nanotime() - int64(2*time.Hour))
+				if sl := c.negativeSlot(p); sl != nil {
+					sl.checked.Store(nanotime() - int64(2*time.Hour))
 				}
 				if _, err := c.Get(ctx, p); !errors.Is(err, fs.ErrNotExist) {
 					b.Fatal(err)

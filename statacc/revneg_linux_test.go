@@ -367,22 +367,17 @@ func TestFullNegativeCacheCountsStayConsistent(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		negs, inRing := 0, 0
-		c.entries.Range(func(_, v any) bool {
-			if v.(*Entry).err != nil {
-				negs++
-			}
-			return true
-		})
+		negs = c.negatives.len()
 		c.negs.mu.Lock()
 		ringLen := len(c.negs.ring)
-		live := map[*Entry]bool{}
-		for _, e := range c.negs.ring {
-			if !e.gone.Load() {
+		live := map[negRef]bool{}
+		for _, r := range c.negs.ring {
+			if ok, _ := c.negatives.live(r, false); ok {
 				inRing++
-				if live[e] {
-					t.Errorf("%s is twice on the clock", e.path)
+				if live[r] {
+					t.Errorf("%v is twice on the clock", r)
 				}
-				live[e] = true
+				live[r] = true
 			}
 		}
 		c.negs.mu.Unlock()

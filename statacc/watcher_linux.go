@@ -61,7 +61,20 @@ type watcher struct {
 	nodes    int
 	lru      dirNode // sentinel of the list of nodes, most recently used first
 	done     chan struct{}
+	// byID finds a node from the id a negative entry names it by (the
+	// negative store holds no pointers); nextID numbers the nodes.
+	byID   map[uint64]*dirNode
+	nextID uint64
+	// marks are the LRU second chances that negative hits give their
+	// directory's node (dirNode.used is the positive hits'): a node has
+	// one while it lives, a negative entry its index. Allocated for the
+	// node bound; a node past them gets none (mark -1).
+	marks     []atomic.Bool
+	freeMarks []int32
 }
+
+// maxMarks bounds the marks allocated for a very large MaxWatches.
+const maxMarks = 1 << 20
 
 // dirNode is one directory on the way to cached entries.
 type dirNode struct {
@@ -84,7 +97,13 @@ type dirNode struct {
 	// replaces the entry of its name, which has left the cache map by
 	// then (publish).
 	entries map[string]*Entry
-	pins    int    // lookups in progress, plus dependents
+	// negs indexes the negative entries of the directory: the hash of each
+	// one's path to its seq (negstore.go). One per hash: the store holds
+	// one entry per hash too.
+	negs map[uint64]uint64
+	id   uint64 // the node's number, unique in the watcher's life
+	mark int32  // index of the node's negative-hit mark, -1 if none
+	pins int    // lookups in progress, plus dependents
 	gen     uint64 // events on this node's watch
 	dropped bool
 	// fs says whether an open in this directory may be done without a
@@ -155,6 +174,11 @@ func newWatcher(c *Cache, limit int) *watcher {
 		byWD:  make(map[int32][]*dirNode),
 		dead:  make(map[int32]int64),
 		done:  make(chan struct{}),
+		byID:  make(map[uint64]*dirNode),
+		marks: make([]atomic.Bool, min(limit, maxMarks)),
+	}
+	for i := len(w.marks) - 1; i >= 0; i-- {
+		w.freeMarks = append(w.freeMarks, int32(i))
 	}
 	w.lru.prev, w.lru.next = &w.lru, &w.lru
 	go w.read()
@@ -313,9 +337,14 @@ func (w *watcher) pathOK(n *dirNode) bool {
 // indexes it under its directory's node, unless that node saw an event
 // since enter: then e is stored as stale, so that the requests waiting for
 // it get it and the next one looks again. It gives up the ticket.
-func (w *watcher) publish(t watchTicket, e *Entry, store func()) {
+//
+// store also takes out the path's negative entry, if there was one, and
+// returns it for unindexing.
+func (w *watcher) publish(t watchTicket, e *Entry, store func() (negGone, bool)) {
 	if w == nil || t.leaf == nil {
-		store()
+		if g, ok := store(); ok {
+			w.forgetNegative(g)
+		}
 		return
 	}
 	w.mu.Lock()
@@ -336,9 +365,101 @@ func (w *watcher) publish(t watchTicket, e *Entry, store func()) {
 		// is on its way, and then finds e and leaves it).
 		n.entries[name] = e
 	}
-	store()
+	if g, ok := store(); ok {
+		w.forgetNegativeLocked(g)
+	}
 	w.unpinLocked(n)
 	w.mu.Unlock()
+}
+
+// publishNegative stores a negative entry through insert, as publish
+// stores a positive one: insert is given the node to index it under (its
+// id and mark; 0 and -1 for none) and whether it is stale, and returns
+// the entry and the one it replaced in the store, if any. The entry is
+// indexed under the node by h, its path's hash. It gives up the ticket.
+func (w *watcher) publishNegative(t watchTicket, h uint64, insert func(node uint64, mark int32, stale bool) (negRef, negGone, bool)) {
+	if w == nil || t.leaf == nil {
+		if _, old, replaced := insert(0, -1, false); replaced {
+			w.forgetNegative(old)
+		}
+		return
+	}
+	w.mu.Lock()
+	n := t.leaf
+	stale := t.watched && (n.dropped || n.gen != t.gen)
+	var node uint64
+	mark := int32(-1)
+	if !n.dropped {
+		node, mark = n.id, n.mark
+	}
+	ref, old, replaced := insert(node, mark, stale)
+	if replaced {
+		w.forgetNegativeLocked(old)
+	}
+	if !n.dropped {
+		if n.negs == nil {
+			n.negs = make(map[uint64]uint64)
+		}
+		n.negs[h] = ref.seq
+	}
+	w.unpinLocked(n)
+	w.mu.Unlock()
+}
+
+// forgetNegative unindexes a negative entry that left the store.
+func (w *watcher) forgetNegative(g negGone) {
+	if w == nil || g.node == 0 {
+		return
+	}
+	w.mu.Lock()
+	w.forgetNegativeLocked(g)
+	w.mu.Unlock()
+}
+
+// forgetNegatives is forgetNegative for many, under one lock.
+func (w *watcher) forgetNegatives(gs []negGone) {
+	if w == nil || len(gs) == 0 {
+		return
+	}
+	w.mu.Lock()
+	for _, g := range gs {
+		w.forgetNegativeLocked(g)
+	}
+	w.mu.Unlock()
+}
+
+// forgetNegativeLocked is forgetNegative with mu held. The node's index
+// is taken only if it still names g: a later entry of the same path (or
+// hash) indexed since keeps its place.
+func (w *watcher) forgetNegativeLocked(g negGone) {
+	n := w.byID[g.node]
+	if n == nil || n.dropped || n.negs[g.hash] != g.seq {
+		return
+	}
+	delete(n.negs, g.hash)
+	w.maybeRemoveLocked(n)
+}
+
+// markUsed gives the node of mark its second chance, for a negative hit.
+func (w *watcher) markUsed(mark int32) {
+	if w == nil || mark < 0 {
+		return
+	}
+	if m := &w.marks[mark]; !m.Load() {
+		m.Store(true)
+	}
+}
+
+// dropNegativesLocked takes n's negative entries out of the store;
+// counted as invalidations where gone is set (an event or an eviction,
+// not a node removed because it was empty).
+func (w *watcher) dropNegativesLocked(n *dirNode, gone *[]*Entry) {
+	for h, seq := range n.negs {
+		if _, ok := w.cache.negatives.remove(h, seq); ok && gone != nil {
+			w.cache.counts.Invalidations.Add(1)
+		}
+	}
+	n.negs = nil
 }
 
 // leave gives up a ticket without publishing.
@@ -516,7 +637,14 @@ func (w *watcher) walkLocked(path string, gone *[]*Entry) ([]*dirNode, map[*dirN
 }
 
 func (w *watcher) newNodeLocked(parent *dirNode, name, path string) *dirNode {
-	n := &dirNode{name: name, path: path, parent: parent, wd: -1, installing: make(chan struct{})}
+	w.nextID++
+	n := &dirNode{name: name, path: path, parent: parent, wd: -1, installing: make(chan struct{}), id: w.nextID, mark: -1}
+	w.byID[n.id] = n
+	if k := len(w.freeMarks); k > 0 {
+		n.mark = w.freeMarks[k-1]
+		w.freeMarks = w.freeMarks[:k-1]
+		w.marks[n.mark].Store(false)
+	}
 	if parent != nil {
 		if parent.children == nil {
 			parent.children = make(map[string]*dirNode)
@@ -545,7 +673,11 @@ func (w *watcher) evictLocked(k int, gone *[]*Entry) bool {
 		if n == &w.lru {
 			return false
 		}
-		if len(n.children) > 0 || n.pins > 0 || n.used.Swap(false) {
+		used := n.used.Swap(false)
+		if n.mark >= 0 && w.marks[n.mark].Swap(false) {
+			used = true
+		}
+		if len(n.children) > 0 || n.pins > 0 || used {
 			w.touchLocked(n)
 			continue
 		}
@@ -704,7 +836,7 @@ func (w *watcher) unpinLocked(n *dirNode) {
 // maybeRemoveLocked removes n and then its ancestors while nothing needs
 // them: no entries, children or pins. Their entries are gone already.
 func (w *watcher) maybeRemoveLocked(n *dirNode) {
-	for n != nil && !n.dropped && n.pins <= 0 && len(n.entries) == 0 && len(n.children) == 0 && len(n.dependents) == 0 {
+	for n != nil && !n.dropped && n.pins <= 0 && len(n.entries) == 0 && len(n.negs) == 0 && len(n.children) == 0 && len(n.dependents) == 0 {
 		parent := n.parent
 		w.dropLocked(n, nil)
 		n = parent
@@ -738,6 +870,12 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 		}
 	}
 	n.entries = nil
+	w.dropNegativesLocked(n, gone)
+	delete(w.byID, n.id)
+	if n.mark >= 0 {
+		w.freeMarks = append(w.freeMarks, n.mark)
+		n.mark = -1
+	}
 	if n.parent != nil && n.parent.children[n.name] == n {
 		delete(n.parent.children, n.name)
 	}
@@ -900,6 +1038,16 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 			}
 			delete(n.entries, name)
 			w.maybeRemoveLocked(n)
+		}
+		if len(n.negs) > 0 {
+			h := c.negatives.hash(filepath.Join(n.path, name))
+			if seq, ok := n.negs[h]; ok {
+				delete(n.negs, h)
+				if _, ok := c.negatives.remove(h, seq); ok {
+					c.counts.Invalidations.Add(1)
+				}
+				w.maybeRemoveLocked(n)
+			}
 		}
 	}
 	w.mu.Unlock()

@@ -22,7 +22,18 @@ func (w *watcher) enter(string) watchTicket { return watchTicket{} }
 // enterSettled gives the empty ticket: there are no nodes to make.
 func (w *watcher) enterSettled(string) (watchTicket, bool) { return watchTicket{}, true }
 
-func (w *watcher) publish(_ watchTicket, _ *Entry, store func()) { store() }
+func (w *watcher) publish(_ watchTicket, _ *Entry, store func() (negGone, bool)) { store() }
+
+// publishNegative stores a negative entry, indexed under no node.
+func (w *watcher) publishNegative(_ watchTicket, _ uint64, insert func(uint64, int32, bool) (negRef, negGone, bool)) {
+	insert(0, -1, false)
+}
+
+func (w *watcher) forgetNegative(negGone) {}
+
+func (w *watcher) forgetNegatives([]negGone) {}
+
+func (w *watcher) markUsed(int32) {}
 
 func (w *watcher) leave(watchTicket) {}
 

@@ -1,0 +1,133 @@
+//go:build linux && !flashserve_portable
+
+package statacc
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// collide gives every path the same hash in c's negative store, so that
+// each new negative entry replaces the last and only the comparison of
+// the whole path tells them apart.
+func collide(c *Cache) { c.negatives.hash = func(string) uint64 { return 0x5eed } }
+
+// TestNegativeEntriesSeeChangesWithAnyHash: each way a missing path comes
+// to exist (created, renamed into place, a `current` link swapped to a
+// release that has it, a parent directory made) drops its cached 404
+// through inotify, and the file is served by the next lookup and the one
+// after it (a hit); a chmod of its parent drops it too (the next lookup
+// looks again). Run with the store's hash and with one that gives every
+// path the same hash, where the watcher's index and the store must still
+// drop the right entry.
+func TestNegativeEntriesSeeChangesWithAnyHash(t *testing.T) {
+	for _, colliding := range []bool{false, true} {
+		name := "maphash"
+		if colliding {
+			name = "one_hash_for_all"
+		}
+		t.Run(name, func(t *testing.T) {
+			delays := newChangeDelays(t)
+			root := t.TempDir()
+			c := New(Options{Workers: 2, Revalidate: time.Hour})
+			t.Cleanup(func() { c.Close() })
+			if colliding {
+				collide(c)
+			}
+			write(t, filepath.Join(root, "release-1/keep"), "1")
+			write(t, filepath.Join(root, "release-2/new.html"), "two")
+			write(t, filepath.Join(root, "locked/keep"), "1")
+			if err := os.Symlink("release-1", filepath.Join(root, "current")); err != nil {
+				t.Fatal(err)
+			}
+			steps := []struct {
+				name, path, want string
+				apply            func()
+			}{
+				{"created", filepath.Join(root, "created.txt"), "3:new", func() { write(t, filepath.Join(root, "created.txt"), "new") }},
+				{"renamed into place", filepath.Join(root, "renamed.txt"), "4:move", func() {
+					write(t, filepath.Join(root, ".tmp-renamed"), "move")
+					mustRename(t, filepath.Join(root, ".tmp-renamed"), filepath.Join(root, "renamed.txt"))
+				}},
+				{"current swapped", filepath.Join(root, "current/new.html"), "3:two", func() { symlinkSwap(t, root, "current", "release-2") }},
+				{"parent made", filepath.Join(root, "later/sub/x.txt"), "1:x", func() { write(t, filepath.Join(root, "later/sub/x.txt"), "x") }},
+			}
+			for _, s := range steps {
+				lookMissing(t, c, []string{s.path})
+				if got := watchedHit(t, c, s.path); got != "missing" {
+					t.Fatalf("%s: %q before the change", s.path, got)
+				}
+				changed := time.Now()
+				s.apply()
+				took := delays.seen(t, c, changed, s.path, s.want)
+				hits := c.counts.Hits.Load()
+				if got := describe(t, c, s.path); got != s.want || c.counts.Hits.Load() != hits+1 {
+					t.Errorf("%s: the lookup after the file was served gave %q (%d hits), want %q from the cache", s.name, got, c.counts.Hits.Load()-hits, s.want)
+				}
+				t.Logf("%s: served after %v", s.name, took)
+			}
+
+			p := filepath.Join(root, "locked", "x.txt")
+			lookMissing(t, c, []string{p})
+			if got := watchedHit(t, c, p); got != "missing" {
+				t.Fatalf("%s: %q", p, got)
+			}
+			sl := negativeEntry(t, c, p)
+			changed := time.Now()
+			mustChmod(t, filepath.Join(root, "locked"), 0o700)
+			delays.until(t, c, changed, "the negative entry dropped by its parent's chmod", func() bool { return c.negativeSlot(p) == nil })
+			if !sl.gone.Load() {
+				t.Error("the dropped negative entry's slot is not marked gone")
+			}
+			misses := c.counts.Misses.Load()
+			lookMissing(t, c, []string{p})
+			wantCount(t, c.counts.Misses.Load()-misses, 1, "%d misses for the lookup after the chmod, want 1")
+		})
+	}
+}
+
+// TestNegativeHashCollisionNeverAnswersForAnotherPath: with every path
+// given the same hash, a cached 404 never answers for another path, and a
+// path that exists is never answered 404: each lookup compares the whole
+// path (and root and mode), and a colliding negative entry replaces the
+// one before it, whose next lookup is a miss that finds the truth.
+func TestNegativeHashCollisionNeverAnswersForAnotherPath(t *testing.T) {
+	dir := t.TempDir()
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	defer c.Close()
+	collide(c)
+	a, b, d := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt"), filepath.Join(dir, "d.txt")
+	write(t, b, "bee")
+	lookMissing(t, c, []string{a, a})
+	wantCount(t, c.counts.NegativeHits.Load(), 1, "%d negative hits for the second lookup of a cached 404, want 1")
+	for range 2 {
+		if got := describe(t, c, b); got != "3:bee" {
+			t.Fatalf("%s exists and collides with a cached 404: %q", b, got)
+		}
+	}
+	lookMissing(t, c, []string{d})
+	if c.negativeSlot(a) != nil || c.negativeSlot(d) == nil {
+		t.Fatal("the colliding 404 did not replace the one before it")
+	}
+	misses := c.counts.Misses.Load()
+	lookMissing(t, c, []string{a})
+	wantCount(t, c.counts.Misses.Load()-misses, 1, "%d misses for a 404 that a colliding one replaced, want 1")
+	// Under another root and mode the same path is another lookup.
+	if _, err := c.GetConfined(t.Context(), dir, SymlinksBeneath, a); err == nil {
+		t.Fatal("the missing path was found under a root")
+	}
+	if sl := negativeEntry(t, c, a); sl.symlinks != SymlinksBeneath || sl.rootLen != uint32(len(dir)) {
+		t.Errorf("the confined lookup's entry has mode %v, root length %d", sl.symlinks, sl.rootLen)
+	}
+	misses = c.counts.Misses.Load()
+	lookMissing(t, c, []string{a})
+	wantCount(t, c.counts.Misses.Load()-misses, 1, "an unconfined lookup was answered by a confined entry (%d misses, want 1)")
+	// A file written where the last colliding 404 was is served.
+	write(t, a, "ay")
+	t.Logf("the file written where the 404 was served after %v", within(t, eachDelayBound, c, a, "2:ay"))
+	if n := c.counts.NegativeCount.Load(); n != 0 {
+		t.Errorf("%d negative entries counted, want 0: each colliding one replaced the last, and the last went with the write", n)
+	}
+}
