@@ -1,10 +1,10 @@
 package statacc
 
 import (
+	"bytes"
 	"errors"
 	"hash/maphash"
 	"io/fs"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -43,7 +43,7 @@ const (
 	negShards = 64
 	// negChunk is the slots of one allocation: slots never move, so a
 	// reference to one stays valid while its shard grows.
-	negChunk = 256
+	negChunk = 32
 	// negArenaMin is the smallest arena compacted for its garbage.
 	negArenaMin = 4096
 )
@@ -179,6 +179,8 @@ type negNew struct {
 // held (the same path, or another with its hash): old is that entry, for
 // its unindexing. Called with sh.mu held for writing.
 func (s *negStore) insertLocked(sh *negShard, shard uint32, h uint64, n negNew) (ref negRef, old negGone, replaced bool) {
+	// Before the index changes: compaction walks the live slots.
+	sh.compactLocked(len(n.root) + len(n.path))
 	i, ok := sh.index[h]
 	var sl *negSlot
 	if ok {
@@ -206,7 +208,6 @@ func (s *negStore) insertLocked(sh *negShard, shard uint32, h uint64, n negNew) 
 		sl = sh.slot(i)
 		s.count.Add(1)
 	}
-	sh.compactLocked(len(n.root) + len(n.path))
 	sl.off = uint32(len(sh.arena))
 	sh.arena = append(append(sh.arena, n.root...), n.path...)
 	sl.hash, sl.node, sl.mark = h, n.node, n.mark
@@ -352,7 +353,8 @@ func (s *negStore) removeBelow(path, prefix string, subtree bool) []negGone {
 		gone = append(gone, g)
 	}
 	if subtree {
-		gone = append(gone, s.removeWhere(func(_ *negSlot, p []byte) bool { return strings.HasPrefix(string(p), prefix) })...)
+		pre := []byte(prefix)
+		gone = append(gone, s.removeWhere(func(_ *negSlot, p []byte) bool { return bytes.HasPrefix(p, pre) })...)
 	}
 	return gone
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"reflect"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -57,11 +58,25 @@ func BenchmarkNegativeHit(b *testing.B) {
 	defer c.Close()
 	paths := missingPaths(b.TempDir(), "m", 50000)
 	ctx := context.Background()
-	for _, p := range paths {
+	heap := func() float64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return float64(m.HeapAlloc)
+	}
+	describe(b, c, paths[0]) // the watcher's nodes, the doorkeeper-free store
+	before := heap()
+	for _, p := range paths[1:] {
 		if _, err := c.Get(ctx, p); !errors.Is(err, fs.ErrNotExist) {
 			b.Fatal(err)
 		}
 	}
+	pathBytes := 0
+	for _, p := range paths[1:] {
+		pathBytes += len(p)
+	}
+	perEntry := (heap() - before - float64(pathBytes)) / float64(len(paths)-1)
 	misses := c.counts.Misses.Load()
 	b.ReportAllocs()
 	i := 0
@@ -74,4 +89,5 @@ func BenchmarkNegativeHit(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(c.counts.Misses.Load()-misses)/float64(b.N), "misses/op")
+	b.ReportMetric(perEntry, "heapB/negative")
 }
