@@ -123,12 +123,13 @@ type FlashServe struct {
 	// Default: a quarter of RLIMIT_NOFILE, at most 262144.
 	MaxOpenFiles int `json:"max_open_files,omitempty"`
 
-	// The most "no such file" answers the cache keeps, each about 450
-	// bytes of Go heap plus its path; 0 disables negative caching. When it
+	// The most "no such file" answers the cache keeps, each about 150
+	// bytes of Go heap plus its path, none of which the garbage collector
+	// has to scan; 0 disables negative caching. When it
 	// is full, a path missing for the first time is answered without being
 	// kept, so that a scanner's distinct paths displace nothing, and a path
 	// that misses again replaces the entries least recently hit.
-	// Default: 65536 (about 35 MiB of heap with 100-byte paths).
+	// Default: 65536 (about 16 MiB of heap with 100-byte paths).
 	NegativeCache *int `json:"negative_cache,omitempty"`
 
 	// The most directories the cache watches with inotify: each cached

@@ -38,11 +38,12 @@ type Options struct {
 	// at most 262144.
 	MaxOpenFiles int
 	// NegativeEntries bounds the cached "no such file" answers, each about
-	// 450 bytes of Go heap plus its path. While there is room every one is
+	// 150 bytes of Go heap plus its path, in memory the garbage collector
+	// does not scan (negstore.go). While there is room every one is
 	// kept; when full, a path missing for the first time is answered
 	// without being kept (a scanner's distinct paths displace nothing),
 	// and one that missed before replaces the entries least recently hit
-	// (negative.go). Default: 65536, about 35 MiB with 100-byte paths. A
+	// (negative.go). Default: 65536, about 16 MiB with 100-byte paths. A
 	// negative value disables negative caching.
 	NegativeEntries int
 	// MemoryBudget is how many bytes of small files are kept in memory.

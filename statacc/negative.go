@@ -8,11 +8,14 @@ import (
 )
 
 // defaultNegativeEntries is the default bound of the negative cache: a
-// cached "no such file" answer costs about 450 bytes of Go heap plus its
-// path (TestHeapPerEntry), and the doorkeeper 4 bytes, so 65,536 of them
-// take about 35 MiB with paths of 100 bytes (the collector's headroom
-// comes on top), and a storm of that many distinct missing paths is
-// answered from memory.
+// cached "no such file" answer costs about 150 bytes of Go heap plus its
+// path (TestHeapPerEntry, BenchmarkNegativeHit's heapB/negative: its slot
+// of 56 bytes, its share of the store's index, of the clock's ring and of
+// the watcher's index, and the doorkeeper's 4 bytes), and its path and
+// root once more at most while freed arena bytes wait for compaction
+// (negstore.go), so 65,536 of them take about 16 MiB with paths of 100
+// bytes, 29 MiB at worst, none of it scanned by the collector, and a
+// storm of that many distinct missing paths is answered from memory.
 const defaultNegativeEntries = 65536
 
 // The negative cache's replacement policy, for a cache that is full:

@@ -143,7 +143,7 @@ func TestHugeBoundsDoNotCompactEveryAdd(t *testing.T) {
 }
 
 // TestNegativeHeapAfterChurnStaysAsDocumented: the README and the option's
-// doc say a negative entry costs about 450 B of heap plus its path, 35 MiB
+// doc say a negative entry costs about 150 B of heap plus its path, 16 MiB
 // at the default. Negatives churn: every one expires after revalidate and
 // the janitor drops it, files appear where negatives were, Purge. The
 // dropped entries stay referenced by the negative clock's ring until it
