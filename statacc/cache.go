@@ -200,7 +200,7 @@ type Cache struct {
 	// negatives holds the cached "no such file" answers, apart and
 	// pointer-free (negstore.go).
 	negatives *negStore
-	jobs    chan *call
+	jobs      chan *call
 	// slots holds one token per lookup in the filesystem, inline or by a
 	// worker: at most Workers at once, and so at most Workers threads.
 	slots chan struct{}

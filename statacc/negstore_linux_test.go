@@ -9,6 +9,35 @@ import (
 	"time"
 )
 
+// appearance is one way a missing path comes to exist: apply makes path
+// say want.
+type appearance struct {
+	name, path, want string
+	apply            func()
+}
+
+// appearances makes a tree under root (a `current` link to release-1,
+// release-2 holding new.html) and the ways a path missing in it appears:
+// created, renamed into place, the link swapped to release-2, a parent
+// directory made.
+func appearances(t *testing.T, root string) []appearance {
+	t.Helper()
+	write(t, filepath.Join(root, "release-1/keep"), "1")
+	write(t, filepath.Join(root, "release-2/new.html"), "two")
+	if err := os.Symlink("release-1", filepath.Join(root, "current")); err != nil {
+		t.Fatal(err)
+	}
+	return []appearance{
+		{"created", filepath.Join(root, "created.txt"), "3:new", func() { write(t, filepath.Join(root, "created.txt"), "new") }},
+		{"renamed into place", filepath.Join(root, "renamed.txt"), "4:move", func() {
+			write(t, filepath.Join(root, ".tmp-renamed"), "move")
+			mustRename(t, filepath.Join(root, ".tmp-renamed"), filepath.Join(root, "renamed.txt"))
+		}},
+		{"current swapped", filepath.Join(root, "current/new.html"), "3:two", func() { symlinkSwap(t, root, "current", "release-2") }},
+		{"parent made", filepath.Join(root, "later/sub/x.txt"), "1:x", func() { write(t, filepath.Join(root, "later/sub/x.txt"), "x") }},
+	}
+}
+
 // collide gives every path the same hash in c's negative store, so that
 // each new negative entry replaces the last and only the comparison of
 // the whole path tells them apart.
@@ -36,24 +65,8 @@ func TestNegativeEntriesSeeChangesWithAnyHash(t *testing.T) {
 			if colliding {
 				collide(c)
 			}
-			write(t, filepath.Join(root, "release-1/keep"), "1")
-			write(t, filepath.Join(root, "release-2/new.html"), "two")
 			write(t, filepath.Join(root, "locked/keep"), "1")
-			if err := os.Symlink("release-1", filepath.Join(root, "current")); err != nil {
-				t.Fatal(err)
-			}
-			steps := []struct {
-				name, path, want string
-				apply            func()
-			}{
-				{"created", filepath.Join(root, "created.txt"), "3:new", func() { write(t, filepath.Join(root, "created.txt"), "new") }},
-				{"renamed into place", filepath.Join(root, "renamed.txt"), "4:move", func() {
-					write(t, filepath.Join(root, ".tmp-renamed"), "move")
-					mustRename(t, filepath.Join(root, ".tmp-renamed"), filepath.Join(root, "renamed.txt"))
-				}},
-				{"current swapped", filepath.Join(root, "current/new.html"), "3:two", func() { symlinkSwap(t, root, "current", "release-2") }},
-				{"parent made", filepath.Join(root, "later/sub/x.txt"), "1:x", func() { write(t, filepath.Join(root, "later/sub/x.txt"), "x") }},
-			}
+			steps := appearances(t, root)
 			for _, s := range steps {
 				lookMissing(t, c, []string{s.path})
 				if got := watchedHit(t, c, s.path); got != "missing" {

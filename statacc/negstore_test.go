@@ -29,6 +29,15 @@ func hasPointers(t reflect.Type) bool {
 	return false
 }
 
+// heapAfterGC is the live heap after two collections.
+func heapAfterGC() int64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
 // TestNegativeStoreHoldsNoPointers: what the store keeps per negative
 // entry (its slot, the index from hash to slot, the arena's bytes) holds
 // no pointer, so that a cache full of 404s adds nothing to the
@@ -58,15 +67,8 @@ func BenchmarkNegativeHit(b *testing.B) {
 	defer c.Close()
 	paths := missingPaths(b.TempDir(), "m", 50000)
 	ctx := context.Background()
-	heap := func() float64 {
-		var m runtime.MemStats
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		return float64(m.HeapAlloc)
-	}
 	describe(b, c, paths[0]) // the watcher's nodes, the doorkeeper-free store
-	before := heap()
+	before := float64(heapAfterGC())
 	for _, p := range paths[1:] {
 		if _, err := c.Get(ctx, p); !errors.Is(err, fs.ErrNotExist) {
 			b.Fatal(err)
@@ -76,7 +78,7 @@ func BenchmarkNegativeHit(b *testing.B) {
 	for _, p := range paths[1:] {
 		pathBytes += len(p)
 	}
-	perEntry := (heap() - before - float64(pathBytes)) / float64(len(paths)-1)
+	perEntry := (float64(heapAfterGC()) - before - float64(pathBytes)) / float64(len(paths)-1)
 	misses := c.counts.Misses.Load()
 	b.ReportAllocs()
 	i := 0

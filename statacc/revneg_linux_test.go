@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -158,13 +157,7 @@ func TestNegativeHeapAfterChurnStaysAsDocumented(t *testing.T) {
 	c.Purge(dir, true)
 	first := missingPaths(dir, "first", n)
 	second := missingPaths(dir, "second", n)
-	heap := func() uint64 {
-		var m runtime.MemStats
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
+	heap := heapAfterGC
 	base := heap()
 	lookMissing(t, c, first)
 	fresh := float64(heap()-base) / n
@@ -198,24 +191,7 @@ func TestFirstMissWhenFullSeesChangesAtOnce(t *testing.T) {
 	delays := newChangeDelays(t)
 	root := t.TempDir()
 	c, _ := fullNegativeCache(t, root, 100)
-	write(t, filepath.Join(root, "release-1/keep"), "1")
-	write(t, filepath.Join(root, "release-2/new.html"), "two")
-	if err := os.Symlink("release-1", filepath.Join(root, "current")); err != nil {
-		t.Fatal(err)
-	}
-	type step struct {
-		name, path, want string
-		apply            func()
-	}
-	steps := []step{
-		{"created", filepath.Join(root, "created.txt"), "3:new", func() { write(t, filepath.Join(root, "created.txt"), "new") }},
-		{"renamed into place", filepath.Join(root, "renamed.txt"), "4:move", func() {
-			write(t, filepath.Join(root, ".tmp-renamed"), "move")
-			mustRename(t, filepath.Join(root, ".tmp-renamed"), filepath.Join(root, "renamed.txt"))
-		}},
-		{"current swapped", filepath.Join(root, "current/new.html"), "3:two", func() { symlinkSwap(t, root, "current", "release-2") }},
-		{"parent made", filepath.Join(root, "later/sub/x.txt"), "1:x", func() { write(t, filepath.Join(root, "later/sub/x.txt"), "x") }},
-	}
+	steps := appearances(t, root)
 	for _, admitted := range []bool{false, true} {
 		for _, s := range steps {
 			p := s.path
@@ -581,13 +557,7 @@ func TestDroppedSmallFilesFreeTheirBodies(t *testing.T) {
 	c := New(Options{Workers: 2, MaxOpenFiles: 1000, MemoryMaxFile: size, Revalidate: time.Hour})
 	defer c.Close()
 	describe(t, c, filepath.Join(root, "warm-up"))
-	heap := func() int64 {
-		var m runtime.MemStats
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		return int64(m.HeapAlloc)
-	}
+	heap := heapAfterGC
 	base := heap()
 	ctx := context.Background()
 	for round := range 3 {

@@ -100,10 +100,10 @@ type dirNode struct {
 	// negs indexes the negative entries of the directory: the hash of each
 	// one's path to its seq (negstore.go). One per hash: the store holds
 	// one entry per hash too.
-	negs map[uint64]uint64
-	id   uint64 // the node's number, unique in the watcher's life
-	mark int32  // index of the node's negative-hit mark, -1 if none
-	pins int    // lookups in progress, plus dependents
+	negs    map[uint64]uint64
+	id      uint64 // the node's number, unique in the watcher's life
+	mark    int32  // index of the node's negative-hit mark, -1 if none
+	pins    int    // lookups in progress, plus dependents
 	gen     uint64 // events on this node's watch
 	dropped bool
 	// fs says whether an open in this directory may be done without a
