@@ -428,7 +428,9 @@ func (c *Cache) refuseQueued() {
 // mode says, with a reference that the caller must give back with
 // Release. A path that does not exist gives its error (fs.ErrNotExist and
 // the like) and no entry. On a fresh hit it makes no system call and takes
-// no lock. With SymlinksFollow, root is ignored: the lookup is not
+// no lock (a negative hit: one shard's read lock); the error of a negative
+// hit is the same value for every path (negErrors), so that it allocates
+// nothing. With SymlinksFollow, root is ignored: the lookup is not
 // confined. root and path must be absolute and clean (the cache compares them as strings). An entry answers only the
 // lookups with its root and mode: a lookup of the same path under another
 // root or mode resolves it again, so that one site's confinement answer is
