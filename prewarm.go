@@ -238,7 +238,13 @@ func (fsrv *FlashServe) startPrewarm(ctx caddy.Context) {
 		if !ok {
 			return
 		}
-		more, err := prewarm.Expand(root, fsrv.Prewarm)
+		// The walk stats every file under the paths: it takes turns with
+		// the requests as the paths pass does (a twentieth of a core while
+		// they are served).
+		more, err := passWarmer("paths", busyRate).Expand(runCtx, root, fsrv.Prewarm)
+		if runCtx.Err() != nil {
+			return
+		}
 		if err != nil {
 			logger.Warn("expanding prewarm paths", zap.String("root", root), zap.Error(err))
 		}
