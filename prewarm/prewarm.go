@@ -697,6 +697,9 @@ func (t *walkTurns) next(ctx context.Context) error {
 	}
 	if t.n%walkTurn == 0 {
 		t.end()
+		if err := ctx.Err(); err != nil {
+			return err // no turn after the end: a pause would be for nothing
+		}
 		release, held, err := t.y.wait(ctx, 0)
 		if err != nil {
 			return err
