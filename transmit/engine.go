@@ -61,12 +61,16 @@ type Stats struct {
 	// none). The warm-up of the hot set reads at full width while they
 	// are recent (prewarm.Warmer.Cold).
 	ColdBodies, LastColdBody int64
+	// RingFirstBodies counts the small bodies whose first read was the
+	// ring's, with a no-wait half in its submission, rather than a no-wait
+	// read of their own: while most first reads meet the disk (a cold tree).
+	RingFirstBodies int64
 }
 
 // stats are the counters behind Snapshot: atomics, because every body
 // updates them.
 var stats struct {
-	sendfileBytes, sendfileCalls, fallbacks, refused, ringFallbacks, residencyProbes, coldBodies, lastColdBody atomic.Int64
+	sendfileBytes, sendfileCalls, fallbacks, refused, ringFallbacks, residencyProbes, coldBodies, lastColdBody, ringFirstBodies atomic.Int64
 }
 
 // coldBody counts a body that met the disk, and when.
@@ -86,5 +90,6 @@ func Snapshot() Stats {
 		ResidencyProbes:   stats.residencyProbes.Load(),
 		ColdBodies:        stats.coldBodies.Load(),
 		LastColdBody:      stats.lastColdBody.Load(),
+		RingFirstBodies:   stats.ringFirstBodies.Load(),
 	}
 }

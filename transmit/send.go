@@ -96,6 +96,9 @@ type Sender struct {
 	// kernel did not refuse sendfile: the listener wrapper is missing, or
 	// a writer or wrapper hides the connection.
 	Copied func(*http.Request)
+
+	// firstReads chooses how small bodies are first read (cold.go).
+	firstReads firstReads
 }
 
 // Send sends length bytes of body from offset start to w with t.Engine,

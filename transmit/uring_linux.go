@@ -26,11 +26,18 @@ const (
 	iouringOffSQEs   = 0x10000000
 
 	iouringFeatSingleMmap = 1 << 0
+	iouringFeatCQESkip    = 1 << 11 // IOSQE_CQE_SKIP_SUCCESS, Linux 5.17
+
+	iouringOpNop = 0
 
 	iouringOpAsyncCancel = 14 // Linux 5.5
 	iouringOpRead        = 22 // Linux 5.6
 
-	iosqeAsync = 1 << 4 // IOSQE_ASYNC: straight to an io-wq worker, Linux 5.6
+	iosqeAsync          = 1 << 4 // IOSQE_ASYNC: straight to an io-wq worker, Linux 5.6
+	iosqeIOHardlink     = 1 << 3 // IOSQE_IO_HARDLINK: the next entry runs after this one, failed or not, Linux 5.5
+	iosqeCQESkipSuccess = 1 << 6 // IOSQE_CQE_SKIP_SUCCESS: no completion unless it fails, Linux 5.17
+
+	rwfNoWait = 0x8 // RWF_NOWAIT: take only what the page cache holds
 
 	iouringRegisterEventFD       = 4
 	iouringRegisterProbe         = 8
@@ -82,10 +89,13 @@ type cqe struct {
 // A read's user_data is its slot index in the low 32 bits and the slot's
 // generation above them, so that a cancellation meant for a read that has
 // completed meanwhile cannot hit the next read of the same slot. The top
-// bit marks the completions of the cancellations themselves.
+// bit marks the completions of the cancellations themselves (and of the
+// no-ops that pad a batch, which post none unless they fail); the next
+// one the failure of a read's no-wait first half (readOptions.NoWaitFirst).
 const (
 	cancelTag = 1 << 63
-	genMask   = 1<<31 - 1
+	noWaitTag = 1 << 62
+	genMask   = 1<<30 - 1
 )
 
 // resClosed is the result handed to a read the ring never submitted
@@ -163,8 +173,13 @@ type Ring struct {
 
 	// enters counts the io_uring_enter calls that submitted entries,
 	// entered the reads submitted (cancellations not counted), for tests
-	// of the batching.
-	enters, entered atomic.Int64
+	// of the batching; noWaitFirst counts the reads entered with a no-wait
+	// half, metDisk those whose no-wait half failed.
+	enters, entered, noWaitFirst, metDisk atomic.Int64
+
+	// skipCQE: the kernel has IOSQE_CQE_SKIP_SUCCESS, which reads with a
+	// no-wait half need (their first half posts only its failure).
+	skipCQE bool
 
 	// failNext makes the next completions fail with ECANCELED, to test
 	// the fallback.
@@ -179,13 +194,17 @@ type ringOp struct {
 	state     uint8
 	flags     uint8
 	abandoned bool // its reader has gone: the reaper finishes it
-	gen       uint32
-	fd        int32
-	off       uint64
-	buf       []byte // kept referenced until the kernel is done with it
-	done      chan int32
-	release   func() // from readOptions.Hold, run at the completion
-	gate      *fileGate
+	// noWaitFirst: the read goes in as two linked entries, a no-wait read
+	// and the read itself; metDisk is set when the first failed (the data
+	// was not all in the page cache).
+	noWaitFirst, metDisk bool
+	gen                  uint32
+	fd                   int32
+	off                  uint64
+	buf                  []byte // kept referenced until the kernel is done with it
+	done                 chan int32
+	release              func() // from readOptions.Hold, run at the completion
+	gate                 *fileGate
 }
 
 // fileGate bounds the reads of one descriptor in flight.
@@ -228,6 +247,18 @@ type readOptions struct {
 	// flight (its device and inode, say), where several descriptors may
 	// be open on it; 0 means the descriptor is the file.
 	File uint64
+	// NoWaitFirst asks, where the ring can (Ring.NoWaitFirst), that the
+	// next read be preceded in the same submission by a no-wait read of
+	// the same range (RWF_NOWAIT, hard-linked): its failure says that the
+	// data was not all in the page cache, and the disk read it starts is
+	// plugged with the rest of the batch, so that one enter signals the
+	// disk once for every read in it. The read itself follows, from the
+	// page cache or waiting for the disk. It applies to one read only and
+	// is cleared by it.
+	NoWaitFirst bool
+	// MetDisk is set by a read with NoWaitFirst whose no-wait half failed:
+	// the read waited for the disk (or for a read of it already started).
+	MetDisk bool
 }
 
 // errRingClosed is returned by reads on a closed Ring.
@@ -256,7 +287,7 @@ func newRing(o ringOptions) (*Ring, error) {
 	if errno != 0 {
 		return nil, setupError(errno)
 	}
-	r := &Ring{fd: int(fd), reaped: make(chan struct{}), closeWait: o.CloseWait}
+	r := &Ring{fd: int(fd), reaped: make(chan struct{}), closeWait: o.CloseWait, skipCQE: p.features&iouringFeatCQESkip != 0}
 	if err := r.mapRings(&p); err != nil {
 		r.unmap()
 		return nil, err
@@ -404,6 +435,10 @@ func (r *Ring) setWorkersLocked(n int) {
 // workerCap is the io-wq cap asked for last.
 func (r *Ring) workerCap() int { return int(r.wantWorkers.Load()) }
 
+// NoWaitFirst reports whether reads can have a no-wait half
+// (readOptions.NoWaitFirst): the kernel has IOSQE_CQE_SKIP_SUCCESS.
+func (r *Ring) NoWaitFirst() bool { return r != nil && r.skipCQE }
+
 // busy reports the operations in flight (submitted, queued or abandoned
 // and not yet completed) and the descriptors with reads in flight.
 func (r *Ring) busy() (ops, files int) {
@@ -508,17 +543,40 @@ func (r *Ring) submit() {
 			put(sqe{opcode: iouringOpAsyncCancel, fd: -1, addr: r.cancels[0], userData: cancelTag | r.cancels[0]})
 			r.cancels = r.cancels[1:]
 		}
-		reads := 0
+		reads, noWait := 0, 0
 		for space > 0 && len(r.queue) > 0 {
-			reads++
 			idx := r.queue[0]
-			r.queue = r.queue[1:]
 			op := &r.ops[idx]
-			put(sqe{opcode: iouringOpRead, flags: op.flags, fd: op.fd, off: op.off,
+			read := sqe{opcode: iouringOpRead, flags: op.flags, fd: op.fd, off: op.off,
 				addr: uint64(uintptr(unsafe.Pointer(&op.buf[0]))), len: uint32(len(op.buf)),
-				userData: uint64(op.gen)<<32 | uint64(idx)})
+				userData: uint64(op.gen)<<32 | uint64(idx)}
+			if op.noWaitFirst {
+				if space < 2 {
+					break
+				}
+				first := read
+				first.flags |= iosqeIOHardlink | iosqeCQESkipSuccess
+				first.rwFlags = rwfNoWait
+				first.userData |= noWaitTag
+				put(first)
+				noWait++
+			}
+			put(read)
+			reads++
+			r.queue = r.queue[1:]
 			op.state = opInKernel
 			r.inKernel++
+		}
+		if noWait > 0 {
+			// The kernel plugs the block layer for a submission of more
+			// than two entries: the disk reads the no-wait halves start wait
+			// in the plug until the whole batch is in, so each half fails
+			// (its data is locked, not read yet) rather than race a fast
+			// disk and return the data unnoticed, and the disk is signalled
+			// once. No-ops that post nothing make up a short batch.
+			for n := tail - atomic.LoadUint32(r.sqHead); n < 3 && space > 0; n++ {
+				put(sqe{opcode: iouringOpNop, flags: iosqeCQESkipSuccess, fd: -1, userData: cancelTag})
+			}
 		}
 		if len(r.cancels) == 0 {
 			r.cancels = r.cancels[:0:0]
@@ -530,6 +588,7 @@ func (r *Ring) submit() {
 		more := len(r.queue) > 0 || len(r.cancels) > 0
 		r.mu.Unlock()
 		r.entered.Add(int64(reads))
+		r.noWaitFirst.Add(int64(noWait))
 		r.enter()
 		if !more {
 			return
@@ -744,6 +803,11 @@ func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *readO
 	if o != nil && o.NoBlockDevice {
 		op.flags = iosqeAsync
 	}
+	op.noWaitFirst, op.metDisk = false, false
+	if o != nil && o.NoWaitFirst {
+		o.NoWaitFirst = false
+		op.noWaitFirst = r.skipCQE && !o.NoBlockDevice
+	}
 	r.queue = append(r.queue, idx)
 	inKernel := r.inKernel
 	r.mu.Unlock()
@@ -790,6 +854,9 @@ func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *readO
 		res = <-op.done
 	}
 	r.mu.Lock()
+	if op.metDisk && o != nil {
+		o.MetDisk = true
+	}
 	r.freeOpLocked(idx)
 	r.mu.Unlock()
 	if res == resClosed {
@@ -858,11 +925,19 @@ func (r *Ring) drain() bool {
 			if c.userData&cancelTag != 0 {
 				continue // a cancellation's own result: its read says the rest
 			}
-			idx, gen := uint32(c.userData), uint32(c.userData>>32)
+			idx, gen := uint32(c.userData), uint32(c.userData>>32)&genMask
 			if int(idx) >= len(r.ops) || r.ops[idx].state != opInKernel || r.ops[idx].gen != gen {
 				continue
 			}
 			op := &r.ops[idx]
+			if c.userData&noWaitTag != 0 {
+				// The no-wait half failed: the read itself follows.
+				if !op.metDisk {
+					op.metDisk = true
+					r.metDisk.Add(1)
+				}
+				continue
+			}
 			r.inKernel--
 			res := c.res
 			if r.failNext.Load() > 0 && r.failNext.Add(-1) >= 0 {

@@ -23,6 +23,8 @@ type readOptions struct {
 	Hold          func() (release func())
 	NoBlockDevice bool
 	File          uint64
+	NoWaitFirst   bool
+	MetDisk       bool
 }
 
 // errRingAbandoned is returned by close when reads were still in the
@@ -57,6 +59,9 @@ func preadFull(int, []byte, int64) (int, error) { return 0, errors.ErrUnsupporte
 
 // setWorkers does nothing here.
 func (r *Ring) setWorkers(int) {}
+
+// NoWaitFirst is false here: there is no Ring.
+func (r *Ring) NoWaitFirst() bool { return false }
 
 // workerCap is 0 here.
 func (r *Ring) workerCap() int { return 0 }
