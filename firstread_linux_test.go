@@ -6,9 +6,12 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/flashserve/caddy-flash-serve/prewarm"
 	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
@@ -60,6 +63,15 @@ func TestColdTreeFirstReadsGoThroughTheRing(t *testing.T) {
 	// Past the second in which a file seen whole skips the question.
 	time.Sleep(1100 * time.Millisecond)
 	for i := range n {
+		// Another process may drop the page cache (a test of a cold start
+		// beside this one): the file is read back first if it was.
+		path := filepath.Join(root, names[i])
+		if r, err := prewarm.FileResidency(path); err != nil || r.Resident != int64(size) {
+			t.Logf("resident %d: %+v, %v: dropped meanwhile, read again", i, r, err)
+			if _, err := os.ReadFile(path); err != nil {
+				t.Fatal(err)
+			}
+		}
 		before := transmit.Snapshot()
 		if status, _, got := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, names[i])); status != 200 || !bytes.Equal(got, wants[i]) {
 			t.Fatalf("resident %d: status %d, %d bytes", i, status, len(got))

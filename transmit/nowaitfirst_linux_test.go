@@ -7,7 +7,6 @@ import (
 	"context"
 	"os"
 	"runtime"
-	"sync"
 	"testing"
 
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
@@ -67,29 +66,20 @@ func TestNoWaitFirstTellsColdReads(t *testing.T) {
 	files, wants := evictedFiles(t, readers, size)
 	for _, pass := range []string{"cold", "resident"} {
 		enters0, entered0, halves0, met0 := r.enters.Load(), r.entered.Load(), r.noWaitFirst.Load(), r.metDisk.Load()
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for g := range readers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				buf := make([]byte, size)
-				o := readOptions{NoWaitFirst: true}
-				n, err := r.readFull(context.Background(), int(files[g].Fd()), buf, 0, &o)
-				if err != nil || n != size || !bytes.Equal(buf, wants[g]) {
-					t.Errorf("%s: read of file %d: %d bytes, %v", pass, g, n, err)
-				}
-				if o.MetDisk != (pass == "cold") {
-					t.Errorf("%s: read of file %d: MetDisk %v", pass, g, o.MetDisk)
-				}
-				if o.NoWaitFirst {
-					t.Errorf("%s: read of file %d left NoWaitFirst set", pass, g)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
+		readTogether(readers, func(g int) {
+			buf := make([]byte, size)
+			o := readOptions{NoWaitFirst: true}
+			n, err := r.readFull(context.Background(), int(files[g].Fd()), buf, 0, &o)
+			if err != nil || n != size || !bytes.Equal(buf, wants[g]) {
+				t.Errorf("%s: read of file %d: %d bytes, %v", pass, g, n, err)
+			}
+			if o.MetDisk != (pass == "cold") {
+				t.Errorf("%s: read of file %d: MetDisk %v", pass, g, o.MetDisk)
+			}
+			if o.NoWaitFirst {
+				t.Errorf("%s: read of file %d left NoWaitFirst set", pass, g)
+			}
+		})
 		enters, entered := r.enters.Load()-enters0, r.entered.Load()-entered0
 		halves, met := r.noWaitFirst.Load()-halves0, r.metDisk.Load()-met0
 		t.Logf("%s: %d reads, %d with a no-wait half, %d met the disk, in %d io_uring_enter calls", pass, entered, halves, met, enters)

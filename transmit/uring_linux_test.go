@@ -205,6 +205,23 @@ func TestColdReadsHoldNoThreads(t *testing.T) {
 // is when the submitter wakes once the kernel has eagerBelow reads; a
 // channel wake-up for every read ran the submitter before the next
 // reader.
+// readTogether runs read(g) for g in [0, n), each in its own goroutine,
+// all let go at once, and waits for them.
+func readTogether(n int, read func(g int)) {
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			read(g)
+		}()
+	}
+	close(start)
+	wg.Wait()
+}
+
 func TestConcurrentReadsShareEnters(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	r, err := newRing(ringOptions{Entries: 256, Workers: 4})
@@ -225,22 +242,13 @@ func TestConcurrentReadsShareEnters(t *testing.T) {
 			evict(t, f)
 		}
 		enters0, entered0 := r.enters.Load(), r.entered.Load()
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for g := range readers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				buf := make([]byte, size)
-				n, err := r.readAt(int(files[g].Fd()), buf, 0)
-				if err != nil || n != size || !bytes.Equal(buf, wants[g]) {
-					t.Errorf("round %d: read of file %d: %d bytes, %v, equal %v", round, g, n, err, bytes.Equal(buf[:n], wants[g][:n]))
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
+		readTogether(readers, func(g int) {
+			buf := make([]byte, size)
+			n, err := r.readAt(int(files[g].Fd()), buf, 0)
+			if err != nil || n != size || !bytes.Equal(buf, wants[g]) {
+				t.Errorf("round %d: read of file %d: %d bytes, %v, equal %v", round, g, n, err, bytes.Equal(buf[:n], wants[g][:n]))
+			}
+		})
 		enters, entered := r.enters.Load()-enters0, r.entered.Load()-entered0
 		t.Logf("round %d: %d reads entered in %d io_uring_enter calls", round, entered, enters)
 		if entered != readers {
