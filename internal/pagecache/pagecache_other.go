@@ -14,6 +14,9 @@ func Trusted(int, fs.FileInfo) bool { return true }
 // residentPrefix cannot see the page cache here.
 func residentPrefix(int, int64, int64) (int64, error) { return 0, errUnsupported }
 
+// allCached cannot see the page cache here.
+func allCached(int, int64, int64) bool { return false }
+
 // mincore cannot see the page cache here.
 func mincore(int, int64, int64, []byte) ([]byte, int64, error) { return nil, 0, errUnsupported }
 
