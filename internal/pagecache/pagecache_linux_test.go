@@ -66,6 +66,23 @@ func evict(t *testing.T, f *os.File, size int64) {
 	}
 }
 
+// residentBut leaves the file's size bytes all in the page cache but the
+// gap bytes at hole: all evicted, the rest read again (testFile turned
+// the kernel's readahead off), and checked with mincore.
+func residentBut(t *testing.T, f *os.File, size, hole, gap int64) {
+	t.Helper()
+	evict(t, f, size)
+	if _, err := f.ReadAt(make([]byte, hole), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ReadAt(make([]byte, size-hole-gap), hole+gap); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := Count(int(f.Fd()), size); n != size-gap {
+		t.Fatalf("%d of %d bytes resident, want all but the %d at %d: the test would prove nothing", n, size, gap, hole)
+	}
+}
+
 // TestResidencyAfterEvictAndRead: after fadvise DONTNEED nothing of the
 // file is resident, by every probe; after a read of its first part
 // exactly that part is, and after a read of all of it all of it is.
@@ -345,16 +362,7 @@ func TestProbeLooksAhead(t *testing.T) {
 	fd := int(f.Fd())
 	// All of it resident but 64 KiB from 5 MiB, read with readahead off.
 	const hole, gap = 5 << 20, 64 << 10
-	evict(t, f, size)
-	if _, err := f.ReadAt(make([]byte, hole), 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.ReadAt(make([]byte, size-hole-gap), hole+gap); err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := Count(fd, size); n != size-gap {
-		t.Fatalf("%d of %d bytes resident, want all but the %d at %d: the test would prove nothing", n, size, gap, hole)
-	}
+	residentBut(t, f, size, hole, gap)
 	p := NewProbe(fd, true, 0)
 	want := func(off, n, resident int64) {
 		t.Helper()
@@ -656,16 +664,7 @@ func TestResidentFileCostsOneCachestat(t *testing.T) {
 	// 64 KiB evicted, 3 MiB in (all evicted, the rest read again with the
 	// kernel's readahead off): cachestat sees it, mincore says where.
 	const hole, gap = 3 << 20, 64 << 10
-	evict(t, f, size)
-	if _, err := f.ReadAt(make([]byte, hole), 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.ReadAt(make([]byte, size-hole-gap), hole+gap); err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := Count(fd, size); n != size-gap {
-		t.Fatalf("%d of %d bytes resident, want all but the %d at %d: the test would prove nothing", n, size, gap, hole)
-	}
+	residentBut(t, f, size, hole, gap)
 	p = NewProbe(fd, true, size)
 	asks("a gap: FirstMissing", 1, 1, func() {
 		if off, ok := p.FirstMissing(size, 2<<20); off != hole || !ok {
