@@ -429,8 +429,9 @@ func (c *Cache) refuseQueued() {
 // Release. A path that does not exist gives its error (fs.ErrNotExist and
 // the like) and no entry. On a fresh hit it makes no system call and takes
 // no lock (a negative hit: one shard's read lock); the error of a negative
-// hit is the same value for every path (negErrors), so that it allocates
-// nothing. With SymlinksFollow, root is ignored: the lookup is not
+// hit of a missing path is the same value for every path (negErrors), so
+// that it allocates nothing, and a refusal's is made again as its miss
+// returned it (hitError). With SymlinksFollow, root is ignored: the lookup is not
 // confined. root and path must be absolute and clean (the cache compares them as strings). An entry answers only the
 // lookups with its root and mode: a lookup of the same path under another
 // root or mode resolves it again, so that one site's confinement answer is
@@ -479,7 +480,7 @@ func (c *Cache) negativeHit(key lookupKey) (error, bool) {
 		sh.mu.RUnlock()
 		return nil, false
 	}
-	kind := sl.kind
+	kind, refusedAt := sl.kind, sl.refusedAt
 	if c.freshNegative(sl) {
 		if !sl.used.Load() {
 			sl.used.Store(true) // the eviction clock's mark, written once per sweep
@@ -488,14 +489,14 @@ func (c *Cache) negativeHit(key lookupKey) (error, bool) {
 		sh.mu.RUnlock()
 		c.watch.markUsed(mark)
 		c.counts.NegativeHits.Add(1)
-		return negErrors[kind], true
+		return hitError(kind, refusedAt, key.path), true
 	}
 	ref := negRef{seq: sl.seq.Load(), slot: i, shard: shard}
 	watched, checked := sl.watched, sl.checked.Load()
 	sh.mu.RUnlock()
 	if c.revalidateNegative(key, ref, watched, checked, kind) {
 		c.counts.NegativeHits.Add(1)
-		return negErrors[kind], true
+		return hitError(kind, refusedAt, key.path), true
 	}
 	return nil, false
 }
@@ -842,7 +843,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 // directory's node as its ticket allows.
 func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *Entry) {
 	s := c.negatives
-	n := negNew{root: key.root, path: key.path, symlinks: key.mode, kind: kindOf(e.err), watched: e.watched, checked: checked}
+	n := negNew{root: key.root, path: key.path, symlinks: key.mode, kind: kindOf(e.err), refusedAt: refusedAtPath(e.err, key.path), watched: e.watched, checked: checked}
 	h := s.hash(key.path)
 	var ref negRef
 	var pos any

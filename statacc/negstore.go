@@ -78,10 +78,13 @@ type negSlot struct {
 	rootLen, pathLen uint32
 	mark             int32
 	kind             negKind
-	symlinks         Symlinks
-	watched          bool
-	used             atomic.Bool // the negative clock's mark
-	gone             atomic.Bool // freed (a reference to it finds it left the cache)
+	// refusedAt says the refusal (negSymlink, negEscape) that made the
+	// entry named the path (an openat2 PathError), as a hit's must.
+	refusedAt bool
+	symlinks  Symlinks
+	watched   bool
+	used      atomic.Bool // the negative clock's mark
+	gone      atomic.Bool // freed (a reference to it finds it left the cache)
 }
 
 // negRef names a negative entry from outside its shard.
@@ -115,6 +118,33 @@ var negErrors = [...]error{
 	negNotDir:   &fs.PathError{Op: "open", Path: "(cached)", Err: syscall.ENOTDIR},
 	negSymlink:  &fs.PathError{Op: "openat2", Path: "(cached)", Err: errSymlink},
 	negEscape:   &fs.PathError{Op: "openat2", Path: "(cached)", Err: errEscape},
+}
+
+// hitError is the error a negative hit of path answers with. A 404 says
+// nothing of its error (the handler answers not-found errors alone), so a
+// missing path takes the one value of its kind; a refusal is a 403 whose
+// error is {err.message} in handle_errors and Caddy's error log, so it is
+// made again as the lookup that made the entry returned it, path and all
+// (one allocation, on refusals only).
+func hitError(kind negKind, refusedAt bool, path string) error {
+	if kind != negSymlink && kind != negEscape {
+		return negErrors[kind]
+	}
+	refusal := errSymlink
+	if kind == negEscape {
+		refusal = errEscape
+	}
+	if !refusedAt {
+		return refusal
+	}
+	return &fs.PathError{Op: "openat2", Path: path, Err: refusal}
+}
+
+// refusedAtPath reports whether err, a refusal of path, is the openat2
+// PathError that names it (hitError).
+func refusedAtPath(err error, path string) bool {
+	var pe *fs.PathError
+	return errors.As(err, &pe) && pe.Op == "openat2" && pe.Path == path
 }
 
 // kindOf classifies a cacheable error.
@@ -169,6 +199,7 @@ type negNew struct {
 	root, path string
 	symlinks   Symlinks
 	kind       negKind
+	refusedAt  bool
 	watched    bool
 	checked    int64
 	node       uint64
@@ -212,7 +243,7 @@ func (s *negStore) insertLocked(sh *negShard, shard uint32, h uint64, n negNew) 
 	sh.arena = append(append(sh.arena, n.root...), n.path...)
 	sl.hash, sl.node, sl.mark = h, n.node, n.mark
 	sl.rootLen, sl.pathLen = uint32(len(n.root)), uint32(len(n.path))
-	sl.kind, sl.symlinks, sl.watched = n.kind, n.symlinks, n.watched
+	sl.kind, sl.refusedAt, sl.symlinks, sl.watched = n.kind, n.refusedAt, n.symlinks, n.watched
 	sl.checked.Store(n.checked)
 	sl.used.Store(false)
 	sl.gone.Store(false)
