@@ -2,6 +2,7 @@ package flashserve
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -232,12 +234,31 @@ func TestRevhitReload(t *testing.T) {
 			eventually(t, 10*time.Second, func() error { _, _, _, err := rawTry(port, "/"); return err })
 		}
 		for _, p := range revhitPaths {
-			ws, _, wb := rawGet(t, file, p)
-			gs, _, gb := rawGet(t, flash, p)
+			ws, _, wb := reloadedGet(t, file, p)
+			gs, _, gb := reloadedGet(t, flash, p)
 			if ws != gs || wb != gb {
 				t.Errorf("config %d %q: %.60q: flash_serve %d %q, file_server %d %q", i, cfg, p, gs, trunc(gb), ws, trunc(wb))
 			}
 		}
+	}
+}
+
+// reloadedGet is rawGet just after a reload: a connection the old
+// server accepted as it stopped can be reset before it answers (the fresh
+// clone's CI saw it once for flash_serve, the first in 19 runs; the test
+// passed 8 times alone after). That is no answer of either config, so it
+// is asked again, up to twice, and logged; every answer is compared.
+func reloadedGet(t *testing.T, port int, target string) (int, http.Header, string) {
+	t.Helper()
+	for try := 1; ; try++ {
+		status, h, b, err := rawTry(port, target)
+		if err == nil {
+			return status, h, b
+		}
+		if try == 3 || !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("GET %q: %v", target, err)
+		}
+		t.Logf("GET %q on port %d right after a reload: %v; again", target, port, err)
 	}
 }
 
