@@ -76,7 +76,20 @@ func TestNegativeEntriesSeeChangesWithAnyHash(t *testing.T) {
 				s.apply()
 				took := delays.seen(t, c, changed, s.path, s.want)
 				hits := c.counts.Hits.Load()
-				if got := describe(t, c, s.path); got != s.want || c.counts.Hits.Load() != hits+1 {
+				got := describe(t, c, s.path)
+				if colliding && got == s.want && c.counts.Hits.Load() == hits {
+					// With one hash for all, an event of another name in
+					// the directory (the temporary file of a rename, its
+					// create and writes) drops the path's negative early,
+					// and a lookup that misses then can have the rename's
+					// own event come while it runs: it publishes the file
+					// stale, as it must, and the next lookup looks again.
+					// The one after that is the hit.
+					t.Logf("%s: the lookup after the file was served looked again (published stale by an event during its miss)", s.name)
+					hits = c.counts.Hits.Load()
+					got = describe(t, c, s.path)
+				}
+				if got != s.want || c.counts.Hits.Load() != hits+1 {
 					t.Errorf("%s: the lookup after the file was served gave %q (%d hits), want %q from the cache", s.name, got, c.counts.Hits.Load()-hits, s.want)
 				}
 				t.Logf("%s: served after %v", s.name, took)
