@@ -19,7 +19,9 @@ import (
 // post 12 completions into a completion ring of 8. The kernel keeps the
 // excess on its overflow list (IORING_FEAT_NODROP) and hands it over only
 // when entered with IORING_ENTER_GETEVENTS, which the ring never does:
-// once the reaper catches up, every reader must still return.
+// once the reaper catches up, every reader must still return, and so
+// must a new read entered after (the kernel puts its completion behind
+// the overflowed ones: the whole ring wedges).
 func TestNoWaitHalvesOverflowCompletionRing(t *testing.T) {
 	r, err := newRing(ringOptions{Entries: 4, Workers: 4})
 	if err != nil {
@@ -86,15 +88,30 @@ func TestNoWaitHalvesOverflowCompletionRing(t *testing.T) {
 		case <-done:
 		case <-deadline:
 			t.Errorf("%d of %d cancelled readers still wait 10 s after the reaper caught up: their completions sit on the kernel's overflow list", n-i, n)
+			// A new read after it: its completion joins the overflow list
+			// too (the kernel keeps the order), so the ring is wedged.
+			f, _ := testFile(t, 4096)
+			fresh := make(chan error, 1)
+			go func() {
+				_, err := r.readFull(context.Background(), int(f.Fd()), make([]byte, 4096), 0, nil)
+				fresh <- err
+			}()
+			select {
+			case err := <-fresh:
+				t.Logf("a new read after the overflow returned: %v", err)
+			case <-time.After(5 * time.Second):
+				t.Errorf("a new read of a resident file, entered after the overflow, has not returned in 5 s: the ring is wedged")
+			}
 			// Flush the overflow so that the readers and the ring end.
 			unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), 0, 0, 1 /* IORING_ENTER_GETEVENTS */, 0, 0)
 			r.wake()
 			var b [8]byte
 			b[0] = 1
 			r.event.Write(b[:])
-			for range n - i {
+			for range n - i + 1 {
 				select {
 				case <-done:
+				case <-fresh:
 				case <-time.After(10 * time.Second):
 					t.Fatal("readers still wait after a GETEVENTS enter")
 				}
