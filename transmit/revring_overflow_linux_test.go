@@ -23,7 +23,12 @@ import (
 // must a new read entered after (the kernel puts its completion behind
 // the overflowed ones: the whole ring wedges).
 func TestNoWaitHalvesOverflowCompletionRing(t *testing.T) {
-	r, err := newRing(ringOptions{Entries: 4, Workers: 4})
+	// The geometry before the fix: a completion ring of 8, 4 reads in
+	// flight. The ring is sized for three completions a read now
+	// (TestCompletionRingHoldsThreePerRead), so only a lagging reaper and
+	// late cancellations could overflow it: what is shown here is that the
+	// ring then comes through.
+	r, err := newRing(ringOptions{Entries: 4, Workers: 4, cqEntries: 8, inFlight: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,5 +123,29 @@ func TestNoWaitHalvesOverflowCompletionRing(t *testing.T) {
 			}
 			return
 		}
+	}
+	if r.overflows.Load() == 0 {
+		t.Error("the ring's completions did not overflow: the test did not reach the case it is about")
+	}
+}
+
+// TestCompletionRingHoldsThreePerRead: the default ring has room in its
+// completion ring for three completions of every read it lets in flight
+// (the read, its failed no-wait half, a cancellation), so that no
+// completion needs the kernel's overflow list.
+func TestCompletionRingHoldsThreePerRead(t *testing.T) {
+	for _, entries := range []int{0, 4, 64} {
+		r, err := newRing(ringOptions{Entries: entries})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inFlight := len(r.ops)
+		if inFlight == 0 || len(r.cqes) < 3*inFlight || len(r.slots) != 0 || cap(r.slots) != inFlight {
+			t.Errorf("Entries %d: %d reads in flight, a completion ring of %d: want room for 3 completions each", entries, inFlight, len(r.cqes))
+		}
+		if entries == 0 && inFlight < 256 {
+			t.Errorf("the default ring lets %d reads in flight, want 256 as before", inFlight)
+		}
+		r.close()
 	}
 }

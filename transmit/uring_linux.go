@@ -39,6 +39,10 @@ const (
 
 	rwfNoWait = 0x8 // RWF_NOWAIT: take only what the page cache holds
 
+	iouringSetupCQSize    = 1 << 3 // IORING_SETUP_CQSIZE: cq_entries as given, Linux 5.5
+	iouringSQCQOverflow   = 1 << 1 // IORING_SQ_CQ_OVERFLOW: completions wait on the kernel's overflow list
+	iouringEnterGetEvents = 1 << 0 // IORING_ENTER_GETEVENTS: flushes that list into the ring
+
 	iouringRegisterEventFD       = 4
 	iouringRegisterProbe         = 8
 	iouringRegisterIOWQMaxWorker = 19 // Linux 5.15
@@ -145,6 +149,7 @@ type Ring struct {
 
 	sqHead, sqTail, sqMask, sqArray *uint32
 	cqHead, cqTail, cqMask          *uint32
+	sqFlags                         *uint32 // IORING_SQ_CQ_OVERFLOW
 	cqes                            []cqe
 
 	mu       sync.Mutex
@@ -175,7 +180,7 @@ type Ring struct {
 	// entered the reads submitted (cancellations not counted), for tests
 	// of the batching; noWaitFirst counts the reads entered with a no-wait
 	// half, metDisk those whose no-wait half failed.
-	enters, entered, noWaitFirst, metDisk atomic.Int64
+	enters, entered, noWaitFirst, metDisk, overflows atomic.Int64
 
 	// skipCQE: the kernel has IOSQE_CQE_SKIP_SUCCESS, which reads with a
 	// no-wait half need (their first half posts only its failure).
@@ -226,6 +231,11 @@ type ringOptions struct {
 	// CloseWait is how long close waits for reads in the kernel before it
 	// abandons the ring. Default: 3 s.
 	CloseWait time.Duration
+	// cqEntries and inFlight are for the tests: the completion ring's
+	// size (default: 4 times Entries) and the most reads in flight
+	// (default: what the completion ring holds three completions each
+	// of, at most Entries).
+	cqEntries, inFlight int
 }
 
 // readOptions say how a read may be let go and how to submit it.
@@ -282,8 +292,17 @@ func newRing(o ringOptions) (*Ring, error) {
 	if o.CloseWait <= 0 {
 		o.CloseWait = 3 * time.Second
 	}
-	var p iouringParams
+	if o.cqEntries <= 0 {
+		o.cqEntries = 4 * o.Entries
+	}
+	// The completion ring holds three completions for every read in
+	// flight: a read, its no-wait half that failed, and a cancellation.
+	p := iouringParams{flags: iouringSetupCQSize, cqEntries: uint32(o.cqEntries)}
 	fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, uintptr(o.Entries), uintptr(unsafe.Pointer(&p)), 0)
+	if errno == unix.EINVAL {
+		p = iouringParams{}
+		fd, _, errno = unix.Syscall(unix.SYS_IO_URING_SETUP, uintptr(o.Entries), uintptr(unsafe.Pointer(&p)), 0)
+	}
 	if errno != 0 {
 		return nil, setupError(errno)
 	}
@@ -314,10 +333,15 @@ func newRing(o ringOptions) (*Ring, error) {
 		return nil, fmt.Errorf("io_uring: eventfd: %w", err)
 	}
 	r.lazyKick = os.NewFile(uintptr(kfd), "io_uring-submit-eventfd")
-	// Reads in flight are bounded by the submission ring, so that every
-	// read, and a cancellation for each, fits in the completion ring
-	// (twice as large).
-	n := int(min(p.sqEntries, p.cqEntries/2))
+	// Reads in flight are bounded by the submission ring, and so that
+	// every read, its no-wait half and a cancellation for each fit in the
+	// completion ring. Should more come (a cancellation that finds its
+	// read already done, and a reaper that lags), the kernel keeps them
+	// on its overflow list, and drain flushes it.
+	n := int(min(p.sqEntries, p.cqEntries/3))
+	if o.inFlight > 0 {
+		n = o.inFlight
+	}
 	r.ops = make([]ringOp, n)
 	r.free = make([]uint32, n)
 	for i := range n {
@@ -377,6 +401,7 @@ func (r *Ring) mapRings(p *iouringParams) error {
 	r.sqes = unsafe.Slice((*sqe)(unsafe.Pointer(&sqeBytes[0])), p.sqEntries)
 	u32 := func(b []byte, off uint32) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
 	r.sqHead, r.sqTail, r.sqMask, r.sqArray = u32(r.sqRing, p.sqOff.head), u32(r.sqRing, p.sqOff.tail), u32(r.sqRing, p.sqOff.ringMask), u32(r.sqRing, p.sqOff.array)
+	r.sqFlags = u32(r.sqRing, p.sqOff.flags)
 	r.cqHead, r.cqTail, r.cqMask = u32(r.cqRing, p.cqOff.head), u32(r.cqRing, p.cqOff.tail), u32(r.cqRing, p.cqOff.ringMask)
 	r.cqes = unsafe.Slice((*cqe)(unsafe.Pointer(&r.cqRing[p.cqOff.cqes])), p.cqEntries)
 	return nil
@@ -917,7 +942,19 @@ func (r *Ring) drain() bool {
 		head := atomic.LoadUint32(r.cqHead)
 		tail := atomic.LoadUint32(r.cqTail)
 		if head == tail {
-			break
+			// Completions the ring had no room for wait on the kernel's
+			// overflow list, and every later one behind them, until an
+			// enter with GETEVENTS moves them in: without it, their reads
+			// and all that follow would never return.
+			if atomic.LoadUint32(r.sqFlags)&iouringSQCQOverflow == 0 {
+				break
+			}
+			r.overflows.Add(1)
+			unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), 0, 0, iouringEnterGetEvents, 0, 0)
+			if atomic.LoadUint32(r.cqTail) == tail {
+				break // nothing moved in: the next wake tries again
+			}
+			continue
 		}
 		mask := *r.cqMask
 		for ; head != tail; head++ {
