@@ -391,8 +391,9 @@ func runScale(cfg *config, dir string, files, size int, treeOnly bool) error {
 		}
 		snap.pass = pass
 		rep.snaps = append(rep.snaps, snap)
-		log.Printf("scale: %s: RSS %d MiB, %d MiB settled after %.0f s, heap %d MiB, %d entries (%d negative), %d open, %d expired",
-			stage, snap.rssKB>>10, snap.settledKB>>10, snap.settleSecs, snap.heapAlloc>>20, snap.entries, snap.negative, snap.open, snap.expired)
+		log.Printf("scale: %s: RSS %d MiB, %d MiB settled after %.0f s, heap %d MiB (goal %d MiB, %d MiB free not returned), %d entries (%d negative), %d open, %d expired",
+			stage, snap.rssKB>>10, snap.settledKB>>10, snap.settleSecs, snap.heapAlloc>>20, snap.heapGoal>>20, snap.heapFree>>20,
+			snap.entries, snap.negative, snap.open, snap.expired)
 		return nil
 	}
 	pass := func(stage, uris, want string) error {
@@ -458,7 +459,7 @@ func runScale(cfg *config, dir string, files, size int, treeOnly bool) error {
 	rep.e = map[string]*result{}
 	measureWorkload(cfg, w, servers, rep.e)
 	cfg.runs = saved
-	if err := snapshot(rep.eTitle+" (descriptors cached again, the negatives kept)", fetchResult{}); err != nil {
+	if err := snapshot("after "+rep.eTitle+" (descriptors cached again, the negatives kept)", fetchResult{}); err != nil {
 		return err
 	}
 	for _, s := range servers {
