@@ -58,13 +58,17 @@ type CacheStats struct {
 	// NegativeEvictions counts the negative entries dropped to make room
 	// in a full negative cache for paths that missed again.
 	NegativeEvictions int64 `json:"negative_evictions"`
-	Shed              int64 `json:"shed"`
-	QueueFull         int64 `json:"queue_full"`
-	OpenFiles         int64 `json:"open_files"`
-	Entries           int64 `json:"entries"`
-	NegativeCount     int64 `json:"negative_entries"`
-	MemoryBytes       int64 `json:"memory_bytes"`
-	UnwatchedDirs     int64 `json:"unwatched_dirs"`
+	// Expired counts the entries the janitor dropped as stale: not asked
+	// for within revalidate (twice it for a negative entry of a watched
+	// directory).
+	Expired       int64 `json:"expired"`
+	Shed          int64 `json:"shed"`
+	QueueFull     int64 `json:"queue_full"`
+	OpenFiles     int64 `json:"open_files"`
+	Entries       int64 `json:"entries"`
+	NegativeCount int64 `json:"negative_entries"`
+	MemoryBytes   int64 `json:"memory_bytes"`
+	UnwatchedDirs int64 `json:"unwatched_dirs"`
 }
 
 // PrewarmStats describe the page-cache warm-ups and the hot set.
@@ -98,6 +102,7 @@ func (s *CacheStats) addCounters(c statacc.Counters) {
 	s.Flushes += c.Flushes
 	s.Evictions += c.Evictions
 	s.NegativeEvictions += c.NegativeEvictions
+	s.Expired += c.Expired
 	s.Shed += c.Shed
 	s.QueueFull += c.QueueFull
 }
@@ -178,6 +183,7 @@ var (
 	descFlushes       = prometheus.NewDesc(metricsNamespace+"statacc_flushes_total", "Whole-cache flushes (inotify queue overflows).", nil, nil)
 	descEvictions     = prometheus.NewDesc(metricsNamespace+"statacc_evictions_total", "Entries evicted to keep under max_open_files.", nil, nil)
 	descNegEvictions  = prometheus.NewDesc(metricsNamespace+"statacc_negative_evictions_total", "Negative entries evicted to keep under negative_cache.", nil, nil)
+	descExpired       = prometheus.NewDesc(metricsNamespace+"statacc_expired_total", "Entries dropped as stale: not asked for within revalidate (twice it for a negative entry of a watched directory).", nil, nil)
 	descOpenFiles     = prometheus.NewDesc(metricsNamespace+"statacc_open_files", "Descriptors the caches hold open.", nil, nil)
 	descEntries       = prometheus.NewDesc(metricsNamespace+"statacc_entries", "Entries cached, negative ones included.", nil, nil)
 	descMemoryBytes   = prometheus.NewDesc(metricsNamespace+"statacc_memory_bytes", "Bytes of small files kept in memory.", nil, nil)
@@ -191,7 +197,7 @@ var (
 
 var allDescs = []*prometheus.Desc{descRequests, descBytes, descInFlight, descRejected, descSendfile, descFallbacks, descRefused,
 	descHits, descNegativeHits, descMisses, descMerged, descQueueDepth, descWait, descInvalidations, descFlushes,
-	descEvictions, descNegEvictions, descOpenFiles, descEntries, descMemoryBytes, descPrewarmBytes, descPrewarmFiles, descHotSet, descHotResident, descHotUnknown}
+	descEvictions, descNegEvictions, descExpired, descOpenFiles, descEntries, descMemoryBytes, descPrewarmBytes, descPrewarmFiles, descHotSet, descHotResident, descHotUnknown}
 
 // Describe implements prometheus.Collector.
 func (metricsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -232,6 +238,7 @@ func (metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descFlushes, float64(st.Flushes))
 	counter(descEvictions, float64(st.Evictions))
 	counter(descNegEvictions, float64(st.NegativeEvictions))
+	counter(descExpired, float64(st.Expired))
 	gauge(descOpenFiles, float64(st.OpenFiles))
 	gauge(descEntries, float64(st.Entries))
 	gauge(descMemoryBytes, float64(st.MemoryBytes))

@@ -96,6 +96,8 @@ type counters struct {
 	WaitNanos                          atomic.Int64
 	OpenFiles, NegativeCount           atomic.Int64
 	NegativeEvictions                  atomic.Int64
+	// Expired counts the entries the janitor dropped as stale (dropStale).
+	Expired atomic.Int64
 	// NegativeRevalidations counts the negative entries looked up again
 	// in place when they were no longer fresh (revalidateNegative).
 	NegativeRevalidations        atomic.Int64
@@ -136,6 +138,11 @@ type Counters struct {
 	// NegativeEvictions counts the negative entries dropped to make room
 	// for one that missed again while the negative cache was full.
 	NegativeEvictions int64
+	// Expired counts the entries the janitor dropped because they were
+	// no longer fresh (older than Revalidate, or than twice it for a
+	// negative entry of a watched directory) and not asked for since:
+	// positive and negative ones.
+	Expired int64
 	// OpenFiles is the number of descriptors held open now (cached or
 	// still in use), NegativeEntries the cached "no such file" answers,
 	// Entries every cached entry (a walk of the map), QueueDepth the
@@ -172,6 +179,7 @@ func (c *Cache) Snapshot() Counters {
 		Evictions:         m.Evictions.Load(),
 		Shed:              m.Shed.Load(),
 		NegativeEvictions: m.NegativeEvictions.Load(),
+		Expired:           m.Expired.Load(),
 		OpenFiles:         m.OpenFiles.Load(),
 		NegativeEntries:   m.NegativeCount.Load(),
 		Entries:           int64(c.entryCount()),
@@ -365,7 +373,22 @@ func (c *Cache) dropStale() int {
 		return !c.freshNegative(sl) && !c.keptForRevalidation(sl)
 	})
 	c.watch.forgetNegatives(gone)
+	c.counts.Expired.Add(int64(n + len(gone)))
+	c.tidyRings(n > 0, len(gone) > 0)
 	return n + len(gone)
+}
+
+// tidyRings compacts the descriptors' clock (fds) and the negative one
+// (negs) after entries left the cache in bulk, if their dead entries are
+// most of them: otherwise they keep the room of the entries that left,
+// and the descriptors' clock their husks, until the next entry comes.
+func (c *Cache) tidyRings(fds, negs bool) {
+	if fds {
+		tidy(&c.fds, fdOps{c}, c.opts.MaxOpenFiles)
+	}
+	if negs {
+		tidy(&c.negs, negOps{c}, c.opts.NegativeEntries)
+	}
 }
 
 // keptForRevalidation reports whether the janitor leaves a stale entry for
@@ -1079,19 +1102,22 @@ func (c *Cache) Purge(path string, subtree bool) int {
 		}
 		return true
 	})
+	c.tidyRings(n > len(gone), len(gone) > 0)
 	return n
 }
 
 // flush forgets every entry.
 func (c *Cache) flush() {
 	c.counts.Flushes.Add(1)
-	c.watch.forgetNegatives(c.negatives.removeWhere(func(*negSlot, []byte) bool { return true }))
+	gone := c.negatives.removeWhere(func(*negSlot, []byte) bool { return true })
+	c.watch.forgetNegatives(gone)
 	c.entries.Range(func(k, v any) bool {
 		if c.entries.CompareAndDelete(k, v) {
 			c.drop(v.(*Entry))
 		}
 		return true
 	})
+	c.tidyRings(true, len(gone) > 0)
 }
 
 // evict closes cached descriptors until at most target remain, by the

@@ -193,7 +193,24 @@ func (k *clock[T]) compactLocked(ops clockOps[T]) {
 	}
 	k.dead.Add(-int64(len(k.ring) - len(live)))
 	clear(k.ring[len(live):])
+	if cap(live) >= 4*max(len(live), compactMin) {
+		// Most of the ring left at once (the janitor's expiry of a storm,
+		// a purge): give its room back rather than keep it for the peak.
+		live = append(make([]T, 0, 2*max(len(live), compactMin)), live...)
+	}
 	k.ring, k.hand = live, 0
+}
+
+// tidy compacts k if its dead entries are most of it, as ringAdd would:
+// for the janitor, after it dropped entries in bulk, so that the ring
+// does not keep them (and the descriptors' ring their husks) until the
+// next entry comes.
+func tidy[T comparable](k *clock[T], ops clockOps[T], bound int) {
+	k.mu.Lock()
+	if k.needsCompactLocked(bound) {
+		k.compactLocked(ops)
+	}
+	k.mu.Unlock()
 }
 
 // sweep forgets entries of k until count is at most target. With

@@ -58,7 +58,10 @@ type negShard struct {
 	// freed ones, compacted away when they are most of it.
 	arena   []byte
 	garbage int
-	_       [32]byte // keeps neighbouring shards' locks off one cache line
+	// peak is the most entries index held since it was made: a Go map
+	// keeps the room of its largest size (shrinkLocked).
+	peak int
+	_    [24]byte // keeps neighbouring shards' locks off one cache line
 }
 
 // negSlot is one negative entry. It holds no pointer.
@@ -236,6 +239,7 @@ func (s *negStore) insertLocked(sh *negShard, shard uint32, h uint64, n negNew) 
 			sh.index = make(map[uint64]uint32)
 		}
 		sh.index[h] = i
+		sh.peak = max(sh.peak, len(sh.index))
 		sl = sh.slot(i)
 		s.count.Add(1)
 	}
@@ -283,6 +287,13 @@ func (sh *negShard) compactLocked(more int) {
 	if len(sh.arena)+more <= cap(sh.arena) {
 		return
 	}
+	sh.rewriteArenaLocked(more)
+}
+
+// rewriteArenaLocked copies the live slots' bytes, without the garbage,
+// into a new arena of twice what they and more bytes take (negArenaMin at
+// least). Called with sh.mu held for writing.
+func (sh *negShard) rewriteArenaLocked(more int) {
 	arena := make([]byte, 0, max(2*(len(sh.arena)-sh.garbage+more), negArenaMin))
 	for _, i := range sh.index {
 		sl := sh.slot(i)
@@ -292,6 +303,27 @@ func (sh *negShard) compactLocked(more int) {
 		sl.off = off
 	}
 	sh.arena, sh.garbage = arena, 0
+}
+
+// shrinkLocked gives back the room of entries that left the shard in
+// bulk (the janitor's expiry of a storm of missing paths, a purge): the
+// arena, if rewriting it would at least halve it, and the index, made
+// anew once it holds a quarter of its peak, since neither an arena's
+// garbage nor a Go map's room is given back otherwise, and a storm of a
+// million paths that expired would keep its peak's memory. The slots
+// stay (references name them by number): the free ones are reused first.
+// Called with sh.mu held for writing.
+func (sh *negShard) shrinkLocked() {
+	if live := len(sh.arena) - sh.garbage; cap(sh.arena) >= 2*max(2*live, negArenaMin) {
+		sh.rewriteArenaLocked(0)
+	}
+	if n := len(sh.index); sh.peak >= 4*max(n, negChunk) {
+		index := make(map[uint64]uint32, n)
+		for h, i := range sh.index {
+			index[h] = i
+		}
+		sh.index, sh.peak = index, n
+	}
 }
 
 // remove takes out the entry of hash h if it is still the one numbered
@@ -366,16 +398,21 @@ func (s *negStore) live(r negRef, clear bool) (live, used bool) {
 }
 
 // removeWhere takes out every entry for which drop, given its path, says
-// so, and returns them.
+// so, and returns them. A shard it took many from gives back their room
+// (shrinkLocked).
 func (s *negStore) removeWhere(drop func(sl *negSlot, path []byte) bool) []negGone {
 	var gone []negGone
 	for k := range s.shards {
 		sh := &s.shards[k]
 		sh.mu.Lock()
+		had := len(gone)
 		for _, i := range sh.index {
 			if sl := sh.slot(i); drop(sl, sh.pathOf(sl)) {
 				gone = append(gone, s.freeLocked(sh, i))
 			}
+		}
+		if len(gone) > had {
+			sh.shrinkLocked()
 		}
 		sh.mu.Unlock()
 	}

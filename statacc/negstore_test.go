@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -92,4 +93,74 @@ func BenchmarkNegativeHit(b *testing.B) {
 	}
 	b.ReportMetric(float64(c.counts.Misses.Load()-misses)/float64(b.N), "misses/op")
 	b.ReportMetric(perEntry, "heapB/negative")
+}
+
+// TestNegativeStoreGivesBackABulkRemoval: once a purge takes 20,000
+// cached negatives out, the store and the negative clock keep the room of
+// what is left, not of their peak: every arena back at its smallest size,
+// every index made anew, the clock's ring compacted to its smallest; and
+// missing paths are cached and answered from the store again after it.
+func TestNegativeStoreGivesBackABulkRemoval(t *testing.T) {
+	root := t.TempDir()
+	c := New(Options{Workers: 2, Revalidate: time.Hour, NegativeEntries: 30000})
+	defer c.Close()
+	paths := missingPaths(root, "m", 20000)
+	lookMissing(t, c, paths)
+	least := len(paths)
+	for k := range c.negatives.shards {
+		sh := &c.negatives.shards[k]
+		sh.mu.RLock()
+		least = min(least, sh.peak)
+		sh.mu.RUnlock()
+	}
+	if least < 4*negChunk {
+		t.Fatalf("a shard held only %d entries at its peak: the index is made anew from %d", least, 4*negChunk)
+	}
+	if n := c.Purge(root, true); n != len(paths) {
+		t.Fatalf("purged %d, want %d", n, len(paths))
+	}
+	for k := range c.negatives.shards {
+		sh := &c.negatives.shards[k]
+		sh.mu.RLock()
+		if cap(sh.arena) > negArenaMin || len(sh.index) != 0 || sh.peak != 0 {
+			t.Errorf("shard %d after the purge: arena of %d bytes (want at most %d), %d entries, peak %d (want 0)",
+				k, cap(sh.arena), negArenaMin, len(sh.index), sh.peak)
+		}
+		sh.mu.RUnlock()
+	}
+	c.negs.mu.Lock()
+	ringLen, ringCap := len(c.negs.ring), cap(c.negs.ring)
+	c.negs.mu.Unlock()
+	if ringLen != 0 || ringCap > 2*compactMin {
+		t.Errorf("negative clock after the purge: %d entries in room for %d, want none in room for at most %d", ringLen, ringCap, 2*compactMin)
+	}
+	again := paths[:100]
+	lookMissing(t, c, again)
+	if hits := negativeHitsOf(t, c, again); hits != int64(len(again)) {
+		t.Errorf("%d negative hits of %d paths cached again after the purge", hits, len(again))
+	}
+}
+
+// TestJanitorCountsWhatExpires: every entry the janitor drops as stale,
+// negative or positive, counts in Expired, and the cache ends with none.
+func TestJanitorCountsWhatExpires(t *testing.T) {
+	root := t.TempDir()
+	c := New(Options{Workers: 2, Revalidate: 100 * time.Millisecond, NoInotify: true, NegativeEntries: 30000})
+	defer c.Close()
+	files := manyFiles(t, root, 1, 5)
+	for _, p := range files {
+		if got := describe(t, c, p); got == "missing" || strings.HasPrefix(got, "error") {
+			t.Fatalf("%s: %s", p, got)
+		}
+	}
+	missing := missingPaths(root, "m", 2000)
+	lookMissing(t, c, missing)
+	deadline := time.Now().Add(10 * time.Second)
+	for c.entryCount() > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	s := c.Snapshot()
+	if want := int64(len(files) + len(missing)); s.Expired != want || s.Entries != 0 {
+		t.Errorf("expired %d, want %d; %d entries left, want 0", s.Expired, want, s.Entries)
+	}
 }

@@ -16,7 +16,7 @@ func TestColdBuffersBounded(t *testing.T) {
 	var lent []*coldRead
 	for range cap(coldBudget) {
 		c := &coldRead{}
-		if err := c.borrow(context.Background()); err != nil {
+		if err := c.borrow(context.Background(), coldChunk); err != nil {
 			t.Fatal(err)
 		}
 		lent = append(lent, c)
@@ -27,7 +27,7 @@ func TestColdBuffersBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	extra := &coldRead{}
-	if err := extra.borrow(ctx); err == nil {
+	if err := extra.borrow(ctx, coldChunk); err == nil {
 		t.Error("a chunk was lent past the 64 MiB budget")
 		extra.giveBack()
 	}
@@ -36,5 +36,27 @@ func TestColdBuffersBounded(t *testing.T) {
 	}
 	if n := len(coldBudget); n != 0 {
 		t.Errorf("%d chunks still lent after all were given back", n)
+	}
+}
+
+// TestSmallColdReadTakesASmallChunk: a ring read of a small body borrows
+// a chunk of NoWaitMax, not of coldChunk; a larger one gets a whole
+// chunk; both count once in the budget and go back to it.
+func TestSmallColdReadTakesASmallChunk(t *testing.T) {
+	for _, tc := range []struct{ want, size int64 }{{8 << 10, NoWaitMax}, {NoWaitMax, NoWaitMax}, {NoWaitMax + 1, coldChunk}, {coldChunk, coldChunk}} {
+		c := &coldRead{}
+		if err := c.borrow(context.Background(), tc.want); err != nil {
+			t.Fatal(err)
+		}
+		if got := int64(cap(*c.bufp)); got != tc.size {
+			t.Errorf("a read of %d bytes borrowed a chunk of %d, want %d", tc.want, got, tc.size)
+		}
+		if n := len(coldBudget); n != 1 {
+			t.Errorf("%d tokens of the budget taken, want 1", n)
+		}
+		c.giveBack()
+		if n := len(coldBudget); n != 0 {
+			t.Errorf("%d tokens still taken after the chunk was given back", n)
+		}
 	}
 }

@@ -114,6 +114,7 @@ func main() {
 	scaleFiles := flag.Int("scale-files", 1000000, "files of the -scale tree")
 	scaleSize := flag.Int("scale-size", 8192, "bytes of each file of the -scale tree (1024 if the disk cannot hold those)")
 	scaleDir := flag.String("scale-dir", "/var/tmp/flash-bench-scale", "where the -scale tree is created once and kept")
+	scaleTreeOnly := flag.Bool("scale-tree", false, "only create the -scale tree (disk work, no measurement: it needs no quiet machine) and stop")
 	fetch := flag.String("fetch", "", "internal: request every path of this file once, print the result as JSON")
 	fetchBase := flag.String("fetch-base", "", "internal: the URL -fetch's paths are appended to")
 	fetchConns := flag.Int("fetch-conns", scaleConns, "internal: -fetch's connections")
@@ -169,9 +170,9 @@ func main() {
 	cfg.data = filepath.Join(cfg.work, "data")
 	os.MkdirAll(cfg.data, 0o755)
 	do := run
-	if *scale {
+	if *scale || *scaleTreeOnly {
 		cfg.mode = "scale"
-		do = func(cfg *config) error { return runScale(cfg, *scaleDir, *scaleFiles, *scaleSize) }
+		do = func(cfg *config) error { return runScale(cfg, *scaleDir, *scaleFiles, *scaleSize, *scaleTreeOnly) }
 	}
 	if err := do(cfg); err != nil {
 		log.Print(err)

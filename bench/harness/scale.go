@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -155,62 +156,146 @@ func writeScaleURIs(t scaleTree, present, missing string) (float64, error) {
 
 // scaleSnapshot is flash_serve's memory and cache after one stage.
 type scaleSnapshot struct {
-	stage                   string
-	pass                    fetchResult
-	rssKB                   int
-	heapAlloc               uint64 // Go heap after a forced GC
-	entries, negative, open int64
-	memoryBytes             int64
+	stage string
+	pass  fetchResult
+	// rssKB is VmRSS right after the forced GC; settledKB once the Go
+	// runtime's background scavenger has returned the free memory it
+	// returns on its own (settleRSS), settleSecs later.
+	rssKB, settledKB int
+	settleSecs       float64
+	settled          bool
+	// heapAlloc is the live Go heap after a forced GC, heapGoal the size
+	// the runtime lets it grow to before the next (GOGC), heapFree the
+	// free heap it holds and has not given back to the OS.
+	heapAlloc, heapGoal, heapFree uint64
+	entries, negative, open       int64
+	expired                       int64
+	memoryBytes                   int64
 }
 
 func (s scaleSnapshot) positive() int64 { return s.entries - s.negative }
 
-// snapshotFlash reads flash_serve's counters through its admin API, forces
-// a GC (pprof's heap profile with gc=1) and reads the live heap and RSS.
-func snapshotFlash(pid int, stage string) (scaleSnapshot, error) {
-	snap := scaleSnapshot{stage: stage}
-	admin := fmt.Sprintf("http://127.0.0.1:%d", portScaleAdmin)
-	get := func(path string, into any) error {
-		resp, err := http.Get(admin + path)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != 200 {
-			return fmt.Errorf("GET %s: %s", path, resp.Status)
-		}
-		if into == nil {
-			_, err = io.Copy(io.Discard, resp.Body)
-			return err
-		}
-		return json.NewDecoder(resp.Body).Decode(into)
+// scaleAdmin is the admin API of the growth run's flash_serve.
+var scaleAdmin = fmt.Sprintf("http://127.0.0.1:%d", portScaleAdmin)
+
+// adminGet asks flash_serve's admin API for path and decodes its JSON into
+// into (nil: discarded).
+func adminGet(path string, into any) error {
+	resp, err := http.Get(scaleAdmin + path)
+	if err != nil {
+		return err
 	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	if into == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	return json.NewDecoder(resp.Body).Decode(into)
+}
+
+// purgeScale drops every entry of flash_serve's cache under root
+// (POST /flash_serve/purge) and returns how many there were.
+func purgeScale(root string) (int, error) {
+	resp, err := http.Post(scaleAdmin+"/flash_serve/purge", "application/json", strings.NewReader(fmt.Sprintf(`{"prefix": %q}`, root)))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Purged int `json:"purged"`
+	}
+	if resp.StatusCode != 200 {
+		return 0, fmt.Errorf("purge: %s", resp.Status)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&out)
+	return out.Purged, err
+}
+
+// snapshotFlash reads flash_serve's counters through its admin API, forces
+// a GC (pprof's heap profile with gc=1, kept in profile if not ""), reads
+// the live heap and the RSS, then waits for the RSS to settle.
+func snapshotFlash(pid int, stage, profile string) (scaleSnapshot, error) {
+	snap := scaleSnapshot{stage: stage}
 	var st struct {
 		Statacc struct {
 			Entries  int64 `json:"entries"`
 			Negative int64 `json:"negative_entries"`
 			Open     int64 `json:"open_files"`
 			Memory   int64 `json:"memory_bytes"`
+			Expired  int64 `json:"expired"`
 		} `json:"statacc"`
 	}
-	if err := get("/flash_serve/stats", &st); err != nil {
+	if err := adminGet("/flash_serve/stats", &st); err != nil {
 		return snap, err
 	}
 	snap.entries, snap.negative, snap.open, snap.memoryBytes = st.Statacc.Entries, st.Statacc.Negative, st.Statacc.Open, st.Statacc.Memory
-	if err := get("/debug/pprof/heap?gc=1", nil); err != nil {
+	snap.expired = st.Statacc.Expired
+	// Two collections: a sync.Pool keeps what it holds across one (its
+	// victim cache) and drops it at the next, so that after one GC the
+	// heap still counts the buffers the last requests left in the pools
+	// (at 518306b: 18 MiB of 256 KiB read chunks after the first pass),
+	// and a later stage, one GC further, does not: the difference would
+	// be charged to the entries.
+	if err := adminGet("/debug/pprof/heap?gc=1", nil); err != nil {
 		return snap, err
+	}
+	resp, err := http.Get(scaleAdmin + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return snap, err
+	}
+	prof, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return snap, err
+	}
+	if profile != "" {
+		if err := os.WriteFile(profile, prof, 0o644); err != nil {
+			log.Printf("scale: %v", err)
+		}
 	}
 	var vars struct {
 		Memstats struct {
-			HeapAlloc uint64 `json:"HeapAlloc"`
+			HeapAlloc, HeapIdle, HeapReleased, NextGC uint64
 		} `json:"memstats"`
 	}
-	if err := get("/debug/vars", &vars); err != nil {
+	if err := adminGet("/debug/vars", &vars); err != nil {
 		return snap, err
 	}
-	snap.heapAlloc = vars.Memstats.HeapAlloc
+	m := vars.Memstats
+	snap.heapAlloc, snap.heapGoal, snap.heapFree = m.HeapAlloc, m.NextGC, m.HeapIdle-m.HeapReleased
 	_, snap.rssKB = procStatus(pid)
+	snap.settledKB, snap.settleSecs, snap.settled = settleRSS(pid, snap.rssKB)
 	return snap, nil
+}
+
+// settleRSS waits, up to a minute, until the RSS of pid has moved by less
+// than 1 MiB over 5 s, and returns it: after a pass, RSS still holds
+// pages the collector freed, which the runtime's background scavenger
+// gives back to the OS over the next seconds (down to about 1.1 times the
+// heap in use). settled is false if it was still moving after the minute.
+func settleRSS(pid, first int) (kb int, secs float64, settled bool) {
+	const (
+		every  = 500 * time.Millisecond
+		window = 10 // samples: 5 s
+		limit  = time.Minute
+	)
+	start := time.Now()
+	samples := []int{first}
+	for time.Since(start) < limit {
+		time.Sleep(every)
+		_, rss := procStatus(pid)
+		samples = append(samples, rss)
+		if len(samples) > window {
+			w := samples[len(samples)-window-1:]
+			if slices.Max(w)-slices.Min(w) < 1024 {
+				return rss, time.Since(start).Seconds(), true
+			}
+		}
+	}
+	return samples[len(samples)-1], time.Since(start).Seconds(), false
 }
 
 // scaleMaxOpen is the max_open_files of the growth run: three quarters of
@@ -218,6 +303,14 @@ func snapshotFlash(pid int, stage string) (scaleSnapshot, error) {
 func scaleMaxOpen(files int) int {
 	return int(min(uint64(files), max(1000, noFile*3/4)))
 }
+
+// scaleRevalidate is the growth run's revalidate: longer than the run, so
+// that what is measured is a cache that holds every entry the passes made.
+// With the default (60 s) the janitor drops each entry not asked for again
+// within it (a negative of a watched directory within twice it), so a
+// pass of several minutes keeps only its last minutes' entries (at
+// 64947ec: 261,337 of a million negatives).
+const scaleRevalidate = time.Hour
 
 func scaleCaddyfile(cfg *config, t scaleTree, maxOpen int) string {
 	return fmt.Sprintf(`{
@@ -233,9 +326,10 @@ http://127.0.0.1:%d {
 	flash_serve {
 		max_open_files %d
 		negative_cache %d
+		revalidate %s
 	}
 }
-`, portScaleAdmin, flashGlobalOptions, portFlash, t.root, maxOpen, t.files)
+`, portScaleAdmin, flashGlobalOptions, portFlash, t.root, maxOpen, t.files, scaleRevalidate)
 }
 
 // scaleReport is what runScale measured.
@@ -251,9 +345,11 @@ type scaleReport struct {
 }
 
 // runScale is bench/run --scale.
-func runScale(cfg *config, dir string, files, size int) error {
-	if err := portsFree(portFlash, portFile, portNginx, portScaleAdmin); err != nil {
-		return err
+func runScale(cfg *config, dir string, files, size int, treeOnly bool) error {
+	if !treeOnly {
+		if err := portsFree(portFlash, portFile, portNginx, portScaleAdmin); err != nil {
+			return err
+		}
 	}
 	t, note, err := chooseScaleTree(dir, files, size)
 	if err != nil {
@@ -269,6 +365,10 @@ func runScale(cfg *config, dir string, files, size int) error {
 			return fmt.Errorf("creating the scale tree: %w", err)
 		}
 		rep.created = "created in " + time.Since(start).Round(time.Second).String()
+	}
+	if treeOnly {
+		log.Printf("scale: the tree under %s is whole", t.root)
+		return nil
 	}
 	present, missing := filepath.Join(cfg.work, "scale.uris"), filepath.Join(cfg.work, "scale-missing.uris")
 	if rep.urlLen, err = writeScaleURIs(t, present, missing); err != nil {
@@ -291,32 +391,52 @@ func runScale(cfg *config, dir string, files, size int) error {
 		return err
 	}
 	fs := servers[0]
-	snap, err := snapshotFlash(fs.pid, "started")
+	profiles := filepath.Join(os.TempDir(), "flash-bench-scale-heap")
+	os.MkdirAll(profiles, 0o755)
+	snapshot := func(stage string, pass fetchResult) error {
+		snap, err := snapshotFlash(fs.pid, stage, filepath.Join(profiles, fmt.Sprintf("%d.pb.gz", len(rep.snaps))))
+		if err != nil {
+			return err
+		}
+		snap.pass = pass
+		rep.snaps = append(rep.snaps, snap)
+		log.Printf("scale: %s: RSS %d MiB, %d MiB settled after %.0f s, heap %d MiB (goal %d MiB, %d MiB free not returned), %d entries (%d negative), %d open, %d expired",
+			stage, snap.rssKB>>10, snap.settledKB>>10, snap.settleSecs, snap.heapAlloc>>20, snap.heapGoal>>20, snap.heapFree>>20,
+			snap.entries, snap.negative, snap.open, snap.expired)
+		return nil
+	}
+	pass := func(stage, uris, want string) error {
+		log.Printf("scale: %s", stage)
+		res, err := fetchPass(cfg, uris, fs.url(""), scaleConns)
+		if err != nil {
+			return err
+		}
+		if res.Status[want] != t.files {
+			log.Printf("scale: %d of %d answered %s (%v, %d errors)", res.Status[want], t.files, want, res.Status, res.Errors)
+		}
+		log.Printf("scale: %.0f s", res.Seconds)
+		return snapshot(stage, res)
+	}
+	if err := snapshot(stageStarted, fetchResult{}); err != nil {
+		return err
+	}
+	if err := pass(fmt.Sprintf("after the first pass: each of the %d files once", t.files), present, "200"); err != nil {
+		return err
+	}
+	// The entries the pass left are dropped, so that what they held is
+	// told apart from what the pass left that is not theirs: the buffers
+	// its 64 connections and their requests keep (net/http's, the read
+	// buffers' pools), the runtime's.
+	n, err := purgeScale(t.root)
 	if err != nil {
 		return err
 	}
-	rep.snaps = append(rep.snaps, snap)
-	for _, pass := range []struct {
-		stage, uris, want string
-	}{
-		{fmt.Sprintf("after the first pass: each of the %d files once", t.files), present, "200"},
-		{fmt.Sprintf("after %d paths that do not exist, once each", t.files), missing, "404"},
-	} {
-		log.Printf("scale: %s", pass.stage)
-		res, err := fetchPass(cfg, pass.uris, fs.url(""), scaleConns)
-		if err != nil {
-			return err
-		}
-		if res.Status[pass.want] != t.files {
-			log.Printf("scale: %d of %d answered %s (%v, %d errors)", res.Status[pass.want], t.files, pass.want, res.Status, res.Errors)
-		}
-		snap, err := snapshotFlash(fs.pid, pass.stage)
-		if err != nil {
-			return err
-		}
-		snap.pass = res
-		rep.snaps = append(rep.snaps, snap)
-		log.Printf("scale: %.0f s, RSS %d MiB, %d entries (%d negative), %d open", res.Seconds, snap.rssKB>>10, snap.entries, snap.negative, snap.open)
+	log.Printf("scale: purged %d entries", n)
+	if err := snapshot(stagePurged, fetchResult{}); err != nil {
+		return err
+	}
+	if err := pass(fmt.Sprintf("after %d paths that do not exist, once each", t.files), missing, "404"); err != nil {
+		return err
 	}
 
 	// e on the big tree, with file_server and nginx beside it.
@@ -348,6 +468,9 @@ func runScale(cfg *config, dir string, files, size int) error {
 	rep.e = map[string]*result{}
 	measureWorkload(cfg, w, servers, rep.e)
 	cfg.runs = saved
+	if err := snapshot("after "+rep.eTitle+" (descriptors cached again, the negatives kept)", fetchResult{}); err != nil {
+		return err
+	}
 	for _, s := range servers {
 		rep.names = append(rep.names, s.name)
 	}
@@ -366,6 +489,12 @@ func runScale(cfg *config, dir string, files, size int) error {
 
 const growthHeading = "## Growth"
 
+// The stages of the growth run that are not passes.
+const (
+	stageStarted = "started"
+	stagePurged  = "after purging the file entries (`POST /flash_serve/purge`)"
+)
+
 func (r *scaleReport) markdown(cfg *config) string {
 	var b strings.Builder
 	t := r.tree
@@ -376,12 +505,17 @@ func (r *scaleReport) markdown(cfg *config) string {
 	if r.note != "" {
 		fmt.Fprintf(&b, " %s.", r.note)
 	}
-	fmt.Fprintf(&b, "\n- flash_serve: `max_open_files %d` (RLIMIT_NOFILE %d), `negative_cache %d`, the other settings their defaults. "+
+	fmt.Fprintf(&b, "\n- flash_serve: `max_open_files %d` (RLIMIT_NOFILE %d), `negative_cache %d`, `revalidate` as below, the other settings their defaults. "+
 		"Each pass requests every path once, in a random order, over %d keep-alive connections (the harness's own client on CPU 1).\n", r.maxOpen, noFile, t.files, scaleConns)
-	b.WriteString("- RSS: VmRSS of the flash_serve process; Go heap: `HeapAlloc` after a forced GC (admin API `/debug/pprof/heap?gc=1`, then `/debug/vars`); " +
-		"entries, open files and memory_cache bytes from `/flash_serve/stats`.\n\n")
-	b.WriteString("| stage | requests | answers | time s | req/s | entries | of them negative | open files | memory_cache MiB | RSS MiB | Go heap MiB |\n")
-	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "- `revalidate %s`: longer than the run, so that the cache keeps every entry the passes make; with the default 60 s the janitor drops each one "+
+		"not asked for within it (a negative one within twice it), and a pass of minutes keeps only its last minutes' entries (expired: the entries it dropped).\n", scaleRevalidate)
+	b.WriteString("- After each stage the harness forces two GCs (admin API `/debug/pprof/heap?gc=1`, twice: a sync.Pool drops what it holds at the second) and reads: **Go heap**, `HeapAlloc` then (`/debug/vars`): the live heap; " +
+		"**heap goal**, `NextGC`: what the runtime lets the heap grow to before its next collection (GOGC=100: about twice the live heap), which a busy server's RSS follows; " +
+		"**RSS**, VmRSS of the process at once, which still holds the pages of what the collector freed; **RSS settled**, VmRSS once it moved by less than 1 MiB over 5 s " +
+		"(at most a minute): the runtime's background scavenger gives free pages back to the OS down to about 1.1 times the heap in use, so this is the RSS of the process at rest. " +
+		"Entries, open files, expired entries and memory_cache bytes from `/flash_serve/stats`. Heap profiles of each stage: `" + filepath.Join(os.TempDir(), "flash-bench-scale-heap") + "/N.pb.gz`.\n\n")
+	b.WriteString("| stage | requests | answers | time s | req/s | entries | of them negative | open files | expired | memory_cache MiB | RSS MiB | RSS settled MiB | Go heap MiB | heap goal MiB |\n")
+	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range r.snaps {
 		reqs, answers, secs, rate := "–", "–", "–", "–"
 		if s.pass.Requests > 0 {
@@ -396,25 +530,51 @@ func (r *scaleReport) markdown(cfg *config) string {
 			}
 			answers = strings.Join(parts, ", ")
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %d | %d | %.1f | %.0f | %.0f |\n", s.stage, reqs, answers, secs, rate,
-			s.entries, s.negative, s.open, float64(s.memoryBytes)/(1<<20), float64(s.rssKB)/1024, float64(s.heapAlloc)/(1<<20))
+		settled := fmt.Sprintf("%.0f (%.0f s)", float64(s.settledKB)/1024, s.settleSecs)
+		if !s.settled {
+			settled += ", still moving"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %d | %d | %d | %.1f | %.0f | %s | %.0f | %.0f |\n", s.stage, reqs, answers, secs, rate,
+			s.entries, s.negative, s.open, s.expired, float64(s.memoryBytes)/(1<<20), float64(s.rssKB)/1024, settled,
+			float64(s.heapAlloc)/(1<<20), float64(s.heapGoal)/(1<<20))
 	}
 	fsLen := float64(len(t.root)) + r.urlLen
-	if len(r.snaps) == 3 {
-		per := func(kind string, a, z scaleSnapshot, n int64) {
-			if n <= 0 {
-				fmt.Fprintf(&b, "- Per %s entry: none were added.\n", kind)
-				return
+	find := func(stage string) (scaleSnapshot, bool) {
+		for _, s := range r.snaps {
+			if s.stage == stage {
+				return s, true
 			}
-			rss := float64(z.rssKB-a.rssKB) * 1024 / float64(n)
-			mem := float64(z.memoryBytes-a.memoryBytes) / float64(n)
-			heap := (float64(z.heapAlloc) - float64(a.heapAlloc)) / float64(n)
-			fmt.Fprintf(&b, "- Per %s entry (%d added): RSS %.0f B, of which memory_cache content %.0f B, so %.0f B without it; Go heap %.0f B. "+
-				"Its request path is %.0f B long, its filesystem path %.0f B.\n", kind, n, rss, mem, rss-mem, heap, r.urlLen, fsLen)
 		}
+		return scaleSnapshot{}, false
+	}
+	// per writes what n entries cost: what the process holds more at z
+	// than at a.
+	per := func(kind, how string, a, z scaleSnapshot, n int64) {
+		if n <= 0 {
+			fmt.Fprintf(&b, "- Per %s entry: none.\n", kind)
+			return
+		}
+		f := func(x, y float64) float64 { return (y - x) / float64(n) }
+		fmt.Fprintf(&b, "- Per %s entry (%d, %s): Go heap %.0f B, RSS settled %.0f B, RSS at once %.0f B; memory_cache content %.0f B of it. "+
+			"Its request path is %.0f B long, its filesystem path %.0f B.\n", kind, n, how,
+			f(float64(a.heapAlloc), float64(z.heapAlloc)), f(float64(a.settledKB)*1024, float64(z.settledKB)*1024),
+			f(float64(a.rssKB)*1024, float64(z.rssKB)*1024), f(float64(a.memoryBytes), float64(z.memoryBytes)), r.urlLen, fsLen)
+	}
+	started, ok0 := find(stageStarted)
+	purged, ok1 := find(stagePurged)
+	if ok0 && ok1 && len(r.snaps) >= 4 {
+		first, negs := r.snaps[1], r.snaps[3]
 		b.WriteString("\n")
-		per("file", r.snaps[0], r.snaps[1], r.snaps[1].positive()-r.snaps[0].positive())
-		per("negative", r.snaps[1], r.snaps[2], r.snaps[2].negative-r.snaps[1].negative)
+		per("file", "what purging them gave back: the entries and their share of the watcher's directory nodes", purged, first, first.positive()-purged.positive())
+		per("negative", "what the pass of missing paths added to the purged cache", purged, negs, negs.negative-purged.negative)
+		n := first.positive() - started.positive()
+		if n > 0 {
+			fmt.Fprintf(&b, "- The first pass's growth from the start, over its %d file entries (what the previous figure for a file entry was): Go heap %.0f B, "+
+				"RSS settled %.0f B, RSS at once %.0f B each; what purging did not give back (Go heap %.1f MiB) is not the entries': "+
+				"the buffers the pass's connections and requests keep, the runtime's own.\n", n,
+				(float64(first.heapAlloc)-float64(started.heapAlloc))/float64(n), float64(first.settledKB-started.settledKB)*1024/float64(n),
+				float64(first.rssKB-started.rssKB)*1024/float64(n), (float64(purged.heapAlloc)-float64(started.heapAlloc))/(1<<20))
+		}
 	}
 	if r.e != nil {
 		fmt.Fprintf(&b, "\n### %s\n\n", r.eTitle)
