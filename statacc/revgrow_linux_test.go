@@ -1,0 +1,63 @@
+//go:build linux
+
+package statacc
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestNegativeStoreGivesBackADeletedDirectory: a storm of missing paths
+// in one watched directory, then the directory is deleted. The inotify
+// event drops every negative entry of its node in bulk, as a purge of it
+// would; the store must give their room back as it does after a purge
+// (TestNegativeStoreGivesBackABulkRemoval): arenas at their smallest,
+// indexes made anew, the negative clock compacted.
+func TestNegativeStoreGivesBackADeletedDirectory(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "d")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := New(Options{Workers: 2, Revalidate: time.Hour, NegativeEntries: 30000})
+	defer c.Close()
+	paths := missingPaths(dir, "m", 20000)
+	lookMissing(t, c, paths)
+	if n := c.negatives.len(); n != len(paths) {
+		t.Fatalf("%d negatives cached, want %d", n, len(paths))
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c.negatives.len() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := c.negatives.len(); n != 0 {
+		t.Fatalf("%d negatives left after the directory's deletion", n)
+	}
+	bad := 0
+	for k := range c.negatives.shards {
+		sh := &c.negatives.shards[k]
+		sh.mu.RLock()
+		if cap(sh.arena) > negArenaMin || sh.peak != 0 {
+			if bad < 3 {
+				t.Errorf("shard %d after the deletion: arena of %d bytes (want at most %d), peak %d (want 0)",
+					k, cap(sh.arena), negArenaMin, sh.peak)
+			}
+			bad++
+		}
+		sh.mu.RUnlock()
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d shards kept their peak's room", bad, negShards)
+	}
+	c.negs.mu.Lock()
+	ringLen, ringCap := len(c.negs.ring), cap(c.negs.ring)
+	c.negs.mu.Unlock()
+	if ringLen != 0 || ringCap > 2*compactMin {
+		t.Errorf("negative clock after the deletion: %d entries in room for %d, want none in room for at most %d", ringLen, ringCap, 2*compactMin)
+	}
+}
