@@ -61,3 +61,35 @@ func TestNegativeStoreGivesBackADeletedDirectory(t *testing.T) {
 		t.Errorf("negative clock after the deletion: %d entries in room for %d, want none in room for at most %d", ringLen, ringCap, 2*compactMin)
 	}
 }
+
+// TestDescriptorClockGivesBackADeletedDirectory: the descriptors' clock
+// after a watched directory of cached files is deleted, an inotify bulk
+// removal, must be compacted as after a purge of it (tidyRings), not keep
+// every dropped entry (its path, its husk) until the next file is cached.
+func TestDescriptorClockGivesBackADeletedDirectory(t *testing.T) {
+	root := t.TempDir()
+	files := manyFiles(t, root, 1, 500)
+	c := New(Options{Workers: 2, Revalidate: time.Hour, MaxOpenFiles: 2000})
+	defer c.Close()
+	for _, p := range files {
+		if got := describe(t, c, p); got == "missing" || len(got) > 5 && got[:5] == "error" {
+			t.Fatalf("%s: %s", p, got)
+		}
+	}
+	if err := os.RemoveAll(filepath.Dir(files[0])); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c.counts.OpenFiles.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := c.counts.OpenFiles.Load(); n != 0 {
+		t.Fatalf("%d descriptors open after the directory's deletion", n)
+	}
+	c.fds.mu.Lock()
+	ringLen, ringCap := len(c.fds.ring), cap(c.fds.ring)
+	c.fds.mu.Unlock()
+	if ringLen != 0 || ringCap > 2*compactMin {
+		t.Errorf("descriptor clock after the deletion: %d dropped entries in room for %d, want none in room for at most %d", ringLen, ringCap, 2*compactMin)
+	}
+}
