@@ -378,6 +378,16 @@ func (c *Cache) dropStale() int {
 	return n + len(gone)
 }
 
+// tidyAfterRemovals gives back the room of entries that left one at a
+// time, as the watcher's events take them (a deleted directory's files
+// and negatives): the negative store's shards shrink and both clocks are
+// tidied where the removals made most of them garbage, as after a purge.
+// Each step only looks when there is little to give back.
+func (c *Cache) tidyAfterRemovals() {
+	c.negatives.shrink()
+	c.tidyRings(true, true)
+}
+
 // tidyRings compacts the descriptors' clock (fds) and the negative one
 // (negs) after entries left the cache in bulk, if their dead entries are
 // most of them: otherwise they keep the room of the entries that left,

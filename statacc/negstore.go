@@ -326,6 +326,18 @@ func (sh *negShard) shrinkLocked() {
 	}
 }
 
+// shrink lets every shard give back the room of entries that left it
+// one at a time (shrinkLocked), which remove does not, so that a hit
+// never waits for a rewrite.
+func (s *negStore) shrink() {
+	for k := range s.shards {
+		sh := &s.shards[k]
+		sh.mu.Lock()
+		sh.shrinkLocked()
+		sh.mu.Unlock()
+	}
+}
+
 // remove takes out the entry of hash h if it is still the one numbered
 // seq (0: whatever entry the hash has).
 func (s *negStore) remove(h, seq uint64) (negGone, bool) {

@@ -973,12 +973,19 @@ func (w *watcher) read() {
 		if err != nil {
 			return
 		}
+		invalidated := w.cache.counts.Invalidations.Load()
 		for off := 0; off+unix.SizeofInotifyEvent <= n; {
 			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
 			nameBytes := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
 			name := strings.TrimRight(string(nameBytes), "\x00")
 			off += unix.SizeofInotifyEvent + int(ev.Len)
 			w.handle(ev.Wd, ev.Mask, name)
+		}
+		if w.cache.counts.Invalidations.Load() != invalidated {
+			// Events take entries out one at a time, a deleted directory
+			// many at once: what a purge of it would give back is given
+			// back here, once per batch of events.
+			w.cache.tidyAfterRemovals()
 		}
 	}
 }
