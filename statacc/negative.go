@@ -207,7 +207,8 @@ func (k *clock[T]) compactLocked(ops clockOps[T]) {
 // next entry comes.
 func tidy[T comparable](k *clock[T], ops clockOps[T], bound int) {
 	k.mu.Lock()
-	if k.needsCompactLocked(bound) {
+	// A ring already emptied by an earlier batch still gives its room back.
+	if k.needsCompactLocked(bound) || cap(k.ring) >= 4*max(len(k.ring), compactMin) {
 		k.compactLocked(ops)
 	}
 	k.mu.Unlock()
