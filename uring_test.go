@@ -178,33 +178,50 @@ func TestSmallBodiesReadWithoutWaiting(t *testing.T) {
 		// Warm now, but past the second in which a file seen whole skips
 		// the question: the no-wait read answers it.
 		time.Sleep(1100 * time.Millisecond)
-		ring1, copy1, creq1 := counters.bytes[transmit.EngineIOUring].Load(), counters.bytes[transmit.EngineCopy].Load(), counters.requests[transmit.EngineCopy].Load()
-		sf1 := counters.bytes[transmit.EngineSendfile].Load()
-		req, _ := http.NewRequest("GET", url, nil)
-		req.Header.Set("Range", "bytes=100-4195")
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		part, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 206 || !bytes.Equal(part, want[100:4196]) {
-			t.Fatalf("%s warm range: status %d, %d bytes", name, resp.StatusCode, len(part))
-		}
-		if status, _, got := get(t, c, url); status != 200 || !bytes.Equal(got, want) {
-			t.Fatalf("%s warm: status %d", name, status)
-		}
-		if got := counterReaches(&counters.bytes[transmit.EngineCopy], copy1+4096+int64(len(want))) - copy1; got != 4096+int64(len(want)) {
-			t.Errorf("%s warm: %d bytes read without waiting, want %d", name, got, 4096+len(want))
-		}
-		if got := counterReaches(&counters.requests[transmit.EngineCopy], creq1+2) - creq1; got != 2 {
-			t.Errorf("%s warm: %d requests counted as copy, want 2", name, got)
-		}
-		if d := counters.bytes[transmit.EngineIOUring].Load() - ring1; d != 0 {
-			t.Errorf("%s warm: %d bytes through io_uring, want 0", name, d)
-		}
-		if d := counters.bytes[transmit.EngineSendfile].Load() - sf1; d != 0 {
-			t.Errorf("%s warm: %d bytes by sendfile, want 0 (the no-wait read took them)", name, d)
+		for try := 1; ; try++ {
+			ring1, copy1, creq1 := counters.bytes[transmit.EngineIOUring].Load(), counters.bytes[transmit.EngineCopy].Load(), counters.requests[transmit.EngineCopy].Load()
+			sf1, cold1 := counters.bytes[transmit.EngineSendfile].Load(), transmit.Snapshot().ColdBodies
+			req, _ := http.NewRequest("GET", url, nil)
+			req.Header.Set("Range", "bytes=100-4195")
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			part, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 206 || !bytes.Equal(part, want[100:4196]) {
+				t.Fatalf("%s warm range: status %d, %d bytes", name, resp.StatusCode, len(part))
+			}
+			if status, _, got := get(t, c, url); status != 200 || !bytes.Equal(got, want) {
+				t.Fatalf("%s warm: status %d", name, status)
+			}
+			copied := counterReaches(&counters.bytes[transmit.EngineCopy], copy1+4096+int64(len(want))) - copy1
+			copies := counterReaches(&counters.requests[transmit.EngineCopy], creq1+2) - creq1
+			ring, sf := counters.bytes[transmit.EngineIOUring].Load()-ring1, counters.bytes[transmit.EngineSendfile].Load()-sf1
+			if cold := transmit.Snapshot().ColdBodies - cold1; cold > 0 && try < coldTries {
+				// The server's no-wait read met the disk: the page cache
+				// had lost some of the body since the cold request (this
+				// VM drops pages of its own accord), so these two requests
+				// were not warm ones. The pages are back now: again.
+				t.Logf("%s warm (try %d of %d): %d requests met the disk, %d bytes through io_uring; again", name, try, coldTries, cold, ring)
+				time.Sleep(1100 * time.Millisecond)
+				continue
+			}
+			if copied != 4096+int64(len(want)) {
+				t.Errorf("%s warm: %d bytes read without waiting, want %d", name, copied, 4096+len(want))
+			}
+			if copies != 2 {
+				t.Errorf("%s warm: %d requests counted as copy, want 2", name, copies)
+			}
+			if ring != 0 {
+				r, err := prewarm.FileResidency(filepath.Join(root, name))
+				t.Errorf("%s warm: %d bytes through io_uring, want 0 (%d cold bodies counted; now %+v, %v)", name, ring,
+					transmit.Snapshot().ColdBodies-cold1, r, err)
+			}
+			if sf != 0 {
+				t.Errorf("%s warm: %d bytes by sendfile, want 0 (the no-wait read took them)", name, sf)
+			}
+			break
 		}
 	}
 }
@@ -404,8 +421,36 @@ func TestColdSmallBodySkipsTheProbe(t *testing.T) {
 			if ring != size {
 				t.Errorf("%s cold: %d bytes through io_uring, want %d", name, ring, size)
 			}
-		} else if probes == 0 {
-			t.Errorf("%s first page resident: no residency probe, want one to send the resident part", name)
+		} else {
+			for try := 1; ring == 0 && probes == 0 && try < coldTries; try++ {
+				// Served whole by the no-wait read: the disk answered the
+				// read it started for the second page within the call
+				// (pagecache.ReadNoWaitMetDisk), so there was nothing left
+				// to probe for.
+				t.Logf("%s: the no-wait read had the rest from the disk within the call; a fresh file with its first page resident (%d of %d)", name, try+1, coldTries)
+				var want []byte
+				name, want = freshColdFile(t, root, size)
+				f, err := os.Open(filepath.Join(root, name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.ReadAt(make([]byte, 4096), 0)
+				unix.Fadvise(int(f.Fd()), 4096, size-4096, unix.FADV_DONTNEED)
+				f.Close()
+				if r, err := prewarm.FileResidency(filepath.Join(root, name)); err != nil || r.Resident != 4096 {
+					t.Fatalf("%s: %+v, %v before the request, want 4096 bytes resident: the test would prove nothing", name, r, err)
+				}
+				probes0, ring0 = transmit.Snapshot().ResidencyProbes, counters.bytes[transmit.EngineIOUring].Load()
+				if status, _, got := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 || !bytes.Equal(got, want) {
+					t.Fatalf("%s: status %d, %d bytes", name, status, len(got))
+				}
+				probes = transmit.Snapshot().ResidencyProbes - probes0
+				ring = counterReaches(&counters.bytes[transmit.EngineIOUring], ring0+1) - ring0
+				t.Logf("%s (first page resident): %d probes, %d bytes through io_uring", name, probes, ring)
+			}
+			if probes == 0 {
+				t.Errorf("%s first page resident: no residency probe, want one to send the resident part", name)
+			}
 		}
 	}
 }
