@@ -201,7 +201,8 @@ func TestSmallBodiesReadWithoutWaiting(t *testing.T) {
 			if cold := transmit.Snapshot().ColdBodies - cold1; cold > 0 && try < coldTries {
 				// The server's no-wait read met the disk: the page cache
 				// had lost some of the body since the cold request (this
-				// VM drops pages of its own accord), so these two requests
+				// VM's kernel pages out memory it sees idle: DAMON's
+				// pageout scheme, docs/benchmarks.md), so these two requests
 				// were not warm ones. The pages are back now: again.
 				t.Logf("%s warm (try %d of %d): %d requests met the disk, %d bytes through io_uring; again", name, try, coldTries, cold, ring)
 				time.Sleep(1100 * time.Millisecond)
