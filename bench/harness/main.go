@@ -174,7 +174,11 @@ func main() {
 		cfg.mode = "scale"
 		do = func(cfg *config) error { return runScale(cfg, *scaleDir, *scaleFiles, *scaleSize, *scaleTreeOnly) }
 	}
-	if err := do(cfg); err != nil {
+	err = do(cfg)
+	if *keep {
+		log.Printf("kept %s (bench/profile reads it)", cfg.work)
+	}
+	if err != nil {
 		log.Print(err)
 		if !*keep {
 			os.RemoveAll(cfg.work)
