@@ -193,9 +193,10 @@ func (k *clock[T]) compactLocked(ops clockOps[T]) {
 	}
 	k.dead.Add(-int64(len(k.ring) - len(live)))
 	clear(k.ring[len(live):])
-	if cap(live) >= 4*max(len(live), compactMin) {
+	if cap(live) >= 4*max(len(live), compactMin) || len(live) == 0 && cap(live) > 2*compactMin {
 		// Most of the ring left at once (the janitor's expiry of a storm,
-		// a purge): give its room back rather than keep it for the peak.
+		// a purge, a deleted directory), or all of it: give its room back
+		// rather than keep it for the peak.
 		live = append(make([]T, 0, 2*max(len(live), compactMin)), live...)
 	}
 	k.ring, k.hand = live, 0
@@ -207,8 +208,12 @@ func (k *clock[T]) compactLocked(ops clockOps[T]) {
 // next entry comes.
 func tidy[T comparable](k *clock[T], ops clockOps[T], bound int) {
 	k.mu.Lock()
-	// A ring already emptied by an earlier batch still gives its room back.
-	if k.needsCompactLocked(bound) || cap(k.ring) >= 4*max(len(k.ring), compactMin) {
+	// A ring already emptied by an earlier batch still gives its room back,
+	// and one left with dead entries alone (fewer than compactMin, which
+	// needsCompactLocked leaves to the next arrival) gives them up.
+	n := len(k.ring)
+	allDead := n > 0 && k.dead.Load() == int64(n)
+	if k.needsCompactLocked(bound) || cap(k.ring) >= 4*max(n, compactMin) || allDead || n == 0 && cap(k.ring) > 2*compactMin {
 		k.compactLocked(ops)
 	}
 	k.mu.Unlock()
