@@ -175,6 +175,14 @@ func (k *clock[T]) needsCompactLocked(bound int) bool {
 // churn below its bound, and so is never swept, does not keep them.
 func ringAdd[T comparable](k *clock[T], ops clockOps[T], e T, bound int) {
 	k.mu.Lock()
+	if ops.gone(e) {
+		// Dropped between its publication and here (its directory deleted
+		// meanwhile): its drop counted it dead already, and the batch's
+		// tidy may have gone by, so it must not join the ring as a husk.
+		k.dead.Add(-1)
+		k.mu.Unlock()
+		return
+	}
 	k.ring = append(k.ring, e)
 	if k.needsCompactLocked(bound) {
 		k.compactLocked(ops)
@@ -203,16 +211,18 @@ func (k *clock[T]) compactLocked(ops clockOps[T]) {
 }
 
 // tidy compacts k if its dead entries are most of it, as ringAdd would:
-// for the janitor, after it dropped entries in bulk, so that the ring
-// does not keep them (and the descriptors' ring their husks) until the
-// next entry comes.
+// for the janitor and the watcher, after they dropped entries in bulk (an
+// expiry, a purge, a deleted directory), so that the ring does not keep
+// them (and the descriptors' ring their husks) until the next entry comes.
 func tidy[T comparable](k *clock[T], ops clockOps[T], bound int) {
 	k.mu.Lock()
 	// A ring already emptied by an earlier batch still gives its room back,
 	// and one left with dead entries alone (fewer than compactMin, which
 	// needsCompactLocked leaves to the next arrival) gives them up.
 	n := len(k.ring)
-	allDead := n > 0 && k.dead.Load() == int64(n)
+	// dead may count, beside the ring's, an entry dropped before its
+	// ringAdd: at least n is all of them.
+	allDead := n > 0 && k.dead.Load() >= int64(n)
 	if k.needsCompactLocked(bound) || cap(k.ring) >= 4*max(n, compactMin) || allDead || n == 0 && cap(k.ring) > 2*compactMin {
 		k.compactLocked(ops)
 	}
