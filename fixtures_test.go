@@ -1,6 +1,7 @@
 package flashserve
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -24,6 +25,14 @@ const foreignDirEnv = "FLASHSERVE_TEST_FOREIGN_DIR"
 // not trusted with the files' residency. write must make the same files
 // every time, so that the test knows their content without reading them.
 func testDir(t *testing.T, key string, write func(dir string)) string {
+	t.Helper()
+	return testDirModes(t, key, write, nil)
+}
+
+// testDirModes is testDir that gives the paths of modes (relative to the
+// directory) those modes instead of 0755 and 0644, where it writes for
+// another user.
+func testDirModes(t *testing.T, key string, write func(dir string), modes map[string]fs.FileMode) string {
 	t.Helper()
 	base := os.Getenv(foreignDirEnv)
 	if base == "" {
@@ -53,6 +62,11 @@ func testDir(t *testing.T, key string, write func(dir string)) string {
 			}
 			return nil
 		})
+		for name, mode := range modes {
+			if err == nil {
+				err = os.Chmod(filepath.Join(dir, name), mode)
+			}
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,6 +74,9 @@ func testDir(t *testing.T, key string, write func(dir string)) string {
 	}
 	var checked bool
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil && p != dir && errors.Is(err, fs.ErrPermission) {
+			return fs.SkipDir // a directory testDirModes made unreadable
+		}
 		if err != nil || !d.Type().IsRegular() || checked {
 			return err
 		}

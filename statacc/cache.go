@@ -560,7 +560,7 @@ func (c *Cache) revalidateNegative(key lookupKey, ref negRef, watched bool, chec
 	}
 	// The age counts from before the lookup, as a miss's does.
 	now := nanotime()
-	_, f, err := c.open(key)
+	_, f, _, err := c.open(key)
 	<-c.slots
 	if f != nil {
 		f.Close()
@@ -767,7 +767,8 @@ func (c *Cache) resolve(key lookupKey) *Entry {
 	c.watch.learnFS(ticket, dir)
 	// The age counts from before the stat: what it saw may be that old.
 	checked := nanotime()
-	return c.record(key, ticket, checked, c.load(key, ticket.watched), admit, false)
+	e, linked := c.load(key, ticket.watched)
+	return c.record(key, ticket, checked, e, admit, linked)
 }
 
 // resolveCached resolves a miss without waiting for a disk, or returns
@@ -792,7 +793,9 @@ func (c *Cache) resolveCached(key lookupKey) *Entry {
 		return nil
 	}
 	c.counts.CachedLookups.Add(1)
-	return c.record(key, ticket, checked, c.build(key.path, info, f, err, ticket.watched, false), admitAsk, false)
+	// No link is followed here (RESOLVE_NO_SYMLINKS); a hard link may be.
+	linked := multiplyLinked(info)
+	return c.record(key, ticket, checked, c.build(key.path, info, f, err, ticket.watched && !linked, false), admitAsk, linked)
 }
 
 // admission says whether record keeps a negative answer: as keepsNegative
@@ -808,18 +811,20 @@ const (
 
 // record completes a resolved entry and caches it as its ticket allows.
 // It always returns the entry: a negative one holds the error.
-// openedFirst says that e was opened before its directory was entered in
-// the watcher (probeMissing): a change between the two sends no event for
-// it, so it is fresh for at most a second, as an unwatched entry.
-func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entry, admit admission, openedFirst bool) *Entry {
+// briefly says that e is fresh for at most a second, as an unwatched
+// entry, though its directory is watched: e was opened before its
+// directory was entered in the watcher (probeMissing), so a change
+// between the two sent no event for it; or e's file can change without
+// an event for its name (Cache.open's linked).
+func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entry, admit admission, briefly bool) *Entry {
 	path := key.path
 	e.root, e.symlinks = key.root, key.mode
 	if e.err == nil && e.fileMode.IsRegular() {
 		c.hot.Track(&e.hot, path)
 	}
-	e.watched = ticket.watched && !openedFirst
+	e.watched = ticket.watched && !briefly
 	e.checked.Store(checked)
-	if !ticket.watched && e.file != nil && !c.sawUnwatched.Load() {
+	if !e.watched && e.file != nil && !c.sawUnwatched.Load() {
 		c.sawUnwatched.Store(true)
 	}
 	if e.err != nil && !cacheableError(e.err) {
@@ -915,9 +920,10 @@ func (c *Cache) unpublish(e *Entry) bool { return c.entries.CompareAndDelete(e.p
 // load does the system calls for one path. withHead says whether to keep
 // the file's head: only where inotify watches, so that a file rewritten in
 // place cannot be served with an old head for longer than the event takes.
-func (c *Cache) load(key lookupKey, withHead bool) *Entry {
+// linked is Cache.open's: the entry must be trusted briefly.
+func (c *Cache) load(key lookupKey, withHead bool) (e *Entry, linked bool) {
 	path := key.path
-	info, f, err := c.open(key)
+	info, f, linked, err := c.open(key)
 	if err != nil && IsFDExhaustion(err) {
 		// Make room by closing idle descriptors, then try once more: a full
 		// fd table must not turn into errors that the cache could avoid.
@@ -926,9 +932,9 @@ func (c *Cache) load(key lookupKey, withHead bool) *Entry {
 		// connections).
 		c.counts.Shed.Add(1)
 		c.evict(int(min(int64(c.opts.MaxOpenFiles), c.counts.OpenFiles.Load()))/2, false)
-		info, f, err = c.open(key)
+		info, f, linked, err = c.open(key)
 	}
-	return c.build(path, info, f, err, withHead, true)
+	return c.build(path, info, f, err, withHead && !linked, true), linked
 }
 
 // build makes the entry of what open found. mayBlock says whether a small
@@ -1008,36 +1014,64 @@ func (c *Cache) fillHead(e *Entry) {
 
 // open describes the key's path and returns it open if it is a regular
 // file, confined below its root as its mode says. The info describes what
-// was opened.
-func (c *Cache) open(key lookupKey) (fs.FileInfo, handle, error) {
+// was opened. linked reports a file whose changes inotify may not see
+// (unwatchable): one reached through a symbolic link as the path's last
+// element, or a regular file with more than one name.
+func (c *Cache) open(key lookupKey) (info fs.FileInfo, f handle, linked bool, err error) {
 	path := key.path
 	if key.mode != SymlinksFollow {
-		info, f, err := openConfined(key.root, path, key.mode, openRegular)
-		return info, fromOSFile(f), err
+		info, f, viaLink, err := openConfinedRegular(key.root, path, key.mode)
+		return info, fromOSFile(f), unwatchable(info, viaLink, err), err
 	}
 	// Open first and fstat what was opened, as nginx does: a stat before
 	// the open would cost a second path walk on every miss. O_NONBLOCK
 	// keeps a FIFO from blocking the open; what is not a regular file is
 	// closed at once.
-	f, err := openRegularFile(path)
+	f, viaLink, err := openRegularFile(path)
 	if err != nil {
+		linked = unwatchable(nil, viaLink, err)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || IsFDExhaustion(err) {
-			return nil, nil, err
+			return nil, nil, linked, err
 		}
 		// A directory without read permission, a socket (ENXIO): stat
 		// describes what cannot be opened.
 		info, serr := os.Stat(path)
-		if serr != nil || info.Mode().IsRegular() {
-			return nil, nil, err
+		if serr != nil || info.Mode().IsRegular() || unreadableDir(info, err) {
+			return nil, nil, linked, err
 		}
-		return info, nil, nil
+		return info, nil, linked, nil
 	}
-	info, err := statHandle(f)
+	info, err = statHandle(f)
 	if err != nil || !info.Mode().IsRegular() {
 		f.Close()
-		return info, nil, err
+		return info, nil, false, err
 	}
-	return info, f, nil
+	return info, f, unwatchable(info, viaLink, nil), nil
+}
+
+// unwatchable reports whether an entry for what a lookup found must not
+// be trusted for longer than an unwatched one (a second), though inotify
+// watches its directory: inotify reports a change to the directory's
+// names, and a file reached through a link that is changed under its
+// target's name, or a file with other names (hard links) written through
+// one of those, changes without an event for this name. A directory
+// reached through a link needs nothing: the watcher follows links on the
+// way to what is looked up below it.
+func unwatchable(info fs.FileInfo, viaLink bool, err error) bool {
+	if err != nil {
+		return viaLink // a dangling link: its target may appear elsewhere
+	}
+	return info != nil && info.Mode().IsRegular() && (viaLink || multiplyLinked(info))
+}
+
+// unreadableDir reports whether the open that failed with err was of the
+// directory info describes, refused for want of read permission:
+// file_server opens a directory to stat it (Caddy's file systems have no
+// Stat), so it answers 403 for one the server may search but not read
+// (mode 0711), index file or not; the lookup answers with the same
+// error.
+func unreadableDir(info fs.FileInfo, err error) bool {
+	return info.IsDir() && errors.Is(err, fs.ErrPermission)
 }
 
 // cacheableError reports whether an error describes the path rather than

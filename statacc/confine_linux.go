@@ -15,41 +15,70 @@ import (
 // at the moment of the open: a link swapped in after a check cannot win.
 // It returns the file's info and, for the kinds want names, the open file.
 func openConfined(root, path string, mode Symlinks, want openKinds) (fs.FileInfo, *os.File, error) {
+	info, f, _, err := openConfinedLinked(root, path, mode, want)
+	return info, f, err
+}
+
+// openConfinedRegular is the cache's confined lookup (Cache.open): a
+// regular file open, anything else described; viaLink reports that the
+// path's last element is a link (symlinks beneath), and a directory the
+// server may not read is refused as file_server refuses it
+// (unreadableDir).
+func openConfinedRegular(root, path string, mode Symlinks) (fs.FileInfo, *os.File, bool, error) {
+	return openConfinedLinked(root, path, mode, openRegular)
+}
+
+// openConfinedLinked is openConfined that also reports, for want
+// openRegular, whether the path's last element is a link.
+func openConfinedLinked(root, path string, mode Symlinks, want openKinds) (_ fs.FileInfo, _ *os.File, viaLink bool, _ error) {
 	rel, ok := relativeTo(root, path)
 	if !ok {
-		return nil, nil, &fs.PathError{Op: "openat2", Path: path, Err: errEscape}
+		return nil, nil, false, &fs.PathError{Op: "openat2", Path: path, Err: errEscape}
 	}
 	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, nil, &fs.PathError{Op: "open", Path: root, Err: err}
+		return nil, nil, false, &fs.PathError{Op: "open", Path: root, Err: err}
 	}
 	defer unix.Close(rootFD)
 	how := unix.OpenHow{Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS}
 	if mode == SymlinksDeny {
 		how.Resolve |= unix.RESOLVE_NO_SYMLINKS
 	}
+	var openErr error // the regular open's, for a directory it could not read
 	if want == openRegular {
 		// The cache's lookup: open first and fstat what was opened, as the
 		// unconfined lookup does (O_NONBLOCK: a FIFO cannot block the
 		// open). What cannot be opened for reading (a directory without
 		// read permission, a socket) is described from O_PATH below.
+		// Beneath, the last element is opened with O_NOFOLLOW first, as
+		// the unconfined lookup does, to tell a link (ELOOP).
 		how.Flags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+		if mode == SymlinksBeneath {
+			how.Flags |= unix.O_NOFOLLOW
+		}
 		fd, err := unix.Openat2(rootFD, rel, &how)
+		if errors.Is(err, unix.ELOOP) && how.Flags&unix.O_NOFOLLOW != 0 {
+			viaLink = true
+			how.Flags &^= unix.O_NOFOLLOW
+			fd, err = unix.Openat2(rootFD, rel, &how)
+		}
 		switch {
 		case err == nil:
 			f := os.NewFile(uintptr(fd), path)
 			info, err := f.Stat()
 			if err != nil || !info.Mode().IsRegular() {
 				f.Close()
-				return info, nil, err
+				return info, nil, viaLink, err
 			}
-			return info, f, nil
+			return info, f, viaLink, nil
 		case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) && !openat2Works():
-			return openWalked(root, path, mode, want)
+			info, f, err := openWalked(root, path, mode, want)
+			return info, f, false, err
 		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EXDEV) ||
 			errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE):
-			return nil, nil, confinedError(path, err, mode)
+			return nil, nil, viaLink, confinedError(path, err, mode)
 		}
+		openErr = &fs.PathError{Op: "openat2", Path: path, Err: err}
 	}
 	// O_PATH opens nothing: a device or a FIFO is only stat'ed, for the
 	// listings and for what the cache's lookup could not open.
@@ -57,10 +86,11 @@ func openConfined(root, path string, mode Symlinks, want openKinds) (fs.FileInfo
 	fd, err := unix.Openat2(rootFD, rel, &how)
 	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) && !openat2Works() {
 		// Linux before 5.6, or a seccomp filter without openat2.
-		return openWalked(root, path, mode, want)
+		info, f, err := openWalked(root, path, mode, want)
+		return info, f, false, err
 	}
 	if err != nil {
-		return nil, nil, confinedError(path, err, mode)
+		return nil, nil, viaLink, confinedError(path, err, mode)
 	}
 	// The info of what was resolved, from its descriptor: a second lookup
 	// by name would follow links the confinement refuses.
@@ -68,10 +98,13 @@ func openConfined(root, path string, mode Symlinks, want openKinds) (fs.FileInfo
 	info, err := pathFile.Stat()
 	pathFile.Close()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, viaLink, err
+	}
+	if openErr != nil && unreadableDir(info, openErr) {
+		return nil, nil, viaLink, openErr
 	}
 	if !want.has(info) {
-		return info, nil, nil // not a body: the info is all we need
+		return info, nil, viaLink, nil // not a body: the info is all we need
 	}
 	how.Flags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC
 	if info.IsDir() {
@@ -79,14 +112,14 @@ func openConfined(root, path string, mode Symlinks, want openKinds) (fs.FileInfo
 	}
 	fd, err = unix.Openat2(rootFD, rel, &how)
 	if err != nil {
-		return nil, nil, confinedError(path, err, mode)
+		return nil, nil, viaLink, confinedError(path, err, mode)
 	}
 	f := os.NewFile(uintptr(fd), path)
 	if info, err = f.Stat(); err != nil {
 		f.Close()
-		return nil, nil, err
+		return nil, nil, viaLink, err
 	}
-	return info, f, nil
+	return info, f, viaLink, nil
 }
 
 func confinedError(path string, err error, mode Symlinks) error {

@@ -4,14 +4,19 @@ package statacc
 
 import "io/fs"
 
-// openRegularFile opens path for reading (openFile) as a handle.
-func openRegularFile(path string) (handle, error) {
+// openRegularFile opens path for reading (openFile) as a handle. Without
+// inotify no entry is trusted for longer than a second, links or not, so
+// it does not tell whether path's last element is a link.
+func openRegularFile(path string) (h handle, viaLink bool, err error) {
 	f, err := openFile(path)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return f, nil
+	return f, false, nil
 }
+
+// multiplyLinked is false without inotify: see openRegularFile.
+func multiplyLinked(fs.FileInfo) bool { return false }
 
 // statHandle describes what h has open.
 func statHandle(h handle) (fs.FileInfo, error) { return statOSFile(h) }

@@ -108,7 +108,7 @@ func (c *Cache) keepsNegative(path string) bool {
 // then looks it up as any miss.
 func (c *Cache) probeMissing(key lookupKey, dir string) *Entry {
 	checked := nanotime()
-	info, f, err := c.open(key)
+	info, f, _, err := c.open(key)
 	if err != nil {
 		if !cacheableError(err) {
 			return nil

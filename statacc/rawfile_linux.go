@@ -23,17 +23,39 @@ type rawFile struct {
 }
 
 // openRegularFile opens path for reading, as openFile does (O_NONBLOCK: a
-// FIFO cannot block the open), with a bare descriptor.
-func openRegularFile(path string) (handle, error) {
+// FIFO cannot block the open), with a bare descriptor. viaLink reports
+// that path's last element is a symbolic link: it is opened with
+// O_NOFOLLOW first, which costs nothing more for a file that is not one,
+// and again without it when it is (ELOOP).
+func openRegularFile(path string) (h handle, viaLink bool, err error) {
+	flags := syscall.O_RDONLY | syscall.O_NONBLOCK | syscall.O_NOCTTY | syscall.O_CLOEXEC | syscall.O_NOFOLLOW
 	for {
-		fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
-		if err == nil {
-			return &rawFile{fd: fd, path: path}, nil
+		fd, err := syscall.Open(path, flags, 0)
+		switch {
+		case err == nil:
+			return &rawFile{fd: fd, path: path}, viaLink, nil
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.ELOOP && flags&syscall.O_NOFOLLOW != 0:
+			// The last element is a link (or the links on the way are
+			// too many, which the open that follows says again).
+			flags &^= syscall.O_NOFOLLOW
+			viaLink = true
+			continue
 		}
-		if err != syscall.EINTR {
-			return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-		}
+		return nil, viaLink, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
+}
+
+// multiplyLinked reports whether info describes a regular file with more
+// than one name (a hard link): it can be written through a name in a
+// directory that is not watched.
+func multiplyLinked(info fs.FileInfo) bool {
+	if info == nil || !info.Mode().IsRegular() {
+		return false
+	}
+	st, ok := info.Sys().(*syscall.Stat_t)
+	return ok && st.Nlink > 1
 }
 
 // wrapFD makes the handle of a descriptor opened by the caller.
