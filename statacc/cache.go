@@ -233,9 +233,11 @@ type Cache struct {
 	wg     sync.WaitGroup
 	closed atomic.Bool
 	// sawUnwatched is set once a descriptor is cached without inotify to
-	// tell of its file's deletion: the janitor then walks every second.
-	sawUnwatched atomic.Bool
-	hot          *hotset.Counter
+	// tell of its file's deletion: the janitor then walks every second,
+	// woken by unwatchedSeen from the longer sleep it may be in.
+	sawUnwatched  atomic.Bool
+	unwatchedSeen chan struct{}
+	hot           *hotset.Counter
 }
 
 // lookupKey is everything that changes a lookup's answer: the path, and
@@ -309,12 +311,13 @@ func New(o Options) *Cache {
 		o.MaxDirEntries = 10000
 	}
 	c := &Cache{
-		opts:        o,
-		jobs:        make(chan *call, o.queueLength),
-		slots:       make(chan struct{}, o.Workers),
-		cachedSlots: make(chan struct{}, runtime.GOMAXPROCS(0)),
-		inflight:    make(map[lookupKey]*call),
-		stop:        make(chan struct{}),
+		opts:          o,
+		jobs:          make(chan *call, o.queueLength),
+		slots:         make(chan struct{}, o.Workers),
+		cachedSlots:   make(chan struct{}, runtime.GOMAXPROCS(0)),
+		inflight:      make(map[lookupKey]*call),
+		stop:          make(chan struct{}),
+		unwatchedSeen: make(chan struct{}, 1),
 	}
 	c.negatives = newNegStore(&c.counts.NegativeCount, &c.negs.dead)
 	c.hot = hotset.NewCounter(c.hotFiles)
@@ -352,6 +355,10 @@ func (c *Cache) janitor() {
 		case <-c.stop:
 			t.Stop()
 			return
+		case <-c.unwatchedSeen:
+			// Sleep a second from now instead, then walk.
+			t.Stop()
+			continue
 		case <-t.C:
 		}
 		c.dropStale()
@@ -824,8 +831,8 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 	}
 	e.watched = ticket.watched && !briefly
 	e.checked.Store(checked)
-	if !e.watched && e.file != nil && !c.sawUnwatched.Load() {
-		c.sawUnwatched.Store(true)
+	if !e.watched && e.file != nil && !c.sawUnwatched.Load() && c.sawUnwatched.CompareAndSwap(false, true) {
+		c.unwatchedSeen <- struct{}{} // once: the buffer holds it
 	}
 	if e.err != nil && !cacheableError(e.err) {
 		c.watch.leave(ticket)

@@ -75,38 +75,40 @@ func relativeTo(root, path string) (string, bool) {
 
 // walkConfined checks each element of path below root with lstat before
 // the path is used: the portable confinement, racy by nature because the
-// tree can change between the check and the open.
-func walkConfined(root, path string, mode Symlinks) error {
+// tree can change between the check and the open. lastIsLink reports that
+// path's last element is a link (the walk found it allowed).
+func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error) {
 	rel, ok := relativeTo(root, path)
 	if !ok {
-		return errEscape
+		return false, errEscape
 	}
 	if rel == "." {
-		return nil
+		return false, nil
 	}
 	realRoot, err := filepath.EvalSymlinks(root)
 	if err != nil {
-		return err
+		return false, err
 	}
 	cur := filepath.Clean(root)
 	for _, elem := range strings.Split(rel, string(filepath.Separator)) {
 		cur = filepath.Join(cur, elem)
 		fi, err := os.Lstat(cur)
 		if err != nil {
-			return err
+			return false, err
 		}
-		if fi.Mode()&fs.ModeSymlink == 0 {
+		lastIsLink = fi.Mode()&fs.ModeSymlink != 0
+		if !lastIsLink {
 			continue
 		}
 		if mode == SymlinksDeny {
-			return errSymlink
+			return false, errSymlink
 		}
 		// As openat2's RESOLVE_BENEATH does, refuse absolute links even
 		// when they point inside the root.
 		if link, err := os.Readlink(cur); err != nil {
-			return err
+			return false, err
 		} else if filepath.IsAbs(link) {
-			return errEscape
+			return false, errEscape
 		}
 		target, err := filepath.EvalSymlinks(cur)
 		if err != nil {
@@ -114,13 +116,13 @@ func walkConfined(root, path string, mode Symlinks) error {
 				// EvalSymlinks says "too many links" without an errno.
 				err = &fs.PathError{Op: "evalsymlinks", Path: cur, Err: syscall.ELOOP}
 			}
-			return err
+			return false, err
 		}
 		if _, ok := relativeTo(realRoot, target); !ok {
-			return errEscape
+			return false, errEscape
 		}
 	}
-	return nil
+	return lastIsLink, nil
 }
 
 // openKinds says which kinds of file a confined lookup opens; of the
@@ -140,15 +142,32 @@ func (k openKinds) has(info fs.FileInfo) bool {
 // openWalked is the portable confined open: the lstat walk, then a stat
 // and, for the kinds want names, an open.
 func openWalked(root, path string, mode Symlinks, want openKinds) (fs.FileInfo, *os.File, error) {
-	if err := walkConfined(root, path, mode); err != nil {
-		return nil, nil, err
+	info, f, _, err := openWalkedLinked(root, path, mode, want)
+	return info, f, err
+}
+
+// openWalkedLinked is openWalked that also reports whether path's last
+// element is a link, and that, for the cache's lookup (want openRegular),
+// refuses a directory the server may not read, as file_server does
+// (unreadableDir).
+func openWalkedLinked(root, path string, mode Symlinks, want openKinds) (fs.FileInfo, *os.File, bool, error) {
+	viaLink, err := walkConfined(root, path, mode)
+	if err != nil {
+		return nil, nil, false, err
 	}
 	info, err := os.Stat(path)
+	if err == nil && want == openRegular && info.IsDir() {
+		if d, derr := openFile(path); derr != nil && unreadableDir(info, derr) {
+			return nil, nil, viaLink, derr
+		} else if d != nil {
+			d.Close()
+		}
+	}
 	if err != nil || !want.has(info) {
-		return info, nil, err
+		return info, nil, viaLink, err
 	}
 	f, err := openFile(path)
-	return info, f, err
+	return info, f, viaLink, err
 }
 
 // StatConfined returns the info of path below root, resolved as mode says,

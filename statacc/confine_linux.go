@@ -72,8 +72,7 @@ func openConfinedLinked(root, path string, mode Symlinks, want openKinds) (_ fs.
 			}
 			return info, f, viaLink, nil
 		case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) && !openat2Works():
-			info, f, err := openWalked(root, path, mode, want)
-			return info, f, false, err
+			return openWalkedLinked(root, path, mode, want)
 		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EXDEV) ||
 			errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE):
 			return nil, nil, viaLink, confinedError(path, err, mode)
@@ -86,8 +85,7 @@ func openConfinedLinked(root, path string, mode Symlinks, want openKinds) (_ fs.
 	fd, err := unix.Openat2(rootFD, rel, &how)
 	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) && !openat2Works() {
 		// Linux before 5.6, or a seccomp filter without openat2.
-		info, f, err := openWalked(root, path, mode, want)
-		return info, f, false, err
+		return openWalkedLinked(root, path, mode, want)
 	}
 	if err != nil {
 		return nil, nil, viaLink, confinedError(path, err, mode)
