@@ -51,17 +51,22 @@ func testDirModes(t *testing.T, key string, write func(dir string), modes map[st
 			t.Fatal(err)
 		}
 		write(dir)
-		err := filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
-			switch {
-			case err != nil:
-				return err
-			case d.IsDir():
-				return os.Chmod(p, 0o755)
-			case d.Type().IsRegular():
-				return os.Chmod(p, 0o644)
-			}
-			return nil
-		})
+		// This test's directory only: a walk of base would undo the modes
+		// an earlier test gave its own files.
+		err := os.Chmod(base, 0o755)
+		if err == nil {
+			err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+				switch {
+				case err != nil:
+					return err
+				case d.IsDir():
+					return os.Chmod(p, 0o755)
+				case d.Type().IsRegular():
+					return os.Chmod(p, 0o644)
+				}
+				return nil
+			})
+		}
 		for name, mode := range modes {
 			if err == nil {
 				err = os.Chmod(filepath.Join(dir, name), mode)
