@@ -775,7 +775,21 @@ func (c *Cache) resolve(key lookupKey) *Entry {
 	// The age counts from before the stat: what it saw may be that old.
 	checked := nanotime()
 	e, linked := c.load(key, ticket.watched)
+	if linked && e.file != nil {
+		// A link's target deleted elsewhere sends no event for it: only
+		// the janitor gives its descriptor back.
+		c.noteUnwatched()
+	}
 	return c.record(key, ticket, checked, e, admit, linked)
+}
+
+// noteUnwatched records that a descriptor was cached that no inotify
+// event may end: the janitor walks every second from now on, woken from
+// the longer sleep it may be in.
+func (c *Cache) noteUnwatched() {
+	if !c.sawUnwatched.Load() && c.sawUnwatched.CompareAndSwap(false, true) {
+		c.unwatchedSeen <- struct{}{} // once: the buffer holds it
+	}
 }
 
 // resolveCached resolves a miss without waiting for a disk, or returns
@@ -831,8 +845,8 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 	}
 	e.watched = ticket.watched && !briefly
 	e.checked.Store(checked)
-	if !e.watched && e.file != nil && !c.sawUnwatched.Load() && c.sawUnwatched.CompareAndSwap(false, true) {
-		c.unwatchedSeen <- struct{}{} // once: the buffer holds it
+	if !ticket.watched && e.file != nil {
+		c.noteUnwatched()
 	}
 	if e.err != nil && !cacheableError(e.err) {
 		c.watch.leave(ticket)
