@@ -83,6 +83,13 @@ func cString(b []byte) string {
 func firstLookupOpens(t *testing.T, c *Cache, dir string) int {
 	t.Helper()
 	write(t, filepath.Join(dir, "page.html"), "hello")
+	return lookupOpens(t, c, dir)
+}
+
+// lookupOpens looks dir/page.html (which holds "hello") up once and
+// returns how many times the lookup opened it.
+func lookupOpens(t *testing.T, c *Cache, dir string) int {
+	t.Helper()
 	oc := countOpens(t, dir)
 	if got := describe(t, c, filepath.Join(dir, "page.html")); got != "5:hello" {
 		t.Fatalf("%q", got)
