@@ -70,9 +70,8 @@ type Counter struct {
 	// files, last at most what Top was asked for. pending is a set: on a
 	// tree larger than the cache's descriptors, a file's entry leaves
 	// again each time it is asked for, and a list of departures filled
-	// its bound with the first seconds' files (the saved set of a 30 s
-	// run of e held 39,000 of the 100,000 files, where nearly all were
-	// asked for twice).
+	// its bound with repeats of the first files to leave, so that files
+	// asked for later in the period were no candidates.
 	pending    map[uint64]File
 	last       []File
 	maxPending int
