@@ -774,13 +774,20 @@ func (c *Cache) resolve(key lookupKey) *Entry {
 	c.watch.learnFS(ticket, dir)
 	// The age counts from before the stat: what it saw may be that old.
 	checked := nanotime()
-	e, linked := c.load(key, ticket.watched)
-	if linked && e.file != nil {
-		// A link's target deleted elsewhere sends no event for it: only
-		// the janitor gives its descriptor back.
+	e, links := c.load(key, ticket.watched)
+	c.noteLinked(e, links)
+	return c.record(key, ticket, checked, e, admit, links != notLinked)
+}
+
+// noteLinked wakes the janitor for a descriptor reached through a
+// symbolic link: its target deleted elsewhere sends no event for the
+// link's name, and only the janitor gives the descriptor back. A hard
+// link needs nothing: deleting this name is an event, and a file that
+// lost its other names is still this one.
+func (c *Cache) noteLinked(e *Entry, links linkKind) {
+	if links == symLinked && e.file != nil {
 		c.noteUnwatched()
 	}
-	return c.record(key, ticket, checked, e, admit, linked)
 }
 
 // noteUnwatched records that a descriptor was cached that no inotify
@@ -815,7 +822,7 @@ func (c *Cache) resolveCached(key lookupKey) *Entry {
 	}
 	c.counts.CachedLookups.Add(1)
 	// No link is followed here (RESOLVE_NO_SYMLINKS); a hard link may be.
-	linked := multiplyLinked(info)
+	linked := err == nil && multiplyLinked(info)
 	return c.record(key, ticket, checked, c.build(key.path, info, f, err, ticket.watched && !linked, false), admitAsk, linked)
 }
 
@@ -941,10 +948,10 @@ func (c *Cache) unpublish(e *Entry) bool { return c.entries.CompareAndDelete(e.p
 // load does the system calls for one path. withHead says whether to keep
 // the file's head: only where inotify watches, so that a file rewritten in
 // place cannot be served with an old head for longer than the event takes.
-// linked is Cache.open's: the entry must be trusted briefly.
-func (c *Cache) load(key lookupKey, withHead bool) (e *Entry, linked bool) {
+// links is Cache.open's: an entry of a linked file is trusted briefly.
+func (c *Cache) load(key lookupKey, withHead bool) (e *Entry, links linkKind) {
 	path := key.path
-	info, f, linked, err := c.open(key)
+	info, f, links, err := c.open(key)
 	if err != nil && IsFDExhaustion(err) {
 		// Make room by closing idle descriptors, then try once more: a full
 		// fd table must not turn into errors that the cache could avoid.
@@ -953,9 +960,9 @@ func (c *Cache) load(key lookupKey, withHead bool) (e *Entry, linked bool) {
 		// connections).
 		c.counts.Shed.Add(1)
 		c.evict(int(min(int64(c.opts.MaxOpenFiles), c.counts.OpenFiles.Load()))/2, false)
-		info, f, linked, err = c.open(key)
+		info, f, links, err = c.open(key)
 	}
-	return c.build(path, info, f, err, withHead && !linked, true), linked
+	return c.build(path, info, f, err, withHead && links == notLinked, true), links
 }
 
 // build makes the entry of what open found. mayBlock says whether a small
@@ -1035,10 +1042,10 @@ func (c *Cache) fillHead(e *Entry) {
 
 // open describes the key's path and returns it open if it is a regular
 // file, confined below its root as its mode says. The info describes what
-// was opened. linked reports a file whose changes inotify may not see
+// was opened. links tells a file whose changes inotify may not see
 // (unwatchable): one reached through a symbolic link as the path's last
 // element, or a regular file with more than one name.
-func (c *Cache) open(key lookupKey) (info fs.FileInfo, f handle, linked bool, err error) {
+func (c *Cache) open(key lookupKey) (info fs.FileInfo, f handle, links linkKind, err error) {
 	path := key.path
 	if key.mode != SymlinksFollow {
 		info, f, viaLink, err := openConfinedRegular(key.root, path, key.mode)
@@ -1050,22 +1057,22 @@ func (c *Cache) open(key lookupKey) (info fs.FileInfo, f handle, linked bool, er
 	// closed at once.
 	f, viaLink, err := openRegularFile(path)
 	if err != nil {
-		linked = unwatchable(nil, viaLink, err)
+		links = unwatchable(nil, viaLink, err)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || IsFDExhaustion(err) {
-			return nil, nil, linked, err
+			return nil, nil, links, err
 		}
 		// A directory without read permission, a socket (ENXIO): stat
 		// describes what cannot be opened.
 		info, serr := os.Stat(path)
 		if serr != nil || info.Mode().IsRegular() || unreadableDir(info, err) {
-			return nil, nil, linked, err
+			return nil, nil, links, err
 		}
-		return info, nil, linked, nil
+		return info, nil, links, nil
 	}
 	info, err = statHandle(f)
 	if err != nil || !info.Mode().IsRegular() {
 		f.Close()
-		return info, nil, false, err
+		return info, nil, notLinked, err
 	}
 	return info, f, unwatchable(info, viaLink, nil), nil
 }
@@ -1078,12 +1085,29 @@ func (c *Cache) open(key lookupKey) (info fs.FileInfo, f handle, linked bool, er
 // one of those, changes without an event for this name. A directory
 // reached through a link needs nothing: the watcher follows links on the
 // way to what is looked up below it.
-func unwatchable(info fs.FileInfo, viaLink bool, err error) bool {
-	if err != nil {
-		return viaLink // a dangling link: its target may appear elsewhere
+func unwatchable(info fs.FileInfo, viaLink bool, err error) linkKind {
+	switch {
+	case err != nil && viaLink:
+		return symLinked // a dangling link: its target may appear elsewhere
+	case err != nil || info == nil || !info.Mode().IsRegular():
+		return notLinked
+	case viaLink:
+		return symLinked
+	case multiplyLinked(info):
+		return hardLinked
 	}
-	return info != nil && info.Mode().IsRegular() && (viaLink || multiplyLinked(info))
+	return notLinked
 }
+
+// linkKind tells how a file reached by a lookup may change without an
+// inotify event for the name looked up (unwatchable).
+type linkKind uint8
+
+const (
+	notLinked  linkKind = iota
+	hardLinked          // a regular file with more than one name
+	symLinked           // reached through a link as the last element, or a dangling link
+)
 
 // unreadableDir reports whether the open that failed with err was of the
 // directory info describes, refused for want of read permission:

@@ -76,7 +76,8 @@ func relativeTo(root, path string) (string, bool) {
 // walkConfined checks each element of path below root with lstat before
 // the path is used: the portable confinement, racy by nature because the
 // tree can change between the check and the open. lastIsLink reports that
-// path's last element is a link (the walk found it allowed).
+// path's last element is a link: one the walk found allowed, or, with an
+// error, one whose target is missing or loops.
 func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error) {
 	rel, ok := relativeTo(root, path)
 	if !ok {
@@ -90,7 +91,8 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 		return false, err
 	}
 	cur := filepath.Clean(root)
-	for _, elem := range strings.Split(rel, string(filepath.Separator)) {
+	elems := strings.Split(rel, string(filepath.Separator))
+	for i, elem := range elems {
 		cur = filepath.Join(cur, elem)
 		fi, err := os.Lstat(cur)
 		if err != nil {
@@ -116,7 +118,9 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 				// EvalSymlinks says "too many links" without an errno.
 				err = &fs.PathError{Op: "evalsymlinks", Path: cur, Err: syscall.ELOOP}
 			}
-			return false, err
+			// A dangling or looping link as the last element is still a
+			// link: its target may appear with no event for its name.
+			return i == len(elems)-1, err
 		}
 		if _, ok := relativeTo(realRoot, target); !ok {
 			return false, errEscape
@@ -153,7 +157,7 @@ func openWalked(root, path string, mode Symlinks, want openKinds) (fs.FileInfo, 
 func openWalkedLinked(root, path string, mode Symlinks, want openKinds) (fs.FileInfo, *os.File, bool, error) {
 	viaLink, err := walkConfined(root, path, mode)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, viaLink, err
 	}
 	info, err := os.Stat(path)
 	if err == nil && want == openRegular && info.IsDir() {

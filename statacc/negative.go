@@ -108,7 +108,7 @@ func (c *Cache) keepsNegative(path string) bool {
 // then looks it up as any miss.
 func (c *Cache) probeMissing(key lookupKey, dir string) *Entry {
 	checked := nanotime()
-	info, f, _, err := c.open(key)
+	info, f, links, err := c.open(key)
 	if err != nil {
 		if !cacheableError(err) {
 			return nil
@@ -117,7 +117,9 @@ func (c *Cache) probeMissing(key lookupKey, dir string) *Entry {
 	}
 	ticket := c.watch.enter(dir)
 	c.watch.learnFS(ticket, dir)
-	return c.record(key, ticket, checked, c.build(key.path, info, f, nil, false, true), admitAsk, true)
+	e := c.build(key.path, info, f, nil, false, true)
+	c.noteLinked(e, links)
+	return c.record(key, ticket, checked, e, admitAsk, true)
 }
 
 // clock is a ring of cached entries (*Entry for the descriptors, negRef
