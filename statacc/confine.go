@@ -77,7 +77,7 @@ func relativeTo(root, path string) (string, bool) {
 // the path is used: the portable confinement, racy by nature because the
 // tree can change between the check and the open. lastIsLink reports that
 // path's last element is a link: one the walk found allowed, or, with an
-// error, one whose target is missing or loops.
+// error, one whose target is missing, loops or leaves the root.
 func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error) {
 	rel, ok := relativeTo(root, path)
 	if !ok {
@@ -93,6 +93,7 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 	cur := filepath.Clean(root)
 	elems := strings.Split(rel, string(filepath.Separator))
 	for i, elem := range elems {
+		last := i == len(elems)-1
 		cur = filepath.Join(cur, elem)
 		fi, err := os.Lstat(cur)
 		if err != nil {
@@ -110,7 +111,7 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 		if link, err := os.Readlink(cur); err != nil {
 			return false, err
 		} else if filepath.IsAbs(link) {
-			return false, errEscape
+			return last, errEscape
 		}
 		target, err := filepath.EvalSymlinks(cur)
 		if err != nil {
@@ -120,10 +121,12 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 			}
 			// A dangling or looping link as the last element is still a
 			// link: its target may appear with no event for its name.
-			return i == len(elems)-1, err
+			return last, err
 		}
 		if _, ok := relativeTo(realRoot, target); !ok {
-			return false, errEscape
+			// So is one that leaves the root: a directory link on its way
+			// may be turned back inside with no event for its name.
+			return last, errEscape
 		}
 	}
 	return lastIsLink, nil
