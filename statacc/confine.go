@@ -108,13 +108,20 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 		}
 		// As openat2's RESOLVE_BENEATH does, refuse absolute links even
 		// when they point inside the root.
-		if link, err := os.Readlink(cur); err != nil {
+		link, err := os.Readlink(cur)
+		if err != nil {
 			return false, err
-		} else if filepath.IsAbs(link) {
+		}
+		if filepath.IsAbs(link) || climbsOut(realRoot, filepath.Dir(cur), link) {
 			return last, errEscape
 		}
 		target, err := filepath.EvalSymlinks(cur)
 		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && missingOutside(realRoot, filepath.Join(filepath.Dir(cur), link)) {
+				// A missing target through a link that leaves: the
+				// kernel refuses the step out before it looks for it.
+				return last, errEscape
+			}
 			if _, ok := err.(*fs.PathError); !ok {
 				// EvalSymlinks says "too many links" without an errno.
 				err = &fs.PathError{Op: "evalsymlinks", Path: cur, Err: syscall.ELOOP}
@@ -130,6 +137,54 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 		}
 	}
 	return lastIsLink, nil
+}
+
+// climbsOut reports whether a relative link's own text, read from the
+// directory the link is in (dir, resolved), climbs above realRoot at some
+// step: RESOLVE_BENEATH refuses such a link even when it ends inside the
+// root (`../root/a.txt`), and even when its target is missing (a 403, not
+// a 404). Links met inside the text are not followed here: where they
+// lead is checked by the target's resolution, where it ends.
+func climbsOut(realRoot, dir, link string) bool {
+	resolved, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return false // the target's resolution reports it
+	}
+	rel, ok := relativeTo(realRoot, resolved)
+	if !ok {
+		return true
+	}
+	depth := 0
+	if rel != "." {
+		depth = len(strings.Split(rel, string(filepath.Separator)))
+	}
+	for _, c := range strings.Split(filepath.ToSlash(link), "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			if depth--; depth < 0 {
+				return true
+			}
+		default:
+			depth++
+		}
+	}
+	return false
+}
+
+// missingOutside reports whether a missing target's nearest ancestor that
+// exists resolves outside realRoot: the missing name is then behind a
+// link that leaves the root.
+func missingOutside(realRoot, target string) bool {
+	for dir := filepath.Dir(target); ; dir = filepath.Dir(dir) {
+		if resolved, err := filepath.EvalSymlinks(dir); err == nil {
+			_, inside := relativeTo(realRoot, resolved)
+			return !inside
+		}
+		if parent := filepath.Dir(dir); parent == dir {
+			return false
+		}
+	}
 }
 
 // openKinds says which kinds of file a confined lookup opens; of the
