@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -73,11 +74,18 @@ func relativeTo(root, path string) (string, bool) {
 	return rel, true
 }
 
-// walkConfined checks each element of path below root with lstat before
-// the path is used: the portable confinement, racy by nature because the
-// tree can change between the check and the open. lastIsLink reports that
-// path's last element is a link: one the walk found allowed, or, with an
-// error, one whose target is missing, loops or leaves the root.
+// walkConfined resolves path below root as openat2's RESOLVE_BENEATH
+// does, one element at a time with lstat and readlink, before the path is
+// used: the portable confinement, racy by nature because the tree can
+// change between the check and the open. A link's text is resolved from
+// the link's directory, element by element, following the links in it
+// (40 at most, as the kernel); a `..` at the root or an absolute link
+// leaves the root, even when the path would come back inside
+// (`../root/a.txt`), and a name is looked for only if every step before it
+// stayed inside, so the first failure is the kernel's. Under deny any
+// link is refused. lastIsLink reports that path's last element is a link:
+// one the walk found allowed, or, with an error, one whose target is
+// missing, loops or leaves the root.
 func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error) {
 	rel, ok := relativeTo(root, path)
 	if !ok {
@@ -86,105 +94,95 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 	if rel == "." {
 		return false, nil
 	}
-	realRoot, err := filepath.EvalSymlinks(root)
-	if err != nil {
-		return false, err
-	}
-	cur := filepath.Clean(root)
-	elems := strings.Split(rel, string(filepath.Separator))
-	for i, elem := range elems {
-		last := i == len(elems)-1
-		cur = filepath.Join(cur, elem)
+	root = filepath.Clean(root)
+	// todo holds the elements left to resolve, the next last; reqLeft
+	// counts those of the request path itself among them (its elements
+	// come first, so they are the bottom of todo).
+	todo := reverse(splitElems(filepath.ToSlash(rel)))
+	reqLeft := len(todo)
+	var at []string // the resolved directories below root, each a real one
+	links, steps := 0, 0
+	for len(todo) > 0 {
+		elem := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		fromRequest := len(todo) < reqLeft
+		if fromRequest {
+			reqLeft = len(todo)
+		}
+		if steps++; steps > maxWalkSteps {
+			return lastIsLink, &fs.PathError{Op: "open", Path: path, Err: syscall.ELOOP}
+		}
+		switch elem {
+		case ".":
+			continue
+		case "..":
+			if len(at) == 0 {
+				return lastIsLink, errEscape
+			}
+			at = at[:len(at)-1]
+			continue
+		}
+		cur := filepath.Join(root, filepath.Join(at...), elem)
 		fi, err := os.Lstat(cur)
 		if err != nil {
-			return false, err
+			return lastIsLink, err
 		}
-		lastIsLink = fi.Mode()&fs.ModeSymlink != 0
-		if !lastIsLink {
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			if len(todo) > 0 && !fi.IsDir() {
+				return lastIsLink, &fs.PathError{Op: "lstat", Path: cur, Err: syscall.ENOTDIR}
+			}
+			at = append(at, elem)
 			continue
+		}
+		if fromRequest && reqLeft == 0 {
+			lastIsLink = true
 		}
 		if mode == SymlinksDeny {
 			return false, errSymlink
 		}
-		// As openat2's RESOLVE_BENEATH does, refuse absolute links even
-		// when they point inside the root.
+		if links++; links > maxLinks {
+			return lastIsLink, &fs.PathError{Op: "open", Path: path, Err: syscall.ELOOP}
+		}
 		link, err := os.Readlink(cur)
 		if err != nil {
-			return false, err
+			return lastIsLink, err
 		}
-		if filepath.IsAbs(link) || climbsOut(realRoot, filepath.Dir(cur), link) {
-			return last, errEscape
+		// As openat2's RESOLVE_BENEATH does, refuse absolute links even
+		// when they point inside the root (`\srv` and `C:x` are rooted on
+		// Windows too).
+		if filepath.IsAbs(link) || filepath.VolumeName(link) != "" || strings.HasPrefix(filepath.ToSlash(link), "/") {
+			return lastIsLink, errEscape
 		}
-		target, err := filepath.EvalSymlinks(cur)
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) && missingOutside(realRoot, filepath.Join(filepath.Dir(cur), link)) {
-				// A missing target through a link that leaves: the
-				// kernel refuses the step out before it looks for it.
-				return last, errEscape
-			}
-			if _, ok := err.(*fs.PathError); !ok {
-				// EvalSymlinks says "too many links" without an errno.
-				err = &fs.PathError{Op: "evalsymlinks", Path: cur, Err: syscall.ELOOP}
-			}
-			// A dangling or looping link as the last element is still a
-			// link: its target may appear with no event for its name.
-			return last, err
-		}
-		if _, ok := relativeTo(realRoot, target); !ok {
-			// So is one that leaves the root: a directory link on its way
-			// may be turned back inside with no event for its name.
-			return last, errEscape
-		}
+		todo = append(todo, reverse(splitElems(filepath.ToSlash(link)))...)
 	}
 	return lastIsLink, nil
 }
 
-// climbsOut reports whether a relative link's own text, read from the
-// directory the link is in (dir, resolved), climbs above realRoot at some
-// step: RESOLVE_BENEATH refuses such a link even when it ends inside the
-// root (`../root/a.txt`), and even when its target is missing (a 403, not
-// a 404). Links met inside the text are not followed here: where they
-// lead is checked by the target's resolution, where it ends.
-func climbsOut(realRoot, dir, link string) bool {
-	resolved, err := filepath.EvalSymlinks(dir)
-	if err != nil {
-		return false // the target's resolution reports it
-	}
-	rel, ok := relativeTo(realRoot, resolved)
-	if !ok {
-		return true
-	}
-	depth := 0
-	if rel != "." {
-		depth = len(strings.Split(rel, string(filepath.Separator)))
-	}
-	for _, c := range strings.Split(filepath.ToSlash(link), "/") {
-		switch c {
-		case "", ".":
-		case "..":
-			if depth--; depth < 0 {
-				return true
-			}
-		default:
-			depth++
+// maxLinks is the links one resolution follows, as Linux's MAXSYMLINKS.
+// maxWalkSteps bounds the elements it resolves, links' texts included, so
+// that links planted with long texts cost a bounded number of lstats
+// (each walks its whole path: a resolution costs steps times depth); one
+// that needs more is answered as a loop. No tree a server is given
+// resolves a name through a thousand elements.
+const (
+	maxLinks     = 40
+	maxWalkSteps = 1024
+)
+
+// splitElems splits a slash-separated path into its non-empty elements.
+func splitElems(p string) []string {
+	var out []string
+	for _, e := range strings.Split(p, "/") {
+		if e != "" {
+			out = append(out, e)
 		}
 	}
-	return false
+	return out
 }
 
-// missingOutside reports whether a missing target's nearest ancestor that
-// exists resolves outside realRoot: the missing name is then behind a
-// link that leaves the root.
-func missingOutside(realRoot, target string) bool {
-	for dir := filepath.Dir(target); ; dir = filepath.Dir(dir) {
-		if resolved, err := filepath.EvalSymlinks(dir); err == nil {
-			_, inside := relativeTo(realRoot, resolved)
-			return !inside
-		}
-		if parent := filepath.Dir(dir); parent == dir {
-			return false
-		}
-	}
+func reverse(s []string) []string {
+	slices.Reverse(s)
+	return s
 }
 
 // openKinds says which kinds of file a confined lookup opens; of the
