@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -112,14 +113,20 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 		if steps++; steps > maxWalkSteps {
 			return lastIsLink, &fs.PathError{Op: "open", Path: path, Err: syscall.ELOOP}
 		}
-		switch elem {
-		case ".":
-			continue
-		case "..":
-			if len(at) == 0 {
-				return lastIsLink, errEscape
+		if elem == "." || elem == ".." {
+			if len(at) > 0 {
+				// The kernel looks . and .. up in the directory, which
+				// takes the right to search it, as any other name.
+				if _, err := os.Lstat(filepath.Join(root, filepath.Join(at...)) + string(filepath.Separator) + "."); err != nil {
+					return lastIsLink, err
+				}
 			}
-			at = at[:len(at)-1]
+			if elem == ".." {
+				if len(at) == 0 {
+					return lastIsLink, errEscape
+				}
+				at = at[:len(at)-1]
+			}
 			continue
 		}
 		cur := filepath.Join(root, filepath.Join(at...), elem)
@@ -127,7 +134,7 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 		if err != nil {
 			return lastIsLink, err
 		}
-		if fi.Mode()&fs.ModeSymlink == 0 {
+		if !isLink(fi) {
 			if len(todo) > 0 && !fi.IsDir() {
 				return lastIsLink, &fs.PathError{Op: "lstat", Path: cur, Err: syscall.ENOTDIR}
 			}
@@ -156,6 +163,13 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 		todo = append(todo, reverse(splitElems(filepath.ToSlash(link)))...)
 	}
 	return lastIsLink, nil
+}
+
+// isLink reports whether the walk follows fi as a link: a symbolic link,
+// or on Windows any other reparse point Lstat does not describe (a
+// junction, whose absolute target the walk then refuses as leaving).
+func isLink(fi fs.FileInfo) bool {
+	return fi.Mode()&fs.ModeSymlink != 0 || runtime.GOOS == "windows" && fi.Mode()&fs.ModeIrregular != 0
 }
 
 // maxLinks is the links one resolution follows, as Linux's MAXSYMLINKS.

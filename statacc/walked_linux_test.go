@@ -70,6 +70,13 @@ func TestWalkedOpenAnswersAsOpenat2(t *testing.T) {
 		"viaabs":          "a/abs",
 		"a/b/c/ml":        "../../missing",
 		"a/b/c/l2":        "../../x",
+		// helper-8's: `..` and `.` are looked up in their directory,
+		// which takes the right to search it (noX is 0600; root may
+		// search any directory, so these differ only for other users).
+		"viaNoXmiss":      "noX/../missing",
+		"viaNoXesc":       "noX/../..",
+		"viaNoX":          "noX/../a.txt",
+		"viaNoXdot":       "noX/.",
 		"sub/deep/upout":  "../../../out/f",
 		"sub/deep/upleft": "../../sub/b.txt",
 	}
@@ -87,20 +94,29 @@ func TestWalkedOpenAnswersAsOpenat2(t *testing.T) {
 			return "leaves the root"
 		case errors.Is(err, errSymlink):
 			return "a link (deny)"
+		case errors.Is(err, fs.ErrPermission):
+			return "no permission"
 		case errors.Is(err, fs.ErrNotExist):
 			return "missing"
 		case errors.As(err, &errno) && errno == syscall.ELOOP:
 			return "loop"
+		case errors.As(err, &errno) && errno == syscall.ENOTDIR:
+			return "not a directory"
 		}
 		return err.Error()
 	}
-	paths := []string{"a.txt", "dl/up2", "dl/../a.txt", "dl/upout", "dl/upleft", "missing", "deeplink/l2", "deeplink/ml", "trail/b.txt"}
+	paths := []string{"a.txt", "dl/up2", "dl/../a.txt", "dl/upout", "dl/upleft", "missing", "deeplink/l2", "deeplink/ml", "trail/b.txt", "viaNoX/x"}
 	for name := range links {
 		paths = append(paths, name)
 	}
 	if err := os.Symlink("root", filepath.Join(base, "rootlink")); err != nil {
 		t.Fatal(err)
 	}
+	noX := filepath.Join(root, "noX")
+	if err := os.Mkdir(noX, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(noX, 0o755) })
 	// The root as configured: plain, with a trailing slash, through a link.
 	roots := []string{root, root + "/", filepath.Join(base, "rootlink")}
 	for _, mode := range []Symlinks{SymlinksBeneath, SymlinksDeny} {
