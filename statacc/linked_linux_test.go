@@ -38,13 +38,7 @@ func TestLinkedEntryIsDroppedWithinTwoSeconds(t *testing.T) {
 	if err := os.Remove(filepath.Join(root, "target.bin")); err != nil { // an event for target.bin, none for link.bin
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for c.counts.OpenFiles.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the deleted target's descriptor is still held 3 s after its deletion (%d open)", c.counts.OpenFiles.Load())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitTargetClosed(t, c)
 }
 
 // TestProbedLinkedEntryIsDroppedWithinTwoSeconds: the same for a link
@@ -82,13 +76,7 @@ func TestProbedLinkedEntryIsDroppedWithinTwoSeconds(t *testing.T) {
 	if err := os.Remove(filepath.Join(root, "target.bin")); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for c.counts.OpenFiles.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the deleted target's descriptor is still held 3 s after its deletion (%d open)", c.counts.OpenFiles.Load())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitTargetClosed(t, c)
 }
 
 // TestHardLinkLeavesTheJanitorAsleep: a file with a second name is
@@ -120,5 +108,18 @@ func TestHardLinkLeavesTheJanitorAsleep(t *testing.T) {
 			t.Errorf("%v: a hard-linked file put the janitor on one-second walks", mode)
 		}
 		c.Close()
+	}
+}
+
+// waitTargetClosed waits up to 3 s for the cache to hold no descriptor:
+// the janitor's one-second walk after the entry's one second of trust.
+func waitTargetClosed(t *testing.T, c *Cache) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for c.counts.OpenFiles.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the deleted target's descriptor is still held 3 s after its deletion (%d open)", c.counts.OpenFiles.Load())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
