@@ -114,7 +114,7 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 			return lastIsLink, &fs.PathError{Op: "open", Path: path, Err: syscall.ELOOP}
 		}
 		if elem == "." || elem == ".." {
-			if len(at) > 0 {
+			if len(at) > 0 && runtime.GOOS != "windows" { // Windows does not check traversal
 				// The kernel looks . and .. up in the directory, which
 				// takes the right to search it, as any other name.
 				if _, err := os.Lstat(filepath.Join(root, filepath.Join(at...)) + string(filepath.Separator) + "."); err != nil {
@@ -134,7 +134,8 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 		if err != nil {
 			return lastIsLink, err
 		}
-		if !isLink(fi) {
+		link, linked, err := linkText(cur, fi)
+		if !linked {
 			if len(todo) > 0 && !fi.IsDir() {
 				return lastIsLink, &fs.PathError{Op: "lstat", Path: cur, Err: syscall.ENOTDIR}
 			}
@@ -150,7 +151,6 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 		if links++; links > maxLinks {
 			return lastIsLink, &fs.PathError{Op: "open", Path: path, Err: syscall.ELOOP}
 		}
-		link, err := os.Readlink(cur)
 		if err != nil {
 			return lastIsLink, err
 		}
@@ -165,11 +165,22 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 	return lastIsLink, nil
 }
 
-// isLink reports whether the walk follows fi as a link: a symbolic link,
-// or on Windows any other reparse point Lstat does not describe (a
-// junction, whose absolute target the walk then refuses as leaving).
-func isLink(fi fs.FileInfo) bool {
-	return fi.Mode()&fs.ModeSymlink != 0 || runtime.GOOS == "windows" && fi.Mode()&fs.ModeIrregular != 0
+// linkText reports whether the walk follows what fi describes at path as
+// a link, and its text: a symbolic link, or on Windows a junction, which
+// Lstat calls irregular as it does every reparse point it does not know
+// (the walk then refuses its absolute target as leaving). Only those
+// whose target Readlink reads are links: the others (a cloud file's
+// placeholder, a vendor's tag) are walked as what they are, as before.
+func linkText(path string, fi fs.FileInfo) (text string, linked bool, err error) {
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		text, err = os.Readlink(path)
+		return text, true, err
+	case runtime.GOOS == "windows" && fi.Mode()&fs.ModeIrregular != 0:
+		text, err = os.Readlink(path)
+		return text, err == nil, nil
+	}
+	return "", false, nil
 }
 
 // maxLinks is the links one resolution follows, as Linux's MAXSYMLINKS.
