@@ -3,6 +3,8 @@ package transmit
 import (
 	"context"
 	"errors"
+	"io"
+	"math/bits"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -13,36 +15,63 @@ import (
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
-// coldChunk is the most bytes one io_uring read brings in: large enough
-// for the disk's queue, small enough to start writing soon.
+// coldChunk is the most bytes one io_uring read brings in (a window of
+// the body): large enough for the disk's queue, small enough to start
+// writing soon.
 const coldChunk = 256 << 10
 
 var coldBufPool = sync.Pool{New: func() any { b := make([]byte, coldChunk); return &b }}
 
-// coldBuf returns a chunk for a ring read of want bytes: one of NoWaitMax
-// from the no-wait reads' pool when that holds it, so that a small body's
-// read does not take a chunk of coldChunk (64 connections reading cold
-// 8 KiB files kept 18 MiB of them in the pool, 256 KiB for each 8 KiB
-// body); putColdBuf gives it back to its pool.
+// coldBuf returns a buffer for a ring read of want bytes: a chunk of
+// coldChunk, or for a small body (at most NoWaitMax) a buffer of its size
+// (smallBuf); putColdBuf gives it back to its pool.
 func coldBuf(want int64) *[]byte {
 	if want <= NoWaitMax {
-		return noWaitBufPool.Get().(*[]byte)
+		return smallBuf(want)
 	}
 	return coldBufPool.Get().(*[]byte)
 }
 
 func putColdBuf(bufp *[]byte) {
 	if cap(*bufp) < coldChunk {
-		noWaitBufPool.Put(bufp)
+		putSmallBuf(bufp)
 		return
 	}
 	coldBufPool.Put(bufp)
 }
 
-// coldBudget lends the chunks of ring reads, one token per coldChunk: at
-// most 64 MiB of them exist in the process at once, however many slow
-// clients there are. A chunk is borrowed for one read and its write, and
-// one that a read left to the ring comes back with the read's completion.
+// smallBufPools hold the buffers of small bodies by size class: 4, 8,
+// 16, 32 and 64 KiB (NoWaitMax). A small body is read into one of its own
+// size and written from it, so that what a response that waits for its
+// client holds is about its body's size, as file_server's io.Copy buffer
+// is, rather than NoWaitMax.
+var smallBufPools [5]sync.Pool
+
+// smallClass is the size class of a buffer of n bytes, n <= NoWaitMax.
+func smallClass(n int64) int { return max(0, bits.Len64(uint64(n-1))-12) }
+
+// smallBuf returns a buffer of at least n bytes, n <= NoWaitMax.
+func smallBuf(n int64) *[]byte {
+	c := smallClass(n)
+	if b, ok := smallBufPools[c].Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, 4<<10<<c)
+	return &b
+}
+
+func putSmallBuf(bufp *[]byte) {
+	smallBufPools[smallClass(int64(cap(*bufp)))].Put(bufp)
+}
+
+// coldBudget bounds the memory of ring reads: a read takes a token for
+// its buffer once it has its turn (its file's gate and a slot of the
+// ring) and gives it back as soon as the read has completed, before any
+// of its bytes is written to the client; a read its request let go of
+// keeps it until the kernel completes it. So at most 64 MiB of buffers
+// are in ring reads at once, however many clients there are, and a client
+// that does not read holds no token: the bytes it waits for are in its
+// response's own buffer or in the page cache.
 var coldBudget = make(chan struct{}, 64<<20/coldChunk)
 
 // NoWaitMax is the largest EngineIOUring body read with one no-wait read
@@ -91,20 +120,18 @@ func (f *firstReads) saw(cold bool) {
 	}
 }
 
-// noWaitBufPool backs the one no-wait read of a small body.
-var noWaitBufPool = sync.Pool{New: func() any { b := make([]byte, NoWaitMax); return &b }}
-
-// coldRead is what a ring read the request lets go of must keep: the
-// body's descriptor (a reference on its open file) and the chunk it
-// reads into.
+// coldRead is one ring read's share of the budget: a token, the buffer it
+// reads into, and the body's file, which the ring keeps a reference on if
+// the request lets go of the read while the kernel has it.
 type coldRead struct {
-	file Body
-	bufp *[]byte
-	lent bool
+	file  Body
+	bufp  *[]byte
+	token bool // a token of coldBudget is taken for the read
+	lent  bool // the ring has the buffer, the token and a reference on file
 }
 
-// hold is readOptions.Hold: the ring owns the chunk and a reference on
-// the open file until the kernel completes the read.
+// hold is readOptions.Hold: the ring owns the buffer, the token and a
+// reference on the open file until the kernel completes the read.
 func (c *coldRead) hold() func() {
 	c.file.Hold()
 	file, bufp := c.file, c.bufp
@@ -116,25 +143,131 @@ func (c *coldRead) hold() func() {
 	}
 }
 
-// borrow takes a chunk of at least want bytes from the budget, waiting
-// while it is spent.
+// borrow takes a token, waiting while the budget is spent, and a buffer
+// of at least want bytes (coldBuf).
 func (c *coldRead) borrow(ctx context.Context, want int64) error {
 	select {
 	case coldBudget <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	c.bufp, c.lent = coldBuf(want), false
+	c.bufp, c.token, c.lent = coldBuf(want), true, false
 	return nil
 }
 
-// giveBack returns a chunk that is not lent to the ring.
-func (c *coldRead) giveBack() {
-	if c.bufp != nil && !c.lent {
-		putColdBuf(c.bufp)
+// readDone gives the token back once the read has completed: what is
+// done with its bytes after (a copy, a write to the client) is the
+// response's own business, not the budget's.
+func (c *coldRead) readDone() {
+	if c.token && !c.lent {
 		<-coldBudget
 	}
+	c.token = false
+}
+
+// giveBack returns the token, if the read still has it, and the buffer,
+// unless the ring has them.
+func (c *coldRead) giveBack() {
+	c.readDone()
+	if c.bufp != nil && !c.lent {
+		putColdBuf(c.bufp)
+	}
 	c.bufp = nil
+}
+
+// ringRead reads want bytes of src at off through the ring into a buffer
+// of the budget (borrowed once the read has its turn, so that the readers
+// of a stalled file, waiting for it, hold none), and gives the token back
+// once the read is done. It returns the buffer, whose first n bytes were
+// read, for the caller to give back (c.giveBack); nil when the request
+// ended or the budget could not be had (err says why), the buffer then
+// being the ring's if the kernel still has the read. A read the ring
+// failed is done again with pread (eng EngineCopy); err is a *ReadError
+// when the file ended or failed after n bytes.
+func (s *Sender) ringRead(ctx context.Context, src Body, opts *readOptions, c *coldRead, off, want int64) (buf []byte, n int, eng Engine, err error) {
+	fd := src.FD()
+	c.file = src
+	opts.Hold = c.hold
+	eng = EngineIOUring
+	buf, n, err = s.Ring.readLent(ctx, fd, off, opts, func(ctx context.Context) ([]byte, error) {
+		if err := c.borrow(ctx, want); err != nil {
+			return nil, err
+		}
+		return (*c.bufp)[:want], nil
+	})
+	opts.Hold = nil
+	if c.lent {
+		// The request went away with the read in the kernel: the buffer,
+		// the token and the descriptor are the ring's until it completes.
+		c.bufp = nil
+		return nil, 0, eng, err
+	}
+	if err != nil && ctx.Err() != nil {
+		c.giveBack()
+		return nil, 0, eng, err
+	}
+	if buf == nil {
+		// The ring failed before lending was asked for (closed).
+		if err := c.borrow(ctx, want); err != nil {
+			return nil, 0, eng, err
+		}
+		buf = (*c.bufp)[:want]
+	}
+	if m, perr, redone := preadIfRingFailed(ctx, fd, buf, off, n, err); redone {
+		// The ring failed, not the disk: this read went on with pread,
+		// and the response does not notice.
+		s.Logger.Debug("io_uring read failed; reading with pread", zap.Error(err))
+		n, err, eng = m, perr, EngineCopy
+	}
+	c.readDone()
+	if err := pagecache.ShortRead(n, len(buf), err); err != nil {
+		// The read went on after short reads: only a read of 0 bytes
+		// before the end stops it, and that is truncation.
+		return buf, n, eng, &ReadError{Offset: off + int64(n), Err: err}
+	}
+	return buf, n, eng, nil
+}
+
+// noWaitWorks reports whether the page cache can be asked for fd's data
+// without waiting (preadv2 with RWF_NOWAIT): not on FUSE, where the data
+// read by the ring may not even stay in the page cache (direct I/O).
+func noWaitWorks(fd int, off int64) bool {
+	var b [1]byte
+	_, err := pagecache.ReadNoWait(fd, b[:], off)
+	return err == nil || errors.Is(err, syscall.EAGAIN)
+}
+
+// cachedByte reports whether the byte of fd at off is in the page cache.
+func cachedByte(fd int, off int64) bool {
+	var b [1]byte
+	n, err := pagecache.ReadNoWait(fd, b[:], off)
+	return n == 1 && err == nil
+}
+
+// copyCached writes up to n bytes of fd from off to w through buf, with
+// no-wait reads: only what the page cache holds. It stops at the first
+// byte that is not there (missing), which the caller reads through the
+// ring, so that a page evicted since the ring read it holds no thread.
+func copyCached(w io.Writer, fd int, buf []byte, off, n int64) (sent int64, missing bool, err error) {
+	for sent < n {
+		chunk := buf[:min(int64(len(buf)), n-sent)]
+		k, rerr := pagecache.ReadNoWait(fd, chunk, off+sent)
+		if k > 0 {
+			m, werr := w.Write(chunk[:k])
+			sent += int64(m)
+			if werr != nil {
+				return sent, false, werr
+			}
+			continue
+		}
+		if rerr == nil {
+			return sent, false, &ReadError{Offset: off + sent, Err: errTruncated}
+		}
+		// Not in the page cache (EAGAIN), or not to be asked: the ring
+		// reads it, and says if the file failed.
+		return sent, true, nil
+	}
+	return sent, false, nil
 }
 
 // sendThroughRing sends a body of which some data may be missing from the
@@ -143,6 +276,21 @@ func (c *coldRead) giveBack() {
 // ring, so that the goroutine parks while the disk answers instead of
 // holding an OS thread in a blocking read. With RingOnly every byte is
 // read through the ring.
+//
+// Nothing shared is held across a write to the client, which may wait for
+// as long as the client likes (a client that never reads, an HTTP/2
+// stream at a zero window): a ring read's token of the budget goes back
+// when the read completes. A small body (or what is left of one, at most
+// NoWaitMax) is read into a buffer of its own size and written from it. A
+// larger one is read a window (coldChunk) at a time into a chunk of the
+// budget, which goes back at once: the window's first bytes are copied to
+// the response's own copy buffer (bufPool's, smallBufPool's on HTTP/2 and
+// HTTP/3) and written, and the rest of it leaves from the page cache, where
+// the ring read has just put it: by sendfile on cleartext HTTP/1.x, else
+// by no-wait reads into that buffer, a page evicted meanwhile going back
+// to the ring. A file whose data the page cache cannot be asked for (FUSE)
+// is read in pieces of the copy buffer's size, each written from its own
+// buffer.
 func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Body, t *Transfer, start, length int64) (Counts, error) {
 	var sent Counts
 	file, fd := src.File(), src.FD()
@@ -151,25 +299,20 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 	// context or an unloaded config lets go of a read a stalled device
 	// holds.
 	ctx := r.Context()
-	var cold coldRead
-	var opts readOptions
+	opts := readOptions{NoBlockDevice: src.NoBlockDevice(), File: src.FileID()}
 	var done int64
 	probe := newProbe(src)
-	// missing is set when the no-wait read below found the first page
-	// missing: that answers what a residency probe would ask (the kernel
-	// has also started reading it ahead), so the first chunk goes to the
-	// ring without the probe's mmap, mincore and munmap (about 6 % of the
-	// CPU on a cold tree of 8 KiB files).
+	// missing is set when a no-wait read found the next page missing:
+	// that answers what a residency probe would ask (the kernel has also
+	// started reading it ahead), so the chunk goes to the ring without the
+	// probe's mmap, mincore and munmap (about 6 % of the CPU on a cold
+	// tree of 8 KiB files).
 	//
 	// A cold small body is read here, through the ring, rather than by
 	// the miss that opened the file with a blocking pread while it holds
 	// its slot, as nginx's aio thread would: a goroutine blocked in a read
 	// keeps its P until the runtime hands it off, and with the server on
-	// one CPU every other request waits meanwhile. Measured on 100,000
-	// files of 8 KiB with their data evicted, 200 connections, the server
-	// on one CPU, 10 interleaved pairs: 9.5 instead of 13.7 syscalls per
-	// request, but 0.41x the requests per second and 18 % more CPU per
-	// request (medians).
+	// one CPU every other request waits meanwhile (bench/RESULTS.md).
 	missing := false
 	// counted is set once this body is counted as one that met the disk
 	// (coldBody): the no-wait read or a probe found its data missing.
@@ -186,8 +329,8 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 		// A small body: one read that takes only what the page cache holds
 		// answers the residency question and reads the data at once. What
 		// it cannot take whole goes the long way below.
-		bufp := noWaitBufPool.Get().(*[]byte)
-		defer noWaitBufPool.Put(bufp)
+		bufp := smallBuf(length)
+		defer putSmallBuf(bufp)
 		buf := (*bufp)[:length]
 		n, diskRead, err := pagecache.ReadNoWaitMetDisk(fd, buf, start)
 		// The disk read the no-wait read submitted was for this body's own
@@ -215,8 +358,58 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 			s.firstReads.saw(true)
 		}
 	}
+	// copyBuf is the response's own copy buffer, taken on first use.
+	copyPool, pieceMax := &bufPool, int64(copyBufferSize)
+	if r.ProtoMajor >= 2 {
+		copyPool, pieceMax = &smallBufPool, smallCopyBufferSize
+	}
+	var copyBuf *[]byte
+	defer func() {
+		if copyBuf != nil {
+			copyPool.Put(copyBuf)
+		}
+	}()
+	takeCopyBuf := func() []byte {
+		if copyBuf == nil {
+			copyBuf = copyPool.Get().(*[]byte)
+		}
+		return *copyBuf
+	}
+	// The bytes up to windowEnd were read by the ring (windowEng) and
+	// leave from the page cache; windowErr, if set, is where that read
+	// stopped, returned once they are sent.
+	var windowEnd int64
+	var windowEng Engine
+	var windowErr error
+	// pieces is set for a file whose data the page cache cannot be asked
+	// for: ring reads of pieceMax, each written from its buffer. asked is
+	// set once that is known.
+	pieces, asked := false, false
 	for done < length {
 		off := start + done
+		if off < windowEnd {
+			var n int64
+			var err error
+			gone := false
+			if sendfile {
+				n, _, err = s.sendFile(w, r, src, off, windowEnd-off)
+			} else {
+				n, gone, err = copyCached(w, fd, takeCopyBuf(), off, windowEnd-off)
+			}
+			done += n
+			sent[windowEng] += n
+			if err != nil {
+				return sent, err
+			}
+			if gone {
+				// Evicted since the ring read it: the ring reads it again.
+				windowEnd, missing = 0, true
+			}
+			continue
+		}
+		if windowErr != nil {
+			return sent, windowErr
+		}
 		span := min(length-done, residencyProbe)
 		knownCold := missing
 		if t.MissingKnown && !missing {
@@ -258,25 +451,19 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 			counted = true
 			coldBody()
 		}
-		if cold.file == nil {
-			cold.file = src
-			opts.Hold = cold.hold
-			opts.NoBlockDevice = src.NoBlockDevice()
-			opts.File = src.FileID()
-			defer cold.giveBack()
+		missing = false // past this read, probe again
+		left := length - done
+		want, direct := min(left, coldChunk), left <= NoWaitMax
+		if !direct && !asked {
+			asked = true
+			pieces = !noWaitWorks(fd, off)
 		}
-		missing = false // past the first chunk, probe again
+		if pieces {
+			want, direct = min(left, pieceMax), true
+		}
 		opts.NoWaitFirst = ringFirst
-		want := min(coldChunk, length-done)
-		eng := EngineIOUring
-		// The chunk is borrowed once the read has its turn, so that the
-		// readers of a stalled file, waiting for it, hold none.
-		buf, n, err := s.Ring.readLent(ctx, fd, off, &opts, func(ctx context.Context) ([]byte, error) {
-			if err := cold.borrow(ctx, want); err != nil {
-				return nil, err
-			}
-			return (*cold.bufp)[:want], nil
-		})
+		var cold coldRead
+		buf, n, eng, err := s.ringRead(ctx, src, &opts, &cold, off, want)
 		if ringFirst {
 			// Its no-wait half said whether the data was in the page cache.
 			ringFirst = false
@@ -286,48 +473,54 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 				coldBody()
 			}
 		}
-		if cold.lent {
-			// The request went away with the read in the kernel: the chunk
-			// and the descriptor are the ring's until it completes.
-			cold.bufp = nil
-			return sent, err
-		}
-		if err != nil && ctx.Err() != nil {
-			return sent, err
-		}
 		if buf == nil {
-			// The ring failed before lending was asked for (closed).
-			if err := cold.borrow(ctx, want); err != nil {
-				return sent, err
-			}
-			buf = (*cold.bufp)[:want]
+			return sent, err
 		}
-		if m, perr, redone := preadIfRingFailed(ctx, fd, buf, off, n, err); redone {
-			// The ring failed, not the disk: this read went on with pread,
-			// and the response does not notice.
-			s.Logger.Debug("io_uring read failed; reading with pread", zap.Error(err))
-			n, err, eng = m, perr, EngineCopy
-		}
-		if err := pagecache.ShortRead(n, len(buf), err); err != nil {
-			// The read went on after short reads: only a read of 0 bytes
-			// before the end stops it, and that is truncation.
+		if direct {
+			// Written from its own buffer: what a client that does not
+			// read holds is this buffer of the body's size.
+			var k int
+			var werr error
 			if n > 0 {
-				// What is left is still sent, and counted: the
-				// connection is aborted after it.
-				k, _ := w.Write(buf[:n])
-				done += int64(k)
-				sent[eng] += int64(k)
+				k, werr = w.Write(buf[:n])
 			}
 			cold.giveBack()
-			return sent, &ReadError{Offset: off + int64(n), Err: err}
+			done += int64(k)
+			sent[eng] += int64(k)
+			if werr != nil {
+				return sent, werr
+			}
+			if err != nil {
+				return sent, err
+			}
+			continue
 		}
-		k, err := w.Write(buf)
+		windowEnd, windowEng, windowErr = off+int64(n), eng, err
+		if sendfile && (n == 0 || cachedByte(fd, off+int64(n)-1)) {
+			// The whole window leaves by sendfile, from the page cache.
+			cold.giveBack()
+			continue
+		}
+		// Its first bytes are copied out and written from the response's
+		// own buffer, so that every window makes progress; the rest leaves
+		// from the page cache, or (not there, for sendfile) is read again in
+		// pieces.
+		k := copy(takeCopyBuf(), buf[:n])
 		cold.giveBack()
-		done += int64(k)
-		sent[eng] += int64(k)
-		if err != nil {
-			return sent, err
+		if sendfile {
+			pieces, windowEnd = true, off+int64(k)
 		}
+		if k > 0 {
+			m, werr := w.Write((*copyBuf)[:k])
+			done += int64(m)
+			sent[eng] += int64(m)
+			if werr != nil {
+				return sent, werr
+			}
+		}
+	}
+	if windowErr != nil {
+		return sent, windowErr
 	}
 	if start == 0 && length == src.Size() {
 		// All of it was resident or has just been read: it is now.

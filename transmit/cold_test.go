@@ -40,23 +40,25 @@ func TestColdBuffersBounded(t *testing.T) {
 }
 
 // TestSmallColdReadTakesASmallChunk: a ring read of a small body borrows
-// a chunk of NoWaitMax, not of coldChunk; a larger one gets a whole
-// chunk; both count once in the budget and go back to it.
+// a buffer of its own size class (4 KiB to NoWaitMax), not a chunk of
+// coldChunk; a larger one gets a whole chunk; each counts once in the
+// budget and goes back to it.
 func TestSmallColdReadTakesASmallChunk(t *testing.T) {
-	for _, tc := range []struct{ want, size int64 }{{8 << 10, NoWaitMax}, {NoWaitMax, NoWaitMax}, {NoWaitMax + 1, coldChunk}, {coldChunk, coldChunk}} {
+	for _, tc := range []struct{ want, size int64 }{{1, 4 << 10}, {4 << 10, 4 << 10}, {8 << 10, 8 << 10}, {8<<10 + 1, 16 << 10},
+		{NoWaitMax, NoWaitMax}, {NoWaitMax + 1, coldChunk}, {coldChunk, coldChunk}} {
 		c := &coldRead{}
 		if err := c.borrow(context.Background(), tc.want); err != nil {
 			t.Fatal(err)
 		}
 		if got := int64(cap(*c.bufp)); got != tc.size {
-			t.Errorf("a read of %d bytes borrowed a chunk of %d, want %d", tc.want, got, tc.size)
+			t.Errorf("a read of %d bytes borrowed a buffer of %d, want %d", tc.want, got, tc.size)
 		}
 		if n := len(coldBudget); n != 1 {
 			t.Errorf("%d tokens of the budget taken, want 1", n)
 		}
 		c.giveBack()
 		if n := len(coldBudget); n != 0 {
-			t.Errorf("%d tokens still taken after the chunk was given back", n)
+			t.Errorf("%d tokens still taken after the buffer was given back", n)
 		}
 	}
 }

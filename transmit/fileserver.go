@@ -3,9 +3,11 @@ package transmit
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"sync"
+	"syscall"
 
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
@@ -26,14 +28,15 @@ import (
 // file's is; on a cleartext HTTP/1.x connection through the listener
 // wrapper it still leaves with sendfile if the writers pass ReadFrom
 // down. It reports the bytes written and the engine that sent them.
-func (s *Sender) sendLikeFileServer(w http.ResponseWriter, body Body, eng Engine, start, length int64) (int64, Engine, error) {
+func (s *Sender) sendLikeFileServer(w http.ResponseWriter, r *http.Request, body Body, eng Engine, start, length int64) (int64, Engine, error) {
 	if eng == EngineMemory {
 		n, err := io.CopyN(w, bytes.NewReader(body.Data()[start:start+length]), length)
 		return n, EngineMemory, err
 	}
 	if eng == EngineIOUring {
 		rr := ringReaderPool.Get().(*ringReader)
-		*rr = ringReader{ring: s.Ring, fd: body.FD(), off: start, n: length, eng: EngineCopy}
+		*rr = ringReader{s: s, ctx: r.Context(), src: body, fd: body.FD(), off: start, n: length, eng: EngineCopy,
+			askCache: !s.RingOnly, opts: readOptions{NoBlockDevice: body.NoBlockDevice(), File: body.FileID()}}
 		n, err := io.CopyN(w, rr, length)
 		eng := rr.eng
 		rr.release()
@@ -55,38 +58,92 @@ func (s *Sender) sendLikeFileServer(w http.ResponseWriter, body Body, eng Engine
 	return n, EngineCopy, err
 }
 
-// ringReader reads a body through the io_uring ring for io.CopyN, a
-// chunk at a time into a pooled buffer; every Read is filled whole, as a
-// file's is, so that the writes that follow are file_server's.
+// ringReader reads a body through the io_uring ring for io.CopyN, into
+// the caller's buffer; every Read is filled whole, as a file's is, so
+// that the writes that follow are file_server's. It holds nothing of its
+// own across the caller's writes: a ring read brings a window (coldChunk)
+// into the page cache through a chunk of the budget, which goes back as
+// soon as the first bytes are copied out, and the rest of the window is
+// read from the page cache with no-wait reads (a page evicted meanwhile
+// goes back to the ring). Its reads end with the request's context.
 type ringReader struct {
-	ring   *Ring
-	fd     int
-	off, n int64 // the next offset to read into buf, and the bytes left to read
-	bufp   *[]byte
-	buf    []byte // read and not yet handed out
-	eng    Engine // EngineIOUring, or EngineCopy if every read fell back to pread
-	err    error
+	s    *Sender
+	ctx  context.Context
+	src  Body
+	fd   int
+	opts readOptions
+	// off is the next offset to read, n the bytes left to read.
+	off, n int64
+	// windowEnd: the bytes up to it were just read by the ring;
+	// windowErr is where that read stopped, returned once they are read.
+	windowEnd int64
+	windowErr error
+	// askCache: the page cache is asked first (not with RingOnly, and not
+	// after it answered that the data is missing). pieces: it cannot be
+	// asked (FUSE): each ring read is as large as the caller's buffer.
+	askCache, pieces bool
+	eng              Engine // EngineIOUring, or EngineCopy if no byte came through the ring
+	err              error
 }
 
 var ringReaderPool = sync.Pool{New: func() any { return new(ringReader) }}
 
 func (rr *ringReader) Read(p []byte) (int, error) {
 	n := 0
-	for n < len(p) {
-		if len(rr.buf) == 0 {
-			if rr.err != nil {
-				break
-			}
-			if rr.n <= 0 {
-				rr.err = io.EOF
-				break
-			}
-			rr.fill()
-			continue
+	for n < len(p) && rr.err == nil {
+		if rr.n <= 0 {
+			rr.err = io.EOF
+			break
 		}
-		k := copy(p[n:], rr.buf)
-		rr.buf = rr.buf[k:]
-		n += k
+		q := p[n:]
+		q = q[:min(int64(len(q)), rr.n)]
+		if inWindow := rr.off < rr.windowEnd; inWindow || rr.askCache {
+			c := q
+			if inWindow {
+				c = c[:min(int64(len(c)), rr.windowEnd-rr.off)]
+			}
+			k, err := pagecache.ReadNoWait(rr.fd, c, rr.off)
+			if k > 0 {
+				rr.off += int64(k)
+				rr.n -= int64(k)
+				n += k
+				continue
+			}
+			if err == nil {
+				rr.err = &ReadError{Offset: rr.off, Err: errTruncated}
+				break
+			}
+			if !errors.Is(err, syscall.EAGAIN) {
+				rr.pieces = true
+			}
+			rr.askCache, rr.windowEnd = false, 0
+		}
+		if rr.windowErr != nil {
+			rr.err = rr.windowErr
+			break
+		}
+		want := min(coldChunk, rr.n)
+		if rr.pieces {
+			want = int64(len(q))
+		}
+		var cold coldRead
+		buf, k, eng, err := rr.s.ringRead(rr.ctx, rr.src, &rr.opts, &cold, rr.off, want)
+		if buf == nil {
+			rr.err = err
+			break
+		}
+		if eng == EngineIOUring {
+			rr.eng = EngineIOUring
+		}
+		m := copy(q, buf[:k])
+		cold.giveBack()
+		rr.windowEnd, rr.windowErr = rr.off+int64(k), err
+		rr.off += int64(m)
+		rr.n -= int64(m)
+		n += m
+		if rr.pieces && err != nil {
+			rr.err = err
+		}
 	}
 	if n == 0 {
 		return 0, rr.err
@@ -94,31 +151,7 @@ func (rr *ringReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// fill reads the next chunk through the ring, or with pread when the
-// ring itself failed (preadIfRingFailed).
-func (rr *ringReader) fill() {
-	if rr.bufp == nil {
-		rr.bufp = coldBufPool.Get().(*[]byte)
-	}
-	buf := (*rr.bufp)[:min(int64(len(*rr.bufp)), rr.n)]
-	ctx := context.Background()
-	k, err := rr.ring.readFull(ctx, rr.fd, buf, rr.off, nil)
-	k, err, redone := preadIfRingFailed(ctx, rr.fd, buf, rr.off, k, err)
-	if !redone {
-		rr.eng = EngineIOUring
-	}
-	if err := pagecache.ShortRead(k, len(buf), err); err != nil {
-		rr.err = &ReadError{Offset: rr.off + int64(k), Err: err}
-	}
-	rr.buf = buf[:k]
-	rr.off += int64(k)
-	rr.n -= int64(k)
-}
-
 func (rr *ringReader) release() {
-	if rr.bufp != nil {
-		coldBufPool.Put(rr.bufp)
-	}
 	*rr = ringReader{}
 	ringReaderPool.Put(rr)
 }

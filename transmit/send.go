@@ -154,7 +154,7 @@ func (s *Sender) send(w http.ResponseWriter, r *http.Request, body Body, t *Tran
 	var n int64
 	var err error
 	if t.FileServerWrites {
-		n, t.Engine, err = s.sendLikeFileServer(w, body, t.Engine, start, length)
+		n, t.Engine, err = s.sendLikeFileServer(w, r, body, t.Engine, start, length)
 		sent[t.Engine] = n
 		return sent, err
 	}

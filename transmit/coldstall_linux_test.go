@@ -1,0 +1,171 @@
+//go:build linux && !flashserve_portable
+
+package transmit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+)
+
+// stallingWriter is a ResponseWriter whose every Write waits until
+// release is closed, as a write to a client that does not read does; it
+// records the largest buffer it was handed (what it holds while waiting).
+type stallingWriter struct {
+	header  http.Header
+	entered chan struct{} // receives once per Write, as it starts waiting
+	release chan struct{}
+	mu      sync.Mutex
+	body    bytes.Buffer
+	largest int
+}
+
+func newStallingWriter() *stallingWriter {
+	return &stallingWriter{header: http.Header{}, entered: make(chan struct{}, 1<<10), release: make(chan struct{})}
+}
+
+func (w *stallingWriter) Header() http.Header { return w.header }
+func (w *stallingWriter) WriteHeader(int)     {}
+
+func (w *stallingWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	w.largest = max(w.largest, len(p))
+	w.mu.Unlock()
+	w.entered <- struct{}{}
+	<-w.release
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.body.Write(p)
+}
+
+// TestColdTokensNotHeldAcrossClientWrites: whichever way a cold body goes
+// through the ring (a small body read whole, with or without a no-wait
+// half, a large one a window at a time, every byte through the ring, or
+// written as file_server writes it), over HTTP/1.1 and HTTP/2, a write
+// to a client that does not read holds no token of the cold reads'
+// budget, and what it holds is at most NoWaitMax bytes; once the client
+// reads, the body is exact.
+func TestColdTokensNotHeldAcrossClientWrites(t *testing.T) {
+	small, smallWant := testFile(t, 16<<10)
+	large, largeWant := testFile(t, 1<<20+77)
+	s := ringSender(t)
+	cases := []struct {
+		name      string
+		body      reviewBody
+		want      []byte
+		ringOnly  bool
+		ringFirst bool
+		fsw       bool
+	}{
+		{"small body", reviewBody{small}, smallWant, false, false, false},
+		{"small body with a no-wait half", reviewBody{small}, smallWant, false, true, false},
+		{"small body, ring only", reviewBody{small}, smallWant, true, false, false},
+		{"large body", reviewBody{large}, largeWant, false, false, false},
+		{"large body, ring only", reviewBody{large}, largeWant, true, false, false},
+		{"small body as file_server writes", reviewBody{small}, smallWant, false, false, true},
+		{"large body as file_server writes", reviewBody{large}, largeWant, false, false, true},
+		{"large body as file_server writes, ring only", reviewBody{large}, largeWant, true, false, true},
+	}
+	for _, c := range cases {
+		for _, proto := range []int{1, 2} {
+			name := fmt.Sprintf("%s, HTTP/%d", c.name, proto)
+			evict(t, c.body.f)
+			s.RingOnly = c.ringOnly
+			s.firstReads.score = 0
+			if c.ringFirst {
+				s.firstReads.score = firstReadsMax
+			}
+			w := newStallingWriter()
+			r := httptest.NewRequest("GET", "/", nil)
+			r.ProtoMajor = proto
+			tr := &Transfer{Engine: EngineIOUring, FileServerWrites: c.fsw}
+			done := make(chan error, 1)
+			go func() {
+				_, err := s.Send(w, r, c.body, tr, 0, int64(len(c.want)))
+				done <- err
+			}()
+			select {
+			case <-w.entered:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: no write within 10 s", name)
+			}
+			if n := len(coldBudget); n != 0 {
+				t.Errorf("%s: %d tokens of the cold budget held while the client does not read", name, n)
+			}
+			close(w.release)
+			if err := <-done; err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+			if !bytes.Equal(w.body.Bytes(), c.want) {
+				t.Errorf("%s: %d bytes, not the file's %d", name, w.body.Len(), len(c.want))
+			}
+			if w.largest > NoWaitMax {
+				t.Errorf("%s: a write was handed %d bytes, more than NoWaitMax", name, w.largest)
+			}
+			if n := len(coldBudget); n != 0 {
+				t.Errorf("%s: %d tokens still held after the body", name, n)
+			}
+		}
+	}
+	s.RingOnly = false
+}
+
+// fuseReviewBody is a reviewBody of a file without a block device.
+type fuseReviewBody struct{ reviewBody }
+
+func (fuseReviewBody) NoBlockDevice() bool { return true }
+
+// TestFileServerWritesLetGoOfStalledReads: a body written as file_server
+// writes it (under encode) whose ring read hangs (a FUSE file that does
+// not answer) ends when its request does, without waiting for the read;
+// the read's buffer and token stay the ring's until the read completes,
+// and then everything is given back.
+func TestFileServerWritesLetGoOfStalledReads(t *testing.T) {
+	files := map[string]*fuseFile{}
+	for _, name := range []string{"auto.bin", "ring.bin"} {
+		files[name] = &fuseFile{size: 1 << 20, direct: true, block: make(chan struct{}), ignoreCancel: true}
+	}
+	mnt := mountFUSE(t, files)
+	s := ringSender(t)
+	for _, ringOnly := range []bool{false, true} {
+		name := map[bool]string{false: "auto.bin", true: "ring.bin"}[ringOnly]
+		hang := files[name]
+		f := openFUSE(t, mnt, name)
+		s.RingOnly = ringOnly
+		ctx, cancel := context.WithCancel(context.Background())
+		r := httptest.NewRequest("GET", "/", nil).WithContext(ctx)
+		w := httptest.NewRecorder()
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Send(w, r, fuseReviewBody{reviewBody{f}}, &Transfer{Engine: EngineIOUring, FileServerWrites: true}, 0, hang.size)
+			done <- err
+		}()
+		if !waitFor(10*time.Second, func() bool { return hang.blocked.Load() == 1 }) {
+			t.Fatalf("ring only %v: the read did not reach the FUSE server", ringOnly)
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("ring only %v: the request ended with %v, want its context's end", ringOnly, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("ring only %v: the body did not end within 5 s of its request", ringOnly)
+		}
+		if n := len(coldBudget); n != 1 {
+			t.Errorf("ring only %v: %d tokens held with one read left to the ring, want 1", ringOnly, n)
+		}
+		close(hang.block) // the read completes
+		if !waitFor(10*time.Second, func() bool { ops, files := s.Ring.busy(); return ops == 0 && files == 0 && len(coldBudget) == 0 }) {
+			ops, files := s.Ring.busy()
+			t.Errorf("ring only %v: after the read completed: %d operations, %d files, %d tokens", ringOnly, ops, files, len(coldBudget))
+		}
+	}
+	s.RingOnly = false
+}
