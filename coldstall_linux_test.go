@@ -451,4 +451,3 @@ func TestNonReadersBehindEncodeHoldLittle(t *testing.T) {
 	}
 	backToBaseline(t, base, base.threads+16)
 }
-
