@@ -47,8 +47,14 @@ func putColdBuf(bufp *[]byte) {
 // is, rather than NoWaitMax.
 var smallBufPools [5]sync.Pool
 
-// smallClass is the size class of a buffer of n bytes, n <= NoWaitMax.
-func smallClass(n int64) int { return max(0, bits.Len64(uint64(n-1))-12) }
+// smallClass is the size class of a buffer of n bytes, n <= NoWaitMax
+// (an empty body's too).
+func smallClass(n int64) int {
+	if n <= 4<<10 {
+		return 0
+	}
+	return bits.Len64(uint64(n-1)) - 12
+}
 
 // smallBuf returns a buffer of at least n bytes, n <= NoWaitMax.
 func smallBuf(n int64) *[]byte {

@@ -44,7 +44,7 @@ func TestColdBuffersBounded(t *testing.T) {
 // coldChunk; a larger one gets a whole chunk; each counts once in the
 // budget and goes back to it.
 func TestSmallColdReadTakesASmallChunk(t *testing.T) {
-	for _, tc := range []struct{ want, size int64 }{{1, 4 << 10}, {4 << 10, 4 << 10}, {8 << 10, 8 << 10}, {8<<10 + 1, 16 << 10},
+	for _, tc := range []struct{ want, size int64 }{{0, 4 << 10}, {1, 4 << 10}, {4 << 10, 4 << 10}, {8 << 10, 8 << 10}, {8<<10 + 1, 16 << 10},
 		{NoWaitMax, NoWaitMax}, {NoWaitMax + 1, coldChunk}, {coldChunk, coldChunk}} {
 		c := &coldRead{}
 		if err := c.borrow(context.Background(), tc.want); err != nil {

@@ -169,3 +169,21 @@ func TestFileServerWritesLetGoOfStalledReads(t *testing.T) {
 	}
 	s.RingOnly = false
 }
+
+// TestEmptyBodyThroughTheRing: an empty file (or range) sent by the ring's
+// engine, every way, writes nothing and ends without an error.
+func TestEmptyBodyThroughTheRing(t *testing.T) {
+	f, _ := testFile(t, 0)
+	s := ringSender(t)
+	for _, ringOnly := range []bool{false, true} {
+		for _, fsw := range []bool{false, true} {
+			s.RingOnly = ringOnly
+			w := httptest.NewRecorder()
+			sent, err := s.Send(w, httptest.NewRequest("GET", "/", nil), reviewBody{f}, &Transfer{Engine: EngineIOUring, FileServerWrites: fsw}, 0, 0)
+			if err != nil || w.Body.Len() != 0 || sent != (Counts{}) {
+				t.Errorf("ring only %v, file_server writes %v: %v, %d bytes, counts %v", ringOnly, fsw, err, w.Body.Len(), sent)
+			}
+		}
+	}
+	s.RingOnly = false
+}
