@@ -93,11 +93,12 @@ const NoWaitMax = 64 << 10
 // and the read at once, the cheapest read of a warm body (e's files).
 // While most found it cold, each such read started its disk read in its
 // own call, and so signalled the disk on its own (on a VM, an exit to the
-// host: 17 % of the CPU of a cold tree of 8 KiB files); the body is then
-// read through the ring at once, with a no-wait half in the same batched
-// submission (readOptions.NoWaitFirst), which tells the cold ones as the
-// no-wait read did and starts their disk reads together. Both ways see
-// whether a first read met the disk, so the choice follows the tree.
+// host, a large part of a cold small-file tree's CPU: bench/RESULTS.md);
+// the body is then read through the ring at once, with a no-wait half in
+// the same batched submission (readOptions.NoWaitFirst), which tells the
+// cold ones as the no-wait read did and starts their disk reads together.
+// Both ways see whether a first read met the disk, so the choice follows
+// the tree.
 type firstReads struct {
 	// score goes up by one for a first read that met the disk and down by
 	// one for one that did not, within [0, firstReadsMax]; the ring goes
@@ -311,8 +312,8 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 	// missing is set when a no-wait read found the next page missing:
 	// that answers what a residency probe would ask (the kernel has also
 	// started reading it ahead), so the chunk goes to the ring without the
-	// probe's mmap, mincore and munmap (about 6 % of the CPU on a cold
-	// tree of 8 KiB files).
+	// probe's mmap, mincore and munmap, a visible share of the CPU of a
+	// cold small-file tree (bench/RESULTS.md).
 	//
 	// A cold small body is read here, through the ring, rather than by
 	// the miss that opened the file with a blocking pread while it holds
