@@ -287,10 +287,21 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 			}
 		}
 		if cold.lent {
-			// The request went away with the read in the kernel: the chunk
-			// and the descriptor are the ring's until it completes.
+			// The read was let go of while in the kernel: the chunk and a
+			// reference on the descriptor are the ring's until it
+			// completes.
 			cold.bufp = nil
-			return sent, err
+			if ctx.Err() != nil || !errors.Is(err, errRingClosed) {
+				return sent, err // the request went away
+			}
+			// The ring closed under a request that is still there (a
+			// reload whose config holds no ring gave the last reference
+			// back): the chunk is read again with pread, into one of the
+			// request's own, and the response goes on.
+			if err := cold.borrow(ctx, want); err != nil {
+				return sent, err
+			}
+			buf, n = (*cold.bufp)[:want], 0
 		}
 		if err != nil && ctx.Err() != nil {
 			return sent, err
