@@ -255,7 +255,7 @@ type FlashServe struct {
 	warnOnce         *sync.Once
 	cleanupOnce      *sync.Once
 	// fallback is the embedded file_server for browse and non-OS filesystems;
-	// listing replaces it for listings under symlinks deny and beneath.
+	// listing replaces it for listings (confinefs.go).
 	fallback *fileserver.FileServer
 	listing  *confinedBrowse
 	symlinks statacc.Symlinks
@@ -609,7 +609,7 @@ func (fsrv *FlashServe) provisionCache() error {
 func (fsrv *FlashServe) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if !fsrv.servesOSDisk(fsrv.fsValue.expand(r, repl, "")) {
-		return fsrv.fallback.ServeHTTP(w, r, next)
+		return fsrv.fileServerFailed(w, fsrv.fallback.ServeHTTP(w, r, next))
 	}
 	counters.begun.Add(1)
 	defer counters.ended.Add(1)
