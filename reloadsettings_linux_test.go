@@ -244,10 +244,11 @@ func (c *h2ReloadClient) get(ctx context.Context, url string, gzipped bool) (*ht
 	return resp, body, err
 }
 
-// TestReloadsChangingEachSettingAnswerNo5xx reloads a flash_serve site 60
-// times in-process, each generation changing one setting from the one
-// before (every cache setting in turn, the transmit engine, a handler
-// setting), while HTTP/1.1 and HTTP/2 (h2c) clients fetch files from it:
+// TestReloadsChangingEachSettingAnswerNo5xx reloads two flash_serve sites
+// that share a cache 60 times in-process, each generation changing one
+// setting from the one before (every cache setting in turn, the transmit
+// engine, a handler setting), while HTTP/1.1 and HTTP/2 (h2c) clients
+// fetch files from them:
 // every response is a 200 with the exact bytes, and none is a 5xx. A
 // reload that changes a cache setting closes the old cache while the old
 // server still answers the requests it read before its shutdown began;
@@ -257,7 +258,9 @@ func (c *h2ReloadClient) get(ctx context.Context, url string, gzipped bool) (*ht
 func TestReloadsChangingEachSettingAnswerNo5xx(t *testing.T) {
 	skipIfShort(t, "60 reloads under load")
 	rt := writeReloadTree(t)
-	port := freePort(t)
+	// Two sites with the same settings share one cache: the reload closes
+	// it once the last of their old handlers is cleaned up.
+	port, port2 := freePort(t), freePort(t)
 	storage := t.TempDir()
 	globals := caddyGlobals{protocols: "h1 h2c", storage: storage}
 
@@ -270,10 +273,13 @@ func TestReloadsChangingEachSettingAnswerNo5xx(t *testing.T) {
 				opts = append(opts, s.usual)
 			}
 		}
-		return adaptCaddyfile(t, globals.text(t)+siteBlock(port, rt.root, fmt.Sprint("header X-Generation ", gen), flashServe(opts...)))
+		site := func(port int) string {
+			return siteBlock(port, rt.root, fmt.Sprint("header X-Generation ", gen), flashServe(opts...))
+		}
+		return adaptCaddyfile(t, globals.text(t)+site(port)+site(port2))
 	}
 	// A generation with no flash_serve, as the test ends.
-	plain := adaptCaddyfile(t, globals.text(t)+siteBlock(port, rt.root, "respond 204"))
+	plain := adaptCaddyfile(t, globals.text(t)+siteBlock(port, rt.root, "respond 204")+siteBlock(port2, rt.root, "respond 204"))
 	if err := caddy.Load(plain, true); err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +288,7 @@ func TestReloadsChangingEachSettingAnswerNo5xx(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	addrs := []string{fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("127.0.0.1:%d", port2)}
 	paths := make([]string, 0, len(rt.files))
 	for p := range rt.files {
 		if !strings.HasPrefix(p, "/many/") {
@@ -301,7 +307,7 @@ func TestReloadsChangingEachSettingAnswerNo5xx(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := &h1ReloadClient{addr: addr}
+			c := &h1ReloadClient{addr: addrs[w%2]}
 			defer c.close()
 			for i := w * 37; ctx.Err() == nil && !t.Failed(); i++ {
 				path, gzipped := paths[i%len(paths)], i%3 == 0
@@ -331,7 +337,7 @@ func TestReloadsChangingEachSettingAnswerNo5xx(t *testing.T) {
 			defer c.close()
 			for i := w * 53; ctx.Err() == nil && !t.Failed(); i++ {
 				path, gzipped := paths[i%len(paths)], i%3 == 1
-				resp, body, err := c.get(ctx, "http://"+addr+path, gzipped)
+				resp, body, err := c.get(ctx, "http://"+addrs[w%2]+path, gzipped)
 				if ctx.Err() != nil {
 					return
 				}
