@@ -26,7 +26,7 @@ type fdTableFiller struct {
 	t      testing.TB
 	old    syscall.Rlimit
 	taken  []int
-	lowred bool
+	lowered bool
 }
 
 func newFDTableFiller(t testing.TB) *fdTableFiller {
@@ -50,7 +50,7 @@ func (f *fdTableFiller) fill() {
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
 		f.t.Fatal(err)
 	}
-	f.lowred = true
+	f.lowered = true
 	for {
 		fd, err := syscall.Open("/dev/null", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 		if err == syscall.EMFILE {
@@ -72,11 +72,11 @@ func (f *fdTableFiller) release() {
 		syscall.Close(fd)
 	}
 	f.taken = f.taken[:0]
-	if f.lowred {
+	if f.lowered {
 		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &f.old); err != nil {
 			f.t.Errorf("restoring RLIMIT_NOFILE: %v", err)
 		}
-		f.lowred = false
+		f.lowered = false
 	}
 }
 

@@ -537,7 +537,12 @@ func (fsrv *FlashServe) Cleanup() error {
 // caches holds the statacc caches across config reloads: a reload
 // provisions the new handlers before it cleans up the old ones, so the
 // cache (its entries, descriptors, watches) lives on while any handler
-// with the same settings does.
+// with the same settings does. A reload that changes a cache setting
+// closes the old cache when it cleans the old handlers up, while the old
+// server may still be answering the requests it read before its shutdown
+// began (Caddy does not wait for them): a closed cache answers them
+// uncached (statacc's lookupClosed), so they are served as any other, and
+// the hit path pays nothing for it.
 var caches = caddy.NewUsagePool()
 
 // sharedCache is a cache with the saver of its hot set.
