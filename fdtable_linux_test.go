@@ -23,9 +23,9 @@ import (
 // /dev/null, so that the next open anywhere in the process fails with
 // EMFILE, deterministically, until release.
 type fdTableFiller struct {
-	t      testing.TB
-	old    syscall.Rlimit
-	taken  []int
+	t       testing.TB
+	old     syscall.Rlimit
+	taken   []int
 	lowered bool
 }
 
