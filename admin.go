@@ -1,14 +1,12 @@
 package flashserve
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/dustin/go-humanize"
@@ -138,40 +136,54 @@ func (a *AdminAPI) prewarm(w http.ResponseWriter, r *http.Request) error {
 	if req.Workers < 0 || req.Workers > 64 {
 		return badRequest(fmt.Errorf("workers: %d is outside 0..64", req.Workers))
 	}
-	targets, err := prewarm.Expand(req.Root, req.Paths)
+	root := cleanRoot(req.Root)
+	if err := checkPrewarmRoot(root); err != nil {
+		return err
+	}
+	// One run per root and maxAdminPrewarms at once: a request for a root
+	// being warmed with the same paths, budget and workers joins its run;
+	// the root is walked only by the request that claims it.
+	run, claimed, err := joinOrClaim(w, root, askedFor(req.Paths, budget, req.Workers), req.Wait)
 	if err != nil {
-		return badRequest(err)
+		return err
 	}
-	var planned int64
-	for _, t := range targets {
-		planned += t.Size
-	}
-	warmer := &prewarm.Warmer{Budget: budget, Workers: max(1, req.Workers)}
-	if ring := transmit.SharedRing(); ring != nil {
-		warmer.ReadAt = ring.ReadLending
-	}
-	if !req.Wait {
+	if claimed {
+		targets, err := prewarm.Expand(root, req.Paths)
+		if err != nil {
+			run.forget(err)
+			return badRequest(err)
+		}
+		var planned int64
+		for _, t := range targets {
+			planned += t.Size
+		}
+		run.planned = map[string]any{"files": len(targets), "bytes": planned, "budget": budget}
+		warmer := &prewarm.Warmer{Budget: budget, Workers: prewarmWorkers(req.Workers, budget)}
+		if ring := transmit.SharedRing(); ring != nil {
+			warmer.ReadAt = ring.ReadLending
+		}
 		// The warm-up outlives the request but not the config: a reload or
 		// a stop cancels it.
-		go warmer.Run(a.ctx, targets)
-		return writeJSON(w, http.StatusAccepted, map[string]any{"files": len(targets), "bytes": planned, "budget": budget})
+		run.start(a.ctx, warmer, targets)
 	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	go func() {
-		select {
-		case <-a.ctx.Done():
-			cancel()
-		case <-ctx.Done():
+	if !req.Wait {
+		planned := run.plannedAnswer(r.Context())
+		if planned == nil {
+			if r.Context().Err() != nil {
+				return nil // the client has gone
+			}
+			return badRequest(fmt.Errorf("%v", run.result["error"])) // the run's root failed to expand
 		}
-	}()
-	p, err := warmer.Run(ctx, targets)
-	res := map[string]any{"files": p.Files, "bytes": p.Bytes, "budget": budget,
-		"seconds": time.Since(p.Started).Seconds(), "mb_per_sec": p.Rate() / 1e6}
-	if err != nil {
-		res["error"] = err.Error()
+		ans := map[string]any{"joined": !claimed}
+		for k, v := range planned {
+			ans[k] = v
+		}
+		return writeJSON(w, http.StatusAccepted, ans)
 	}
-	addResidency(res, targets)
+	res := run.wait(r.Context())
+	if res == nil {
+		return nil // the client has gone
+	}
 	return writeJSON(w, http.StatusOK, res)
 }
 

@@ -1,6 +1,7 @@
 package flashserve
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -16,13 +18,17 @@ import (
 	"github.com/flashserve/caddy-flash-serve/statacc"
 )
 
-// Directory listings under `symlinks deny|beneath` are rendered by an
-// embedded file_server that reads the disk through confinedFS, so that a
-// listing can neither follow nor reveal a link the mode refuses: its
-// stats and opens go through the same confinement as the cache's lookups
-// (openat2 with RESOLVE_BENEATH, and RESOLVE_NO_SYMLINKS for deny, on
-// Linux; the lstat walk elsewhere), and a listed link the mode would not
-// serve is left out.
+// Directory listings are rendered by an embedded file_server that reads
+// the disk through confinedFS. Under `symlinks deny|beneath` a listing can
+// then neither follow nor reveal a link the mode refuses: its stats and
+// opens go through the same confinement as the cache's lookups (openat2
+// with RESOLVE_BENEATH, and RESOLVE_NO_SYMLINKS for deny, on Linux; the
+// lstat walk elsewhere), and a listed link the mode would not serve is left
+// out. Under follow it lists what file_server lists, but confinedFS has a
+// Stat, which Caddy's own OS filesystem does not show file_server: there a
+// stat is an open, and with the fd table full file_server answered 400
+// (its stat's error taken for a bad path) where a stat needs no descriptor
+// and the open of the directory answers 503 with Retry-After.
 //
 // file_server finds its filesystem by name in the config's filesystem map,
 // and an fs.FS is given names only, not the request's root. So each listing
@@ -30,7 +36,8 @@ import (
 // the time of that one request, and tells the embedded file_server the
 // name and the root through two replacer variables. (A handler provisioned
 // outside a loaded config has no shared map: its listings answer 404,
-// file_server's "filesystem not found", never an unconfined listing.)
+// file_server's "filesystem not found", never an unconfined listing; under
+// follow such a handler lists through the plain fallback.)
 const (
 	browseFSVar   = "flash_serve.browse_fs"
 	browseRootVar = "flash_serve.browse_root"
@@ -39,7 +46,7 @@ const (
 // browseSeq numbers the per-listing filesystem names.
 var browseSeq atomic.Uint64
 
-// confinedBrowse is the embedded file_server of confined listings and the
+// confinedBrowse is the embedded file_server of listings and the
 // filesystem map it reads.
 type confinedBrowse struct {
 	fileServer *fileserver.FileServer
@@ -47,26 +54,30 @@ type confinedBrowse struct {
 	mode       statacc.Symlinks
 }
 
-// provisionConfinedBrowse builds the listing file_server for deny and
-// beneath; follow keeps the plain fallback, as file_server lists.
+// provisionConfinedBrowse builds the listing file_server.
 func (fsrv *FlashServe) provisionConfinedBrowse(ctx caddy.Context) error {
-	if fsrv.Browse == nil || fsrv.symlinks == statacc.SymlinksFollow {
+	if fsrv.Browse == nil {
+		return nil
+	}
+	if fsrv.symlinks == statacc.SymlinksFollow && ctx.FileSystems() != ctx.FileSystems() {
+		// Not in a loaded config (each call makes a new map): nothing
+		// to confine, and file_server lists through the fallback.
 		return nil
 	}
 	// No precompressed or ETag files: a listing uses neither, and a file
 	// that appeared since the lookup is the lookup's to serve.
 	fb := fsrv.embeddedFileServer("{"+browseFSVar+"}", "{"+browseRootVar+"}")
 	if err := fb.Provision(ctx); err != nil {
-		return fmt.Errorf("provisioning the embedded file_server for confined listings: %w", err)
+		return fmt.Errorf("provisioning the embedded file_server for listings: %w", err)
 	}
 	fsrv.listing = &confinedBrowse{fileServer: fb, fsmap: ctx.FileSystems(), mode: fsrv.symlinks}
 	return nil
 }
 
 // serve lists the directory of a request whose lookup found no index file,
-// confined below root.
+// below root, as the mode says.
 func (cb *confinedBrowse) serve(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, repl *caddy.Replacer, root string) error {
-	name := "flash_serve confined listing " + strconv.FormatUint(browseSeq.Add(1), 10)
+	name := "flash_serve listing " + strconv.FormatUint(browseSeq.Add(1), 10)
 	cb.fsmap.Register(name, &confinedFS{root: root, mode: cb.mode})
 	defer cb.fsmap.Unregister(name)
 	repl.Set(browseFSVar, name)
@@ -88,7 +99,7 @@ type confinedFS struct {
 func (c *confinedFS) Open(name string) (fs.File, error) {
 	f, err := statacc.OpenConfined(c.root, name, c.mode)
 	if err != nil {
-		return nil, err
+		return nil, tableFull(err)
 	}
 	if info, err := f.Stat(); err == nil && info.IsDir() {
 		return &confinedDir{File: f, fsys: c}, nil
@@ -97,23 +108,55 @@ func (c *confinedFS) Open(name string) (fs.File, error) {
 }
 
 func (c *confinedFS) Stat(name string) (fs.FileInfo, error) {
-	return statacc.StatConfined(c.root, name, c.mode)
+	info, err := statacc.StatConfined(c.root, name, c.mode)
+	return info, tableFull(err)
 }
+
+// tableFull returns a full fd table's error as a tableFullError, and any
+// other error as it is.
+func tableFull(err error) error {
+	var errno syscall.Errno
+	if statacc.IsFDExhaustion(err) && errors.As(err, &errno) {
+		return &tableFullError{err: err, errno: errno}
+	}
+	return err
+}
+
+// tableFullError is confinedFS's error for a full fd table. It is no
+// *fs.PathError (Caddy's filesystem map hides Stat from file_server, whose
+// every stat is then an open): file_server takes a PathError that is not
+// "not found" or "permission" for a bad path and answers 400
+// (mapDirOpenError). This one it answers 500 (its stat of the directory)
+// or 503 (its open of it), which fileServerFailed makes a 503 with
+// Retry-After, as a lookup answers.
+type tableFullError struct {
+	err   error
+	errno syscall.Errno
+}
+
+func (e *tableFullError) Error() string { return e.err.Error() }
+func (e *tableFullError) Unwrap() error { return e.errno }
 
 // listed reports whether a directory entry may appear in a listing: every
 // entry but a link, and a link only if the mode would serve what it leads
 // to (never under deny; under beneath, if it resolves below the root). A
 // dangling or looping link is left out too: it would not be served, and
 // its target text, which reveal_symlinks shows, may name a place outside.
-func (c *confinedFS) listed(dir string, e fs.DirEntry) bool {
-	if e.Type()&fs.ModeSymlink == 0 {
-		return true
+// A link that cannot be resolved now (the fd table is full) fails the
+// listing, which is answered 503, rather than be left out of a listing
+// that would then be wrong.
+func (c *confinedFS) listed(dir string, e fs.DirEntry) (bool, error) {
+	if e.Type()&fs.ModeSymlink == 0 || c.mode == statacc.SymlinksFollow {
+		return true, nil // file_server lists every link, dangling or not
 	}
 	if c.mode == statacc.SymlinksDeny {
-		return false
+		return false, nil
 	}
 	_, err := c.Stat(filepath.Join(dir, e.Name()))
-	return err == nil
+	if statacc.IsFDExhaustion(err) {
+		return false, tableFull(err)
+	}
+	return err == nil, nil
 }
 
 // confinedDir is an open directory of a confinedFS whose ReadDir leaves out
@@ -128,7 +171,11 @@ func (d *confinedDir) ReadDir(n int) ([]fs.DirEntry, error) {
 		ents, err := d.File.ReadDir(n)
 		kept := ents[:0]
 		for _, e := range ents {
-			if d.fsys.listed(d.Name(), e) {
+			ok, lerr := d.fsys.listed(d.Name(), e)
+			if lerr != nil {
+				return nil, lerr
+			}
+			if ok {
 				kept = append(kept, e)
 			}
 		}

@@ -5,6 +5,7 @@ package flashserve
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -188,6 +189,123 @@ func TestFileChangedDuringLargeTransfer(t *testing.T) {
 	backToBaseline(t, base, base.threads+8)
 }
 
+// fdStarvedServer is a child Caddy whose RLIMIT_NOFILE a test lowers far
+// below what it uses, and raises again.
+type fdStarvedServer struct {
+	t         *testing.T
+	base      string // the site's URL
+	adminPort int
+	pid       int
+	baseFDs   int // its descriptors without a client or a cached file
+	old       unix.Rlimit
+	client    *http.Client
+}
+
+// startFDStarvedServer starts a child Caddy serving root with the
+// flash_serve directive's options, waits until probe is served, and
+// lowers its RLIMIT_NOFILE to room for clients connections and room more
+// descriptors: the cache must live in those.
+func startFDStarvedServer(t *testing.T, root, probe string, clients, room int, options ...string) *fdStarvedServer {
+	t.Helper()
+	port, adminPort := freePort(t), freePort(t)
+	cfg := filepath.Join(t.TempDir(), "Caddyfile")
+	// Logs at INFO, Caddy's default: the child's log is shown on a failure.
+	g := caddyGlobals{admin: fmt.Sprintf("127.0.0.1:%d", adminPort), options: []string{block("log", "level INFO")}}
+	os.WriteFile(cfg, []byte(g.text(t)+siteBlock(port, root, flashServe(options...))), 0o644)
+	child := startCaddyProcess(t, "server", cfg)
+	s := &fdStarvedServer{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", port), adminPort: adminPort, pid: child.cmd.Process.Pid,
+		client: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}}
+	t.Cleanup(s.client.CloseIdleConnections)
+	waitFor(t, "the server", 60*time.Second, func() bool {
+		resp, err := s.client.Get(s.base + probe)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == 200
+	})
+	s.client.CloseIdleConnections()
+	// The server's descriptors without a client and without the one file
+	// it has cached, which the purge at the end closes: once the closed
+	// connections are gone on the server's side too (the count stays the
+	// same three times in a row), so that the baseline holds none of them.
+	s.baseFDs = settled(s.fds) - 1
+	if err := unix.Prlimit(s.pid, unix.RLIMIT_NOFILE, nil, &s.old); err != nil {
+		t.Fatal(err)
+	}
+	low := unix.Rlimit{Cur: uint64(s.baseFDs + 1 + clients + room), Max: s.old.Max}
+	// The clients' connections are made first: a server whose fd table
+	// stays full cannot accept one (its accept loop retries, at most once
+	// a second, while the lookups take every descriptor the cache sheds).
+	s.connect(probe, clients)
+	if err := unix.Prlimit(s.pid, unix.RLIMIT_NOFILE, &low, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("RLIMIT_NOFILE of the server lowered to %d (it had %d fds open, %d of them its clients')", low.Cur, s.fds(), clients)
+	return s
+}
+
+// connect opens n connections to the server, kept idle in the client's
+// pool: n requests at once, each holding its connection until all have
+// their response headers.
+func (s *fdStarvedServer) connect(probe string, n int) {
+	var got, wg sync.WaitGroup
+	got.Add(n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := s.client.Get(s.base + probe)
+			got.Done()
+			if err != nil {
+				s.t.Error(err)
+				return
+			}
+			got.Wait()
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}()
+	}
+	wg.Wait()
+}
+
+// fds counts the child's descriptors.
+func (s *fdStarvedServer) fds() int {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", s.pid))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// restore gives the child its RLIMIT_NOFILE back.
+func (s *fdStarvedServer) restore() {
+	if err := unix.Prlimit(s.pid, unix.RLIMIT_NOFILE, &s.old, nil); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// stats reads the child's /flash_serve/stats.
+func (s *fdStarvedServer) stats() Stats {
+	status, body := adminCall(s.t, "GET", fmt.Sprintf("http://127.0.0.1:%d/flash_serve/stats", s.adminPort), "")
+	var st Stats
+	if status != 200 || json.Unmarshal(body, &st) != nil {
+		s.t.Fatalf("stats: %d %s", status, body)
+	}
+	return st
+}
+
+// backToBaseline checks that every descriptor is accounted for: with the
+// cache purged and the clients gone, the server is back to what it had
+// before.
+func (s *fdStarvedServer) backToBaseline(root string) {
+	s.client.CloseIdleConnections()
+	adminCall(s.t, "POST", fmt.Sprintf("http://127.0.0.1:%d/flash_serve/purge", s.adminPort), fmt.Sprintf(`{"prefix": %q}`, root))
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections() // the admin calls'
+	waitFor(s.t, "the server's fds to come back", 10*time.Second, func() bool {
+		return s.fds() <= s.baseFDs
+	})
+}
+
 // TestFDExhaustion lowers RLIMIT_NOFILE of a running server, a child
 // process, far below what it uses, and sends it cold requests from many
 // connections: every answer is the file or a 503 with Retry-After, never
@@ -200,49 +318,10 @@ func TestFDExhaustion(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	port, adminPort := freePort(t), freePort(t)
-	cfg := filepath.Join(t.TempDir(), "Caddyfile")
-	// Logs at INFO, Caddy's default: the child's log is shown on a failure.
-	g := caddyGlobals{admin: fmt.Sprintf("127.0.0.1:%d", adminPort), options: []string{block("log", "level INFO")}}
-	os.WriteFile(cfg, []byte(g.text(t)+siteBlock(port, root, flashServe("memory_cache 0"))), 0o644)
-	child := startCaddyProcess(t, "server", cfg)
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	const clients = 16
-	c := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
-	defer c.Transport.(*http.Transport).CloseIdleConnections()
-	waitFor(t, "the server", 60*time.Second, func() bool {
-		resp, err := c.Get(base + "/f000.bin")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil && resp.StatusCode == 200
-	})
-	pid := child.cmd.Process.Pid
-	fdsOf := func() int {
-		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(ents)
-	}
-	c.Transport.(*http.Transport).CloseIdleConnections()
-	// The server's descriptors without a client and without the one file
-	// it has cached, which the purge at the end closes: once the closed
-	// connections are gone on the server's side too (the count stays the
-	// same three times in a row), so that the baseline holds none of them.
-	last := settled(fdsOf)
-	baseFDs := last - 1
-	var old unix.Rlimit
-	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &old); err != nil {
-		t.Fatal(err)
-	}
-	// Room for the clients' connections, which a server out of descriptors
-	// could not even accept, and a few more: the cache must live in those.
-	low := unix.Rlimit{Cur: uint64(fdsOf() + clients + 12), Max: old.Max}
-	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &low, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("RLIMIT_NOFILE of the server lowered to %d (it had %d fds open)", low.Cur, fdsOf())
+	s := startFDStarvedServer(t, root, "/f000.bin", clients, 12, "memory_cache 0")
+	c := s.client
+	base := s.base
 
 	var ok, unavailable atomic.Int64
 	var wg sync.WaitGroup
@@ -274,32 +353,134 @@ func TestFDExhaustion(t *testing.T) {
 	if ok.Load() == 0 {
 		t.Error("nothing was served: the cache should shed descriptors and go on")
 	}
-	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &old, nil); err != nil {
-		t.Fatal(err)
-	}
+	s.restore()
 	for i := range files {
 		status, _, b := get(t, c, fmt.Sprintf("%s/f%03d.bin", base, i))
 		if status != 200 || len(b) != 20<<10 {
 			t.Fatalf("f%03d after the limit came back: status %d", i, status)
 		}
 	}
-	status, body := adminCall(t, "GET", fmt.Sprintf("http://127.0.0.1:%d/flash_serve/stats", adminPort), "")
-	var st Stats
-	if status != 200 || json.Unmarshal(body, &st) != nil {
-		t.Fatalf("stats: %d %s", status, body)
-	}
+	st := s.stats()
 	t.Logf("statacc: %+v; rejected: %v", st.Statacc, st.Rejected)
 	if st.Statacc.Shed == 0 {
 		t.Error("the cache never met a full fd table: the test proved nothing")
 	}
-	// Every descriptor is accounted for: with the cache purged and the
-	// clients gone, the server is back to what it had before.
-	c.Transport.(*http.Transport).CloseIdleConnections()
-	adminCall(t, "POST", fmt.Sprintf("http://127.0.0.1:%d/flash_serve/purge", adminPort), fmt.Sprintf(`{"prefix": %q}`, root))
-	http.DefaultTransport.(*http.Transport).CloseIdleConnections() // the admin calls'
-	waitFor(t, "the server's fds to come back", 10*time.Second, func() bool {
-		return fdsOf() <= baseFDs
-	})
+	s.backToBaseline(root)
+}
+
+// TestFDExhaustionWithIndexFiles: the same starved server, asked for
+// directories (an index file, or a second index name), files with a
+// precompressed sidecar and an ETag file, and listings, by many
+// connections at once: every answer is the right page or a 503 with
+// Retry-After. A directory whose index file could not be opened is never
+// a 404 (which caches keep), a listing, or a 500; and with the limit back
+// every page is served again.
+func TestFDExhaustionWithIndexFiles(t *testing.T) {
+	root := t.TempDir()
+	const dirs = 150
+	type page = struct {
+		path, body string
+		gzip       bool
+	}
+	var pages []page
+	write := func(name, body string) {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range dirs {
+		body := fmt.Sprintf("<p>page %d</p>\n", i)
+		switch i % 3 {
+		case 0:
+			write(fmt.Sprintf("d%03d/index.html", i), body)
+		case 1:
+			write(fmt.Sprintf("d%03d/index.txt", i), body) // the second index name
+		case 2:
+			write(fmt.Sprintf("d%03d/index.html", i), body)
+			write(fmt.Sprintf("d%03d/index.html.etag", i), fmt.Sprintf(`"etag-%d"`, i))
+		}
+		pages = append(pages, page{path: fmt.Sprintf("/d%03d/", i), body: body})
+		file := fmt.Sprintf("/f%03d.txt", i)
+		write(file, body)
+		if i%2 == 0 {
+			var gz bytes.Buffer
+			zw := gzip.NewWriter(&gz)
+			zw.Write([]byte(body))
+			zw.Close()
+			write(file+".gz", gz.String())
+		}
+		pages = append(pages, page{path: file, body: body, gzip: i%2 == 0})
+	}
+	write("listing/a.txt", "a\n")
+	for _, browse := range []bool{false, true} {
+		t.Run(fmt.Sprint("browse ", browse), func(t *testing.T) {
+			options := []string{"memory_cache 0", "precompressed gzip", "etag_file_extensions .etag"}
+			pages := pages
+			if browse {
+				options = append(options, "browse")
+				pages = append(pages, page{path: "/listing/", body: "a.txt"})
+			}
+			starveWithPages(t, root, pages, options)
+		})
+	}
+}
+
+// starveWithPages asks the starved server for pages and checks each answer.
+func starveWithPages(t *testing.T, root string, pages []struct {
+	path, body string
+	gzip       bool
+}, options []string) {
+	const clients = 48
+	s := startFDStarvedServer(t, root, "/d000/", clients, 8, options...)
+	var ok, unavailable, notFound atomic.Int64
+	var wg sync.WaitGroup
+	for w := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < 8*len(pages); i += clients {
+				p := pages[i%len(pages)]
+				req, _ := http.NewRequest("GET", s.base+p.path, nil)
+				// The client's own decompression would hide which body came.
+				req.Header.Set("Accept-Encoding", "identity")
+				resp, err := s.client.Do(req)
+				if err != nil {
+					t.Errorf("%s: %v", p.path, err)
+					continue
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				switch {
+				case resp.StatusCode == 200 && strings.Contains(string(b), p.body):
+					ok.Add(1)
+				case resp.StatusCode == 503 && resp.Header.Get("Retry-After") != "":
+					unavailable.Add(1)
+				case resp.StatusCode == 404:
+					notFound.Add(1)
+					t.Errorf("%s with the fd table full: 404 for a page that exists", p.path)
+				default:
+					t.Errorf("%s with the fd table full: status %d, %q", p.path, resp.StatusCode, b)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("with the fd table full: %d served, %d answered 503, %d answered 404", ok.Load(), unavailable.Load(), notFound.Load())
+	s.restore()
+	for _, p := range pages {
+		status, _, b := get(t, s.client, s.base+p.path)
+		if status != 200 || !strings.Contains(string(b), p.body) {
+			t.Fatalf("%s after the limit came back: status %d", p.path, status)
+		}
+	}
+	if st := s.stats(); st.Statacc.Shed == 0 {
+		t.Error("the cache never met a full fd table: the test proved nothing")
+	}
+	s.backToBaseline(root)
 }
 
 // TestSlowReadersHoldNoThreads opens connections that ask for a large

@@ -107,11 +107,16 @@ func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Req
 				continue
 			}
 			ie, err := fsrv.cache.GetConfined(ctx, root, fsrv.symlinks, indexPath)
-			if statacc.IsRefused(err) {
+			if statacc.IsRefused(err) || transientLookupError(err) {
 				// An index the symlinks mode refuses is a 403, as nginx's
 				// disable_symlinks answers: skipping it would hand the
 				// directory to the next index, the listing or pass_thru,
-				// which is not what the site's author linked there.
+				// which is not what the site's author linked there. An
+				// index that could not be looked up now (the fd table full,
+				// the lookup queue full, the client gone) is a 503 with
+				// Retry-After (or a 499): skipped, as file_server skips
+				// any index it cannot stat, a page that exists would be
+				// answered 404 (which caches keep) or with a listing.
 				return statError(err)
 			}
 			if err != nil {
@@ -241,8 +246,10 @@ func (fsrv *FlashServe) selectSidecar(r *http.Request, res *resolved, hide hideL
 		se, err := fsrv.cache.GetConfined(r.Context(), res.root, fsrv.symlinks, sidecar)
 		if err != nil {
 			if !absent(err) {
-				if statacc.IsFDExhaustion(err) || errors.Is(err, statacc.ErrQueueFull) {
-					return serviceUnavailable(err)
+				if transientLookupError(err) {
+					// Not known to be missing: sending the file instead
+					// would answer with other bytes than a moment later.
+					return statError(err)
 				}
 				// Unreadable or looping: skipped, as file_server skips a
 				// sidecar it cannot stat; the file itself is sent.
@@ -336,20 +343,51 @@ func (fsrv *FlashServe) lookupFailed(w http.ResponseWriter, r *http.Request, nex
 	case errors.Is(err, errBrowse):
 		if fsrv.listing != nil {
 			repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-			return fsrv.listing.serve(w, r, next, repl, fsrv.siteRoot(r, repl))
+			return fsrv.fileServerFailed(w, fsrv.listing.serve(w, r, next, repl, fsrv.siteRoot(r, repl)))
 		}
-		return fsrv.fallback.ServeHTTP(w, r, next)
+		return fsrv.fileServerFailed(w, fsrv.fallback.ServeHTTP(w, r, next))
 	}
 	var he caddyhttp.HandlerError
 	if errors.As(err, &he) && he.StatusCode == http.StatusServiceUnavailable {
-		// Probably out of file descriptors: spread the clients' retries
-		// over a few seconds so that they do not all come back at once.
-		w.Header().Set("Retry-After", strconv.Itoa(2+weakrand.IntN(4)))
-		if !errors.Is(err, statacc.ErrQueueFull) {
-			counters.fdExhausted.Add(1) // the cache counts its full queue itself
-		}
+		unavailable(w, err)
 	}
 	return err
+}
+
+// unavailable adds to a 503 its Retry-After: probably out of file
+// descriptors, so the clients' retries are spread over a few seconds, that
+// they do not all come back at once.
+func unavailable(w http.ResponseWriter, err error) {
+	w.Header().Set("Retry-After", strconv.Itoa(2+weakrand.IntN(4)))
+	if !errors.Is(err, statacc.ErrQueueFull) {
+		counters.fdExhausted.Add(1) // the cache counts its full queue itself
+	}
+}
+
+// fileServerFailed gives the error of the embedded file_server (listings,
+// file systems other than the OS's) the answer a lookup gives: a full fd
+// table is a 503 with Retry-After, where file_server's stat of the
+// directory (and a listing's read of it) answers 500. file_server's own
+// 503s (its open of the directory) keep their Retry-After.
+func (fsrv *FlashServe) fileServerFailed(w http.ResponseWriter, err error) error {
+	if err == nil {
+		return nil
+	}
+	var he caddyhttp.HandlerError
+	if !errors.As(err, &he) || !statacc.IsFDExhaustion(he.Err) {
+		return err
+	}
+	if he.StatusCode == http.StatusInternalServerError {
+		he.StatusCode = http.StatusServiceUnavailable
+	}
+	if he.StatusCode == http.StatusServiceUnavailable {
+		if w.Header().Get("Retry-After") != "" {
+			counters.fdExhausted.Add(1)
+		} else {
+			unavailable(w, he.Err)
+		}
+	}
+	return he
 }
 
 // notFoundError is caddyhttp.Error(http.StatusNotFound, nil) made cheap
@@ -427,6 +465,17 @@ func absent(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || statacc.IsRefused(err)
 }
 
+// transientLookupError reports whether a lookup failed for the server's
+// state rather than the file's: the fd table is full, the lookup queue is
+// full, or the client has gone. Such a path is not known to be missing, so
+// a lookup that meets it ends (statError: 503 with Retry-After, or 499)
+// rather than go on as if it were: to the next index file, to the file
+// without its sidecar, to the computed ETag.
+func transientLookupError(err error) bool {
+	return err != nil && (statacc.IsFDExhaustion(err) || errors.Is(err, statacc.ErrQueueFull) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+}
+
 // statError maps an error from stat(2) to the answer file_server gives.
 func statError(err error) error {
 	switch {
@@ -473,6 +522,11 @@ func (fsrv *FlashServe) etagFromFile(ctx context.Context, root, name string) (st
 		e, err := fsrv.cache.GetConfined(ctx, root, fsrv.symlinks, name+suffix)
 		if absent(err) {
 			continue
+		}
+		if transientLookupError(err) {
+			// A 503 with Retry-After, not file_server's 500: the ETag
+			// file may well be readable a moment later.
+			return "", statError(err)
 		}
 		var b []byte
 		if err == nil {

@@ -255,7 +255,7 @@ type FlashServe struct {
 	warnOnce         *sync.Once
 	cleanupOnce      *sync.Once
 	// fallback is the embedded file_server for browse and non-OS filesystems;
-	// listing replaces it for listings under symlinks deny and beneath.
+	// listing replaces it for listings (confinefs.go).
 	fallback *fileserver.FileServer
 	listing  *confinedBrowse
 	symlinks statacc.Symlinks
@@ -537,7 +537,12 @@ func (fsrv *FlashServe) Cleanup() error {
 // caches holds the statacc caches across config reloads: a reload
 // provisions the new handlers before it cleans up the old ones, so the
 // cache (its entries, descriptors, watches) lives on while any handler
-// with the same settings does.
+// with the same settings does. A reload that changes a cache setting
+// closes the old cache when it cleans the old handlers up, while the old
+// server may still be answering the requests it read before its shutdown
+// began (Caddy does not wait for them): a closed cache answers them
+// uncached (statacc's lookupClosed), so they are served as any other, and
+// the hit path pays nothing for it.
 var caches = caddy.NewUsagePool()
 
 // sharedCache is a cache with the saver of its hot set.
@@ -609,7 +614,7 @@ func (fsrv *FlashServe) provisionCache() error {
 func (fsrv *FlashServe) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if !fsrv.servesOSDisk(fsrv.fsValue.expand(r, repl, "")) {
-		return fsrv.fallback.ServeHTTP(w, r, next)
+		return fsrv.fileServerFailed(w, fsrv.fallback.ServeHTTP(w, r, next))
 	}
 	counters.begun.Add(1)
 	defer counters.ended.Add(1)

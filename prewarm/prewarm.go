@@ -566,7 +566,12 @@ func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile, limit u
 	return opened
 }
 
-var readBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
+// ReadBufferSize is the buffer each worker reads into: a warm-up holds at
+// most Workers of them at once (and those a ring read let go of keeps
+// until it completes).
+const ReadBufferSize = 1 << 20
+
+var readBufs = sync.Pool{New: func() any { b := make([]byte, ReadBufferSize); return &b }}
 
 // ReaderAt reads len(buf) bytes of the open file fd at off, going on
 // after short reads, and stops short only at the end of the file. It

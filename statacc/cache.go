@@ -430,6 +430,12 @@ func defaultMaxOpenFiles() int {
 
 // Close stops the workers and the watcher and drops every entry;
 // descriptors still in use close when their last user releases them.
+//
+// A closed cache still answers lookups, uncached (lookupClosed): a config
+// reload closes the cache of settings no handler uses any more while the
+// old server's last requests still run (Caddy starts their shutdown and
+// cleans the old handlers up without waiting for it), and those requests
+// must be served, not refused.
 func (c *Cache) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
@@ -444,12 +450,40 @@ func (c *Cache) Close() error {
 	return nil
 }
 
-// errCacheClosed answers the lookups of a closed cache.
+// errCacheClosed is what a miss of a closed cache, or one queued for its
+// workers when they stopped, gets: GetConfined then answers it with
+// lookupClosed. It never reaches a caller.
 var errCacheClosed = errors.New("statacc: cache closed")
 
+// lookupClosed answers a lookup of a closed cache: it opens and describes
+// the path as a miss does, in a filesystem slot (which still bounds the
+// threads in the filesystem), and returns an entry that nothing else
+// shares and nothing caches, whose only reference is the caller's: its
+// Release closes the descriptor. Nothing is published, watched or counted
+// as the cache's, since the cache is gone: what it costs is one open and
+// one fstat per lookup, for the requests that were already running when
+// the cache closed. The hit path pays nothing for it: a closed cache has
+// no entries left to hit.
+func (c *Cache) lookupClosed(ctx context.Context, key lookupKey) (*Entry, error) {
+	select {
+	case c.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	e, _ := c.load(key, false)
+	<-c.slots
+	if e.err != nil {
+		return nil, e.err
+	}
+	e.root, e.symlinks = key.root, key.mode
+	e.refs.Store(1) // the caller's
+	return e, nil
+}
+
 // refuseQueued answers the misses still queued for the workers, which
-// have stopped, with errCacheClosed, so that their callers return now
-// rather than when their contexts end. Close calls it once the workers
+// have stopped, with errCacheClosed, so that their callers look the path
+// up themselves now (lookupClosed) rather than wait until their contexts
+// end. Close calls it once the workers
 // are gone, and a miss that queued itself and then saw the cache closed
 // calls it too: whichever comes second finds the call.
 func (c *Cache) refuseQueued() {
@@ -495,14 +529,19 @@ func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, pat
 			return e, nil
 		}
 	}
-	if err, ok := c.negativeHit(lookupKey{path: path, root: root, mode: mode}); ok {
+	key := lookupKey{path: path, root: root, mode: mode}
+	if err, ok := c.negativeHit(key); ok {
 		return nil, err
 	}
 	for range 3 {
-		e, err := c.miss(ctx, lookupKey{path: path, root: root, mode: mode})
-		if err != errRetry {
-			return e, err
+		e, err := c.miss(ctx, key)
+		switch err {
+		case errRetry:
+			continue
+		case errCacheClosed:
+			return c.lookupClosed(ctx, key)
 		}
+		return e, err
 	}
 	return nil, ErrQueueFull
 }

@@ -204,10 +204,21 @@ func (s *Sender) ringRead(ctx context.Context, src Body, opts *readOptions, c *c
 	})
 	opts.Hold = nil
 	if c.lent {
-		// The request went away with the read in the kernel: the buffer,
-		// the token and the descriptor are the ring's until it completes.
+		// The read was let go of while in the kernel: the buffer, the
+		// token and a reference on the descriptor are the ring's until it
+		// completes.
 		c.bufp = nil
-		return nil, 0, eng, err
+		if ctx.Err() != nil || !errors.Is(err, errRingClosed) {
+			return nil, 0, eng, err // the request went away
+		}
+		// The ring closed under a request that is still there (a reload
+		// whose config holds no ring gave the last reference back): the
+		// read is done again with pread, into a buffer of the request's
+		// own, and the response goes on.
+		if err := c.borrow(ctx, want); err != nil {
+			return nil, 0, eng, err
+		}
+		buf, n = (*c.bufp)[:want], 0
 	}
 	if err != nil && ctx.Err() != nil {
 		c.giveBack()
