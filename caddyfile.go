@@ -1,11 +1,12 @@
 package flashserve
 
 import (
+	"errors"
 	"path/filepath"
-
-	"github.com/dustin/go-humanize"
 	"strconv"
 	"strings"
+
+	"github.com/dustin/go-humanize"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -90,6 +91,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // twice is an error.
 func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
+	directive := d.Token()
 
 	args := d.RemainingArgs()
 	switch {
@@ -101,13 +103,15 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 	counts := map[string]*int{"stat_workers": &fsrv.StatWorkers, "max_open_files": &fsrv.MaxOpenFiles,
 		"max_watches": &fsrv.MaxWatches, "max_dir_entries": &fsrv.MaxDirEntries, "prewarm_workers": &fsrv.PrewarmWorkers}
-	seen := make(map[string]bool)
+	// at holds the token of each subdirective, for the line of a value
+	// checkSettings refuses.
+	at := make(map[string]caddyfile.Token)
 	for d.NextBlock(0) {
 		sub := d.Val()
-		if seen[sub] && sub != "hide" {
+		if _, seen := at[sub]; seen && sub != "hide" {
 			return d.Errf("subdirective '%s' is given more than once", sub)
 		}
-		seen[sub] = true
+		at[sub] = d.Token()
 
 		var err error
 		switch sub {
@@ -134,9 +138,9 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			fsrv.StatusCode = caddyhttp.WeakString(code)
 		case "disable_canonical_uris":
 			f := false
-			fsrv.CanonicalURIs, err = &f, noArgs(d)
+			fsrv.CanonicalURIs, err = &f, noArgs(d, sub)
 		case "pass_thru":
-			fsrv.PassThru, err = true, noArgs(d)
+			fsrv.PassThru, err = true, noArgs(d, sub)
 		case "etag_file_extensions":
 			fsrv.EtagFileExtensions, err = words(d, "etag_file_extensions needs at least one extension")
 		case "max_ranges":
@@ -159,7 +163,7 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			var s string
 			s, err = word(d, "inotify takes one argument: on or off")
 			if err == nil && s != "on" && s != "off" {
-				err = d.Err("inotify takes one argument: on or off")
+				err = d.Errf("inotify: need on or off, got %q", s)
 			}
 			fsrv.DisableInotify = s == "off"
 		case "memory_cache":
@@ -167,7 +171,7 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			m.Budget, m.MaxFile, err = valueAndOption(d, "memory_cache <budget> [max_file <size>]", sizeValue[int64], sizeValue[int64])
 			fsrv.MemoryCache = m
 		case "transmit":
-			fsrv.Transmit, err = word(d, "transmit takes one argument: auto, sendfile, io_uring or copy")
+			fsrv.Transmit, err = word(d, "transmit takes one argument: "+transmitEngines)
 		case "symlinks":
 			fsrv.Symlinks, err = word(d, "symlinks takes one argument: follow, deny or beneath")
 		case "prewarm":
@@ -187,13 +191,39 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return err
 		}
 	}
+	// The ranges are checked where JSON's are, and a refusal is reported
+	// at the line of the subdirective that set the value.
+	if err := fsrv.checkSettings(); err != nil {
+		return caddyfileError(err, at, directive)
+	}
 	return nil
 }
 
-// The helpers below only parse: every range check is in checkSettings, so
-// JSON and the Caddyfile refuse the same values with the same message.
-// A value parser takes the name to report (the subdirective, or it and
-// the keyword of its option) and the argument, "" when there is none.
+// caddyfileError reports a refusal of checkSettings as a parse error at the
+// line of the subdirective that set the refused field (the directive's
+// line if none did), in the Caddyfile's spelling: "memory_cache max_file:
+// need 0 or more, got -1KiB, at Caddyfile:4".
+func caddyfileError(err error, at map[string]caddyfile.Token, directive caddyfile.Token) error {
+	tok := directive
+	msg := err.Error()
+	var se *settingError
+	if errors.As(err, &se) {
+		spelling, sub := se.caddyfileName()
+		if t, ok := at[sub]; ok {
+			tok = t
+		}
+		msg = spelling + ": " + se.rule
+	}
+	d := caddyfile.NewDispenser([]caddyfile.Token{tok})
+	d.Next()
+	return d.Err(msg)
+}
+
+// The helpers below only parse: every range check is in checkSettings,
+// which UnmarshalCaddyfile calls once the block is read, so that JSON and
+// the Caddyfile refuse the same values for the same reason. A value
+// parser takes the name to report (the subdirective, or it and the
+// keyword of its option) and the argument, "" when there is none.
 
 // word reads the one argument of a subdirective; usage is the error when
 // there is none or more than one.
@@ -216,9 +246,9 @@ func words(d *caddyfile.Dispenser, usage string) ([]string, error) {
 }
 
 // noArgs refuses arguments to a subdirective that takes none.
-func noArgs(d *caddyfile.Dispenser) error {
-	if d.NextArg() {
-		return d.ArgErr()
+func noArgs(d *caddyfile.Dispenser, sub string) error {
+	if args := d.RemainingArgs(); len(args) > 0 {
+		return d.Errf("%s takes no arguments, got %q", sub, args)
 	}
 	return nil
 }
@@ -337,6 +367,9 @@ func unmarshalBrowse(d *caddyfile.Dispenser, fsrv *FlashServe) error {
 			if b.RevealSymlinks {
 				return d.Err("reveal_symlinks is already enabled")
 			}
+			if err := noArgs(d, "reveal_symlinks"); err != nil {
+				return err
+			}
 			b.RevealSymlinks = true
 		case "sort":
 			for d.NextArg() {
@@ -344,7 +377,7 @@ func unmarshalBrowse(d *caddyfile.Dispenser, fsrv *FlashServe) error {
 				case "name", "namedirfirst", "size", "time", "asc", "desc":
 					b.SortOptions = append(b.SortOptions, opt)
 				default:
-					return d.Errf("unknown sort option '%s'", opt)
+					return d.Errf("unknown sort option '%s'; want name, namedirfirst, size, time, asc or desc", opt)
 				}
 			}
 		case "file_limit":
@@ -370,7 +403,7 @@ func unmarshalBrowse(d *caddyfile.Dispenser, fsrv *FlashServe) error {
 			}
 			b.PlainTimeFormat = layout[0]
 		default:
-			return d.Errf("unknown browse subdirective '%s'", d.Val())
+			return d.Errf("unknown browse subdirective '%s'; want reveal_symlinks, sort, file_limit or plain_time_format", d.Val())
 		}
 	}
 	fsrv.Browse = b

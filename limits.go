@@ -3,7 +3,6 @@ package flashserve
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -154,9 +153,9 @@ func (l *TransferLimit) validate() error {
 	switch {
 	case l == nil:
 	case l.Limit < 1:
-		return fmt.Errorf("max_transfers: need a limit of at least 1, got %d", l.Limit)
+		return refuse("max_transfers.limit", "need 1 or more, got %d", l.Limit)
 	case l.Queue < 0:
-		return fmt.Errorf("max_transfers: queue %s is negative", time.Duration(l.Queue))
+		return refuse("max_transfers.queue", "need 0 or more, got %s", time.Duration(l.Queue))
 	}
 	return nil
 }
@@ -165,9 +164,9 @@ func (l *RateLimit) validate() error {
 	switch {
 	case l == nil:
 	case l.Rate < 1:
-		return fmt.Errorf("limit_rate: the rate must be at least 1 byte/s, got %d", l.Rate)
+		return refuse("limit_rate.rate", "need 1 byte/s or more, got %s", sizeText(l.Rate))
 	case l.After < 0:
-		return fmt.Errorf("limit_rate: after %d is negative", l.After)
+		return refuse("limit_rate.after", "need 0 or more, got %s", sizeText(l.After))
 	}
 	return nil
 }

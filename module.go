@@ -429,20 +429,23 @@ func (fsrv *FlashServe) Validate() error {
 	}
 	for _, enc := range fsrv.PrecompressedOrder {
 		if _, ok := fsrv.precompressors[enc]; !ok {
-			return fmt.Errorf("precompressed_order names %q, which is not among the precompressed formats", enc)
+			return refuse("precompressed_order", "%q is not among the precompressed formats", enc)
 		}
 	}
 	return nil
 }
 
 // checkSettings holds every range check of the settings, the one place
-// both JSON and the Caddyfile (whose parser only parses) are checked.
-// Provision runs it first as well: Caddy provisions a handler before it
-// validates it, and a bad value must be refused before workers start.
+// both JSON and the Caddyfile are checked: the Caddyfile parser calls it
+// once it has read the block, and reports a refusal at the line of the
+// subdirective that set the field (caddyfileError). Provision runs it
+// first as well: Caddy provisions a handler before it validates it, and a
+// bad value must be refused before workers start. A refusal is a
+// *settingError, which names the JSON field.
 func (fsrv *FlashServe) checkSettings() error {
 	for _, c := range []struct {
-		name string
-		n    int
+		field string
+		n     int
 	}{
 		{"stat_workers", fsrv.StatWorkers},
 		{"max_open_files", fsrv.MaxOpenFiles},
@@ -450,49 +453,64 @@ func (fsrv *FlashServe) checkSettings() error {
 		{"max_dir_entries", fsrv.MaxDirEntries},
 	} {
 		if c.n < 0 {
-			return fmt.Errorf("%s: need at least 1, got %d", c.name, c.n)
+			return refuse(c.field, "need at least 1, got %d", c.n)
 		}
 	}
 	if fsrv.NegativeCache != nil && *fsrv.NegativeCache < 0 {
-		return fmt.Errorf("negative_cache: %d is negative; 0 disables it", *fsrv.NegativeCache)
+		return refuse("negative_cache", "need 0 (off) or more, got %d", *fsrv.NegativeCache)
 	}
 	if fsrv.MaxRanges != nil && *fsrv.MaxRanges < 0 {
-		return fmt.Errorf("max_ranges: need 0 or more, got %d", *fsrv.MaxRanges)
+		return refuse("max_ranges", "need 0 (no ranges) or more, got %d", *fsrv.MaxRanges)
 	}
 	if fsrv.Revalidate < 0 {
-		return fmt.Errorf("revalidate: %s is not a positive duration", time.Duration(fsrv.Revalidate))
+		return refuse("revalidate", "need a positive duration, got %s", time.Duration(fsrv.Revalidate))
 	}
-	if m := fsrv.MemoryCache; m != nil && (m.Budget < 0 || m.MaxFile < 0) {
-		return fmt.Errorf("memory_cache: budget and max_file must not be negative")
+	if m := fsrv.MemoryCache; m != nil {
+		if m.Budget < 0 {
+			return refuse("memory_cache.budget", "need 0 (off) or more, got %s", sizeText(m.Budget))
+		}
+		if m.MaxFile < 0 {
+			return refuse("memory_cache.max_file", "need 0 or more, got %s", sizeText(m.MaxFile))
+		}
 	}
 	switch fsrv.Transmit {
 	case "", engineAuto, engineSendfile, engineCopy, engineIOUring:
 	default:
-		return fmt.Errorf("transmit: unknown engine %q; want auto, sendfile, io_uring or copy", fsrv.Transmit)
+		return refuse("transmit", "need %s, got %q", transmitEngines, fsrv.Transmit)
 	}
 	if n := fsrv.SendfileMaxChunk; n != 0 && (n < 64<<10 || n > 1<<30) {
-		return fmt.Errorf("sendfile_max_chunk: %d bytes is outside 64KiB..1GiB", n)
+		return refuse("sendfile_max_chunk", "need 64KiB to 1GiB, got %s", sizeText(int64(n)))
 	}
 	if fsrv.PrewarmBudget < 0 {
-		return fmt.Errorf("prewarm_budget: must be more than 0, got %d", fsrv.PrewarmBudget)
+		return refuse("prewarm_budget", "need more than 0, got %s", sizeText(fsrv.PrewarmBudget))
 	}
 	if fsrv.PrewarmBusyRate < 0 {
-		return fmt.Errorf("prewarm_busy_rate: must be more than 0, got %d", fsrv.PrewarmBusyRate)
+		return refuse("prewarm_busy_rate", "need more than 0 bytes/s, got %s", sizeText(fsrv.PrewarmBusyRate))
 	}
-	if n := fsrv.PrewarmWorkers; n < 0 || n > 64 {
-		return fmt.Errorf("prewarm_workers: %d is outside 1..64", n)
+	if n := fsrv.PrewarmWorkers; n < 0 || n > maxPrewarmWorkers {
+		return refuse("prewarm_workers", "need 1 to %d, got %d", maxPrewarmWorkers, n)
 	}
 	if d := time.Duration(fsrv.KeepHot); d != 0 && d < time.Second {
-		return fmt.Errorf("keep_hot: %s is not an interval of a second or more", d)
+		return refuse("keep_hot", "need an interval of 1s or more, got %s", d)
 	}
-	if fsrv.Prewarm == nil && (fsrv.PrewarmBudget != 0 || fsrv.PrewarmWorkers != 0 || fsrv.KeepHot != 0) {
-		return fmt.Errorf("prewarm_budget, prewarm_workers and keep_hot need prewarm")
-	}
-	if fsrv.Prewarm == nil && fsrv.PrewarmBusyRate != 0 {
-		return fmt.Errorf("prewarm_busy_rate needs prewarm")
+	if fsrv.Prewarm == nil {
+		for _, c := range []struct {
+			field string
+			set   bool
+		}{
+			{"prewarm_budget", fsrv.PrewarmBudget != 0},
+			{"prewarm_workers", fsrv.PrewarmWorkers != 0},
+			{"prewarm_busy_rate", fsrv.PrewarmBusyRate != 0},
+			{"keep_hot", fsrv.KeepHot != 0},
+		} {
+			if c.set {
+				return refuse(c.field, "needs prewarm, the paths to warm")
+			}
+		}
 	}
 	if _, err := statacc.ParseSymlinks(fsrv.Symlinks); err != nil {
-		return err
+		// statacc holds the modes; its message already names the setting.
+		return refuse("symlinks", "%s", strings.TrimPrefix(err.Error(), "symlinks: "))
 	}
 	if err := fsrv.MaxTransfers.validate(); err != nil {
 		return err
@@ -503,10 +521,79 @@ func (fsrv *FlashServe) checkSettings() error {
 	if code := fsrv.StatusCode.String(); code != "" && !strings.Contains(code, "{") {
 		n, err := strconv.Atoi(code)
 		if err != nil || n < 100 || n > 999 {
-			return fmt.Errorf("status: %q is not a status code from 100 to 999 or a placeholder", code)
+			return refuse("status_code", "need a status code from 100 to 999 or a placeholder, got %q", code)
 		}
 	}
 	return nil
+}
+
+// maxPrewarmWorkers is the most files prewarm reads at once, in the
+// server (prewarm_workers) and in `caddy flash-serve prewarm --workers`.
+const maxPrewarmWorkers = 64
+
+// transmitEngines are the values of transmit, as its messages list them.
+const transmitEngines = "auto, sendfile, io_uring or copy"
+
+// settingError is a value checkSettings refuses: the JSON name of the
+// setting (a nested field as memory_cache.max_file) and what it allows,
+// with the value it got. The Caddyfile parser reports it at the line of
+// the subdirective that set the field, in the subdirective's spelling.
+type settingError struct {
+	field string
+	rule  string
+}
+
+func (e *settingError) Error() string { return e.field + ": " + e.rule }
+
+// refuse returns the *settingError of field.
+func refuse(field, format string, args ...any) error {
+	return &settingError{field: field, rule: fmt.Sprintf(format, args...)}
+}
+
+// caddyfileSpelling is how the Caddyfile spells a JSON field where it
+// differs from the field's name: a nested field is its subdirective
+// followed by the keyword of its option.
+var caddyfileSpelling = map[string]string{
+	"status_code":           "status",
+	"memory_cache.budget":   "memory_cache",
+	"memory_cache.max_file": "memory_cache max_file",
+	"max_transfers.limit":   "max_transfers",
+	"max_transfers.queue":   "max_transfers queue",
+	"limit_rate.rate":       "limit_rate",
+	"limit_rate.after":      "limit_rate after",
+}
+
+// caddyfileName returns the Caddyfile spelling of the refused field
+// ("memory_cache max_file") and the subdirective that sets it.
+func (e *settingError) caddyfileName() (spelling, subdirective string) {
+	spelling = e.field
+	if s, ok := caddyfileSpelling[e.field]; ok {
+		spelling = s
+	}
+	subdirective, _, _ = strings.Cut(spelling, " ")
+	return spelling, subdirective
+}
+
+// sizeText writes a size as the Caddyfile would: 64KiB, 2GiB, -1MiB when
+// it is a whole number of such units, else in bytes, so that the value is
+// exact either way.
+func sizeText(n int64) string {
+	abs := n
+	if abs < 0 {
+		abs = -abs
+	}
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if abs >= u.size && abs%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.name
+		}
+	}
+	if n == 1 {
+		return "1 byte"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
 }
 
 // Cleanup implements caddy.CleanerUpper. It runs after a failed Provision

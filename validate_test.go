@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,40 +12,79 @@ import (
 )
 
 // outOfRange lists values out of their setting's range, each as a
-// Caddyfile subdirective, the same value in JSON, and the one message both
-// must be refused with. TestOutOfRangeCoversEverySetting keeps it complete.
-var outOfRange = []struct{ caddyfile, json, want string }{
-	{"stat_workers -1", `"stat_workers": -1`, "stat_workers: need at least 1, got -1"},
-	{"max_open_files -3", `"max_open_files": -3`, "max_open_files: need at least 1, got -3"},
-	{"max_watches -1", `"max_watches": -1`, "max_watches: need at least 1, got -1"},
-	{"max_dir_entries -2", `"max_dir_entries": -2`, "max_dir_entries: need at least 1, got -2"},
-	{"negative_cache -1", `"negative_cache": -1`, "negative_cache: -1 is negative; 0 disables it"},
-	{"max_ranges -1", `"max_ranges": -1`, "max_ranges: need 0 or more, got -1"},
-	{"memory_cache -1", `"memory_cache": {"budget": -1}`, "memory_cache: budget and max_file must not be negative"},
-	{"memory_cache 1MiB max_file -1KiB", `"memory_cache": {"budget": 1048576, "max_file": -1024}`, "memory_cache: budget and max_file must not be negative"},
-	{"prewarm *\n\t\tprewarm_budget -1GiB", `"prewarm": ["*"], "prewarm_budget": -1073741824`, "prewarm_budget: must be more than 0, got -1073741824"},
-	{"revalidate -5s", `"revalidate": -5000000000`, "revalidate: -5s is not a positive duration"},
-	{"transmit splice", `"transmit": "splice"`, `transmit: unknown engine "splice"; want auto, sendfile, io_uring or copy`},
-	{"sendfile_max_chunk 1", `"sendfile_max_chunk": 1`, "sendfile_max_chunk: 1 bytes is outside 64KiB..1GiB"},
-	{"sendfile_max_chunk 65535", `"sendfile_max_chunk": 65535`, "sendfile_max_chunk: 65535 bytes is outside 64KiB..1GiB"},
-	{"sendfile_max_chunk 2GiB", `"sendfile_max_chunk": 2147483648`, "sendfile_max_chunk: 2147483648 bytes is outside 64KiB..1GiB"},
-	{"prewarm *\n\t\tprewarm_busy_rate -1MiB", `"prewarm": ["*"], "prewarm_busy_rate": -1048576`, "prewarm_busy_rate: must be more than 0, got -1048576"},
-	{"prewarm_busy_rate 1MiB", `"prewarm_busy_rate": 1048576`, "prewarm_busy_rate needs prewarm"},
-	{"prewarm *\n\t\tprewarm_workers 65", `"prewarm": ["*"], "prewarm_workers": 65`, "prewarm_workers: 65 is outside 1..64"},
-	{"prewarm *\n\t\tprewarm_workers -1", `"prewarm": ["*"], "prewarm_workers": -1`, "prewarm_workers: -1 is outside 1..64"},
-	{"prewarm *\n\t\tkeep_hot 10ms", `"prewarm": ["*"], "keep_hot": 10000000`, "keep_hot: 10ms is not an interval of a second or more"},
-	{"prewarm *\n\t\tkeep_hot -1s", `"prewarm": ["*"], "keep_hot": -1000000000`, "keep_hot: -1s is not an interval of a second or more"},
-	{"prewarm_workers 2", `"prewarm_workers": 2`, "prewarm_budget, prewarm_workers and keep_hot need prewarm"},
-	{"keep_hot 1m", `"keep_hot": 60000000000`, "prewarm_budget, prewarm_workers and keep_hot need prewarm"},
-	{"symlinks sometimes", `"symlinks": "sometimes"`, `symlinks: unknown mode "sometimes"; want follow, deny or beneath`},
-	{"max_transfers 0", `"max_transfers": {"limit": 0}`, "max_transfers: need a limit of at least 1, got 0"},
-	{"max_transfers 4 queue -1s", `"max_transfers": {"limit": 4, "queue": -1000000000}`, "max_transfers: queue -1s is negative"},
-	{"limit_rate 0", `"limit_rate": {"rate": 0}`, "limit_rate: the rate must be at least 1 byte/s, got 0"},
-	{"limit_rate -1KiB", `"limit_rate": {"rate": -1024}`, "limit_rate: the rate must be at least 1 byte/s, got -1024"},
-	{"limit_rate 1MiB after -1", `"limit_rate": {"rate": 1048576, "after": -1}`, "limit_rate: after -1 is negative"},
-	{"max_transfers -2 queue 1s", `"max_transfers": {"limit": -2, "queue": 1000000000}`, "max_transfers: need a limit of at least 1, got -2"},
-	{"status ok", `"status_code": "ok"`, `status: "ok" is not a status code from 100 to 999 or a placeholder`},
-	{"status 99", `"status_code": 99`, `status: "99" is not a status code from 100 to 999 or a placeholder`},
+// Caddyfile subdirective (in siteWith, whose first line is line 3), the
+// same value in JSON, and the message each is refused with: JSON's names
+// the field, the Caddyfile's the subdirective and its line, and both say
+// what is allowed. TestOutOfRangeCoversEverySetting keeps it complete.
+var outOfRange = []struct{ caddyfile, json, wantJSON, wantCaddyfile string }{
+	{"stat_workers -1", `"stat_workers": -1`,
+		"stat_workers: need at least 1, got -1", "stat_workers: need at least 1, got -1, at Caddyfile:3"},
+	{"max_open_files -3", `"max_open_files": -3`,
+		"max_open_files: need at least 1, got -3", "max_open_files: need at least 1, got -3, at Caddyfile:3"},
+	{"max_watches -1", `"max_watches": -1`,
+		"max_watches: need at least 1, got -1", "max_watches: need at least 1, got -1, at Caddyfile:3"},
+	{"max_dir_entries -2", `"max_dir_entries": -2`,
+		"max_dir_entries: need at least 1, got -2", "max_dir_entries: need at least 1, got -2, at Caddyfile:3"},
+	{"negative_cache -1", `"negative_cache": -1`,
+		"negative_cache: need 0 (off) or more, got -1", "negative_cache: need 0 (off) or more, got -1, at Caddyfile:3"},
+	{"max_ranges -1", `"max_ranges": -1`,
+		"max_ranges: need 0 (no ranges) or more, got -1", "max_ranges: need 0 (no ranges) or more, got -1, at Caddyfile:3"},
+	{"memory_cache -1", `"memory_cache": {"budget": -1}`,
+		"memory_cache.budget: need 0 (off) or more, got -1 bytes", "memory_cache: need 0 (off) or more, got -1 bytes, at Caddyfile:3"},
+	{"memory_cache 1MiB max_file -1KiB", `"memory_cache": {"budget": 1048576, "max_file": -1024}`,
+		"memory_cache.max_file: need 0 or more, got -1KiB", "memory_cache max_file: need 0 or more, got -1KiB, at Caddyfile:3"},
+	{"prewarm *\n\t\tprewarm_budget -1GiB", `"prewarm": ["*"], "prewarm_budget": -1073741824`,
+		"prewarm_budget: need more than 0, got -1GiB", "prewarm_budget: need more than 0, got -1GiB, at Caddyfile:4"},
+	{"revalidate -5s", `"revalidate": -5000000000`,
+		"revalidate: need a positive duration, got -5s", "revalidate: need a positive duration, got -5s, at Caddyfile:3"},
+	{"transmit splice", `"transmit": "splice"`,
+		`transmit: need auto, sendfile, io_uring or copy, got "splice"`, `transmit: need auto, sendfile, io_uring or copy, got "splice", at Caddyfile:3`},
+	{"root /srv\n\t\tindex a.html\n\t\ttransmit fast", `"root": "/srv", "index_names": ["a.html"], "transmit": "fast"`,
+		`transmit: need auto, sendfile, io_uring or copy, got "fast"`, `transmit: need auto, sendfile, io_uring or copy, got "fast", at Caddyfile:5`},
+	{"sendfile_max_chunk 1", `"sendfile_max_chunk": 1`,
+		"sendfile_max_chunk: need 64KiB to 1GiB, got 1 byte", "sendfile_max_chunk: need 64KiB to 1GiB, got 1 byte, at Caddyfile:3"},
+	{"sendfile_max_chunk 65535", `"sendfile_max_chunk": 65535`,
+		"sendfile_max_chunk: need 64KiB to 1GiB, got 65535 bytes", "sendfile_max_chunk: need 64KiB to 1GiB, got 65535 bytes, at Caddyfile:3"},
+	{"sendfile_max_chunk 10KiB", `"sendfile_max_chunk": 10240`,
+		"sendfile_max_chunk: need 64KiB to 1GiB, got 10KiB", "sendfile_max_chunk: need 64KiB to 1GiB, got 10KiB, at Caddyfile:3"},
+	{"sendfile_max_chunk 2GiB", `"sendfile_max_chunk": 2147483648`,
+		"sendfile_max_chunk: need 64KiB to 1GiB, got 2GiB", "sendfile_max_chunk: need 64KiB to 1GiB, got 2GiB, at Caddyfile:3"},
+	{"prewarm *\n\t\tprewarm_busy_rate -1MiB", `"prewarm": ["*"], "prewarm_busy_rate": -1048576`,
+		"prewarm_busy_rate: need more than 0 bytes/s, got -1MiB", "prewarm_busy_rate: need more than 0 bytes/s, got -1MiB, at Caddyfile:4"},
+	{"prewarm_busy_rate 1MiB", `"prewarm_busy_rate": 1048576`,
+		"prewarm_busy_rate: needs prewarm, the paths to warm", "prewarm_busy_rate: needs prewarm, the paths to warm, at Caddyfile:3"},
+	{"prewarm *\n\t\tprewarm_workers 65", `"prewarm": ["*"], "prewarm_workers": 65`,
+		"prewarm_workers: need 1 to 64, got 65", "prewarm_workers: need 1 to 64, got 65, at Caddyfile:4"},
+	{"prewarm *\n\t\tprewarm_workers -1", `"prewarm": ["*"], "prewarm_workers": -1`,
+		"prewarm_workers: need 1 to 64, got -1", "prewarm_workers: need 1 to 64, got -1, at Caddyfile:4"},
+	{"prewarm *\n\t\tkeep_hot 10ms", `"prewarm": ["*"], "keep_hot": 10000000`,
+		"keep_hot: need an interval of 1s or more, got 10ms", "keep_hot: need an interval of 1s or more, got 10ms, at Caddyfile:4"},
+	{"prewarm *\n\t\tkeep_hot -1s", `"prewarm": ["*"], "keep_hot": -1000000000`,
+		"keep_hot: need an interval of 1s or more, got -1s", "keep_hot: need an interval of 1s or more, got -1s, at Caddyfile:4"},
+	{"prewarm_workers 2", `"prewarm_workers": 2`,
+		"prewarm_workers: needs prewarm, the paths to warm", "prewarm_workers: needs prewarm, the paths to warm, at Caddyfile:3"},
+	{"keep_hot 1m", `"keep_hot": 60000000000`,
+		"keep_hot: needs prewarm, the paths to warm", "keep_hot: needs prewarm, the paths to warm, at Caddyfile:3"},
+	{"root /srv\n\t\tprewarm_budget 1GiB", `"root": "/srv", "prewarm_budget": 1073741824`,
+		"prewarm_budget: needs prewarm, the paths to warm", "prewarm_budget: needs prewarm, the paths to warm, at Caddyfile:4"},
+	{"symlinks sometimes", `"symlinks": "sometimes"`,
+		`symlinks: unknown mode "sometimes"; want follow, deny or beneath`, `symlinks: unknown mode "sometimes"; want follow, deny or beneath, at Caddyfile:3`},
+	{"max_transfers 0", `"max_transfers": {"limit": 0}`,
+		"max_transfers.limit: need 1 or more, got 0", "max_transfers: need 1 or more, got 0, at Caddyfile:3"},
+	{"max_transfers 4 queue -1s", `"max_transfers": {"limit": 4, "queue": -1000000000}`,
+		"max_transfers.queue: need 0 or more, got -1s", "max_transfers queue: need 0 or more, got -1s, at Caddyfile:3"},
+	{"max_transfers -2 queue 1s", `"max_transfers": {"limit": -2, "queue": 1000000000}`,
+		"max_transfers.limit: need 1 or more, got -2", "max_transfers: need 1 or more, got -2, at Caddyfile:3"},
+	{"limit_rate 0", `"limit_rate": {"rate": 0}`,
+		"limit_rate.rate: need 1 byte/s or more, got 0 bytes", "limit_rate: need 1 byte/s or more, got 0 bytes, at Caddyfile:3"},
+	{"limit_rate -1KiB", `"limit_rate": {"rate": -1024}`,
+		"limit_rate.rate: need 1 byte/s or more, got -1KiB", "limit_rate: need 1 byte/s or more, got -1KiB, at Caddyfile:3"},
+	{"limit_rate 1MiB after -1", `"limit_rate": {"rate": 1048576, "after": -1}`,
+		"limit_rate.after: need 0 or more, got -1 bytes", "limit_rate after: need 0 or more, got -1 bytes, at Caddyfile:3"},
+	{"status ok", `"status_code": "ok"`,
+		`status_code: need a status code from 100 to 999 or a placeholder, got "ok"`, `status: need a status code from 100 to 999 or a placeholder, got "ok", at Caddyfile:3`},
+	{"status 99", `"status_code": 99`,
+		`status_code: need a status code from 100 to 999 or a placeholder, got "99"`, `status: need a status code from 100 to 999 or a placeholder, got "99", at Caddyfile:3`},
 }
 
 // unranged are the settings that have no range to check: any value JSON
@@ -66,8 +106,8 @@ func TestOutOfRangeCoversEverySetting(t *testing.T) {
 			t.Fatalf("%s: %v", c.json, err)
 		}
 		for k, val := range v {
-			if len(v) > 1 && k == "prewarm" {
-				continue // needed beside prewarm_budget, prewarm_workers and keep_hot
+			if len(v) > 1 && slices.Contains(unranged, k) {
+				continue // context: prewarm beside prewarm_budget, or lines before the bad one
 			}
 			covered[k] = true
 			if nested, ok := val.(map[string]any); ok {
@@ -106,30 +146,28 @@ func siteWith(lines string) string {
 	return ":8080 {\n\tflash_serve {\n\t\t" + lines + "\n\t}\n}\n"
 }
 
-// TestValidateSameForJSONAndCaddyfile: each out-of-range value is refused
-// with the same message by the Validate of a handler unmarshalled from
-// JSON, by Caddy validating a JSON config (which provisions first), and
-// by Caddy validating the config the Caddyfile adapts to.
-func TestValidateSameForJSONAndCaddyfile(t *testing.T) {
+// TestOutOfRangeRefusedWhereWritten: each out-of-range value is refused
+// by the Validate of a handler unmarshalled from JSON and by Caddy
+// validating a JSON config (which provisions first), with the JSON field's
+// name; and by the Caddyfile parser, at the line that wrote it, with the
+// subdirective's name, so that `caddy adapt` refuses it.
+func TestOutOfRangeRefusedWhereWritten(t *testing.T) {
 	for _, c := range outOfRange {
 		t.Run(strings.ReplaceAll(c.caddyfile, "\n\t\t", "; "), func(t *testing.T) {
 			var fsrv FlashServe
 			if err := json.Unmarshal([]byte("{"+c.json+"}"), &fsrv); err != nil {
 				t.Fatalf("unmarshalling %s: %v", c.json, err)
 			}
-			if err := fsrv.Validate(); err == nil || err.Error() != c.want {
-				t.Errorf("JSON Validate: got %v, want %q", err, c.want)
+			if err := fsrv.Validate(); err == nil || err.Error() != c.wantJSON {
+				t.Errorf("JSON Validate: got %v, want %q", err, c.wantJSON)
 			}
 			cfgJSON := `{"apps": {"http": {"servers": {"s": {"listen": [":8080"], "routes": [{"handle": [{"handler": "flash_serve", ` + c.json + `}]}]}}}}}`
-			if got := validateForTest(cfgJSON); !strings.HasPrefix(got, "error: ") || !strings.HasSuffix(strings.TrimSpace(got), ": "+c.want) {
-				t.Errorf("JSON config: got %s, want an error ending in %q", got, c.want)
+			if got := validateForTest(cfgJSON); !strings.HasPrefix(got, "error: ") || !strings.HasSuffix(strings.TrimSpace(got), ": "+c.wantJSON) {
+				t.Errorf("JSON config: got %s, want an error ending in %q", got, c.wantJSON)
 			}
-			adapted := adaptForTest(siteWith(c.caddyfile))
-			if strings.HasPrefix(adapted, "error: ") {
-				t.Fatalf("the parser refused what Validate should: %s", adapted)
-			}
-			if got := validateForTest(adapted); !strings.HasPrefix(got, "error: ") || !strings.HasSuffix(strings.TrimSpace(got), ": "+c.want) {
-				t.Errorf("Caddyfile: got %s, want an error ending in %q", got, c.want)
+			want := "error: parsing caddyfile tokens for 'flash_serve': " + c.wantCaddyfile + "\n"
+			if got := adaptForTest(siteWith(c.caddyfile)); got != want {
+				t.Errorf("Caddyfile: got %s want %s", got, want)
 			}
 		})
 	}
@@ -218,7 +256,7 @@ func TestValidateRunsWhenCaddyLoadsJSON(t *testing.T) {
 		"routes": [{"handle": [{"handler": "flash_serve", "root": "` + t.TempDir() + `", "sendfile_max_chunk": 1}]}]}}}}}`
 	err := caddy.Load([]byte(cfg), true)
 	t.Cleanup(func() { caddy.Stop() })
-	want := "sendfile_max_chunk: 1 bytes is outside 64KiB..1GiB"
+	want := "sendfile_max_chunk: need 64KiB to 1GiB, got 1 byte"
 	if err == nil || !strings.HasSuffix(err.Error(), want) {
 		t.Fatalf("caddy.Load: got %v, want an error ending in %q", err, want)
 	}
@@ -230,7 +268,7 @@ func TestValidateRunsWhenCaddyLoadsJSON(t *testing.T) {
 func TestProvisionRefusesBeforeStarting(t *testing.T) {
 	fsrv := &FlashServe{Prewarm: []string{"*"}, PrewarmWorkers: 100000}
 	err := fsrv.Provision(caddy.Context{})
-	if err == nil || err.Error() != "prewarm_workers: 100000 is outside 1..64" {
+	if err == nil || err.Error() != "prewarm_workers: need 1 to 64, got 100000" {
 		t.Fatalf("Provision: got %v", err)
 	}
 	if fsrv.cache != nil || fsrv.prewarm != nil || fsrv.cleanupOnce != nil {
