@@ -2,11 +2,8 @@ package flashserve
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -57,16 +54,10 @@ type adminRun struct {
 }
 
 // checkPrewarmRoot says in one sentence why root cannot be warmed: it
-// does not exist or is not a directory.
+// does not exist or is not a directory, as the command line says it.
 func checkPrewarmRoot(root string) error {
-	info, err := os.Stat(root)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return badRequest(fmt.Errorf("root %s does not exist", root))
-	case err != nil:
-		return badRequest(fmt.Errorf("root %s cannot be read: %w", root, errors.Unwrap(err)))
-	case !info.IsDir():
-		return badRequest(fmt.Errorf("root %s is not a directory", root))
+	if err := checkPath("root", root, true); err != nil {
+		return badRequest(err)
 	}
 	return nil
 }

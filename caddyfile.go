@@ -9,11 +9,9 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp/encode"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/fileserver"
 )
 
@@ -417,26 +415,11 @@ func unmarshalPrecompressed(d *caddyfile.Dispenser, fsrv *FlashServe) error {
 	if len(order) == 0 {
 		order = []string{"br", "zstd", "gzip"}
 	}
-	for _, format := range order {
-		modID := "http.precompressed." + format
-		mod, err := caddy.GetModule(modID)
-		if err != nil {
-			return d.Errf("precompressed: unknown format '%s' (no module %s)", format, modID)
-		}
-		inst := mod.New()
-		pc, ok := inst.(encode.Precompressed)
-		if !ok {
-			return d.Errf("module %s is not a precompressor; is %T", modID, inst)
-		}
-		if fsrv.PrecompressedRaw == nil {
-			fsrv.PrecompressedRaw = make(caddy.ModuleMap)
-		}
-		if _, dup := fsrv.PrecompressedRaw[format]; dup {
-			return d.Errf("precompressed: format '%s' is listed twice", format)
-		}
-		fsrv.PrecompressedRaw[format] = caddyconfig.JSON(pc, nil)
+	mods, err := precompressors(order)
+	if err != nil {
+		return d.Errf("precompressed: %v", err)
 	}
-	fsrv.PrecompressedOrder = order
+	fsrv.PrecompressedRaw, fsrv.PrecompressedOrder = mods, order
 	return nil
 }
 

@@ -3,35 +3,23 @@
 package flashserve
 
 import (
-	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/flashserve/caddy-flash-serve/prewarm"
 )
 
-// runCaddyCommand runs `caddy ARGS...` as a child (the test binary, see
-// TestMain) and returns what it printed.
+// runCaddyCommand runs `caddy ARGS...` as a child (caddyCommand) that
+// must succeed, and returns what it printed.
 func runCaddyCommand(t *testing.T, args ...string) string {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
+	stdout, stderr, status := caddyCommand(t, args...)
+	if status != 0 {
+		t.Fatalf("caddy %s: exit %d\n%s%s", strings.Join(args, " "), status, stdout, stderr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, exe)
-	cmd.Env = append(os.Environ(), "FLASH_SERVE_TEST_CADDY_ARGS="+strings.Join(args, "\x1f"))
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("caddy %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	return stdout + stderr
 }
 
 // TestPrewarmAndResidencyCommands: `caddy flash-serve prewarm` makes

@@ -27,8 +27,16 @@ func residencyCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "residency PATH...",
 		Short: "Reports how much of the files under each PATH are in the page cache (vmtouch-style)",
-		Args:  cobra.MinimumNArgs(1),
+		Args:  needPaths("residency"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if top < 0 {
+				return fmt.Errorf("--top %d: need 0 or more", top)
+			}
+			for _, path := range args {
+				if err := checkPath("path", path, false); err != nil {
+					return err
+				}
+			}
 			out := cmd.OutOrStdout()
 			for i, path := range args {
 				res, err := prewarm.Residencies([]string{path})
@@ -51,6 +59,16 @@ func residencyCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "Print JSON")
 	cmd.Flags().IntVar(&top, "top", 10, "How many files to list, largest resident first")
 	return cmd
+}
+
+// needPaths refuses a command line of the subcommand name without a PATH.
+func needPaths(name string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return fmt.Errorf("%s needs at least one PATH: a directory or a file", name)
+		}
+		return nil
+	}
 }
 
 // unknownResidency is what the reports say of files whose residency this
@@ -119,11 +137,19 @@ func prewarmCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "prewarm PATH... [--budget SIZE]",
 		Short: "Reads the files under PATH into the page cache, within a budget",
-		Args:  cobra.MinimumNArgs(1),
+		Args:  needPaths("prewarm"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			limit, err := humanize.ParseBytes(budget)
 			if err != nil {
-				return fmt.Errorf("--budget %q: %w", budget, err)
+				return fmt.Errorf("--budget %q is not a size (e.g. 512MiB, 2GiB; 0 for no limit)", budget)
+			}
+			if workers < 1 || workers > maxPrewarmWorkers {
+				return fmt.Errorf("--workers %d: need 1 to %d", workers, maxPrewarmWorkers)
+			}
+			for _, a := range args {
+				if err := checkPath("path", a, false); err != nil {
+					return err
+				}
 			}
 			var targets []prewarm.Target
 			for _, a := range args {
@@ -131,12 +157,13 @@ func prewarmCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if info, err := os.Stat(abs); err == nil && info.Mode().IsRegular() {
+					targets = append(targets, prewarm.Target{Path: abs, Size: info.Size()})
+					continue
+				}
 				ts, err := prewarm.Expand(abs, []string{"*"})
 				if err != nil {
 					return err
-				}
-				if info, err := os.Stat(abs); err == nil && info.Mode().IsRegular() {
-					ts = []prewarm.Target{{Path: abs, Size: info.Size()}}
 				}
 				targets = append(targets, ts...)
 			}

@@ -27,13 +27,24 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// caddyProcess is a child Caddy, stopped at the end of the test.
+// caddyProcess is a child Caddy, stopped at the end of the test; log is
+// the file that holds what it prints.
 type caddyProcess struct {
 	cmd  *exec.Cmd
 	name string
+	log  string
 }
 
+// startCaddyProcess starts `caddy run` with a Caddyfile.
 func startCaddyProcess(t *testing.T, name, config string, env ...string) *caddyProcess {
+	t.Helper()
+	return startCaddyCommand(t, name, []string{"run", "--config", config, "--adapter", "caddyfile"}, env...)
+}
+
+// startCaddyCommand starts `caddy ARGS...` (the test binary, see
+// TestMain) with a home and data directory of its own, killed at the end
+// of the test or after five minutes.
+func startCaddyCommand(t *testing.T, name string, args []string, env ...string) *caddyProcess {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -43,7 +54,7 @@ func startCaddyProcess(t *testing.T, name, config string, env ...string) *caddyP
 	cmd := exec.CommandContext(ctx, exe)
 	home := t.TempDir()
 	cmd.Env = append(os.Environ(),
-		"FLASH_SERVE_TEST_CADDY_ARGS="+strings.Join([]string{"run", "--config", config, "--adapter", "caddyfile"}, "\x1f"),
+		"FLASH_SERVE_TEST_CADDY_ARGS="+strings.Join(args, "\x1f"),
 		"HOME="+home, "XDG_DATA_HOME="+filepath.Join(home, "data"), "XDG_CONFIG_HOME="+filepath.Join(home, "config"))
 	cmd.Env = append(cmd.Env, env...)
 	logFile, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
@@ -54,7 +65,7 @@ func startCaddyProcess(t *testing.T, name, config string, env ...string) *caddyP
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &caddyProcess{cmd: cmd, name: name}
+	p := &caddyProcess{cmd: cmd, name: name, log: logFile.Name()}
 	t.Cleanup(func() {
 		p.stop()
 		cancel()
