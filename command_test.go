@@ -127,3 +127,18 @@ func TestExportTemplate(t *testing.T) {
 		t.Fatalf("export-template: exit %d and %d, %d and %d bytes", status, status2, len(ours), len(theirs))
 	}
 }
+
+// TestCaddyAdaptRefusesBadValue: `caddy adapt` of a Caddyfile with an
+// out-of-range value exits non-zero and says where, at parse time.
+func TestCaddyAdaptRefusesBadValue(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "Caddyfile")
+	if err := os.WriteFile(file, []byte(siteWith("root /srv\n\t\tsendfile_max_chunk 10KiB")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, status := caddyCommand(t, "adapt", "--config", file, "--adapter", "caddyfile")
+	want := "parsing caddyfile tokens for 'flash_serve': sendfile_max_chunk: need 64KiB to 1GiB, got 10KiB, at " + file + ":4"
+	if status == 0 || stdout != "" || !strings.Contains(stderr, want) {
+		t.Fatalf("caddy adapt: exit %d, stdout %q, stderr %q; want a non-zero exit and %q", status, stdout, stderr, want)
+	}
+	t.Logf("caddy adapt: exit %d, stderr %s", status, stderr)
+}
