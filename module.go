@@ -125,11 +125,15 @@ type FlashServe struct {
 
 	// The most "no such file" answers the cache keeps, each about 150
 	// bytes of Go heap plus its path, none of which the garbage collector
-	// has to scan; 0 disables negative caching. When it
-	// is full, a path missing for the first time is answered without being
+	// has to scan; 0 disables negative caching. Their paths together are
+	// bounded too, to 128 bytes per entry of this number (1 MiB at least),
+	// so that long paths make the cache keep fewer answers rather than
+	// take more memory. When it is full (of answers or of their paths'
+	// bytes), a path missing for the first time is answered without being
 	// kept, so that a scanner's distinct paths displace nothing, and a path
 	// that misses again replaces the entries least recently hit.
-	// Default: 65536 (about 16 MiB of heap with 100-byte paths).
+	// Default: 65536 (about 16 MiB of heap with 100-byte paths; 8 MiB of
+	// paths at most, about 26 MiB of heap in all at worst).
 	NegativeCache *int `json:"negative_cache,omitempty"`
 
 	// The most directories the cache watches with inotify: each cached

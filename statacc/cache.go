@@ -39,13 +39,20 @@ type Options struct {
 	MaxOpenFiles int
 	// NegativeEntries bounds the cached "no such file" answers, each about
 	// 150 bytes of Go heap plus its path, in memory the garbage collector
-	// does not scan (negstore.go). While there is room every one is
-	// kept; when full, a path missing for the first time is answered
-	// without being kept (a scanner's distinct paths displace nothing),
-	// and one that missed before replaces the entries least recently hit
-	// (negative.go). Default: 65536, about 16 MiB with 100-byte paths. A
-	// negative value disables negative caching.
+	// does not scan (negstore.go). Their paths are bounded too, to 128
+	// bytes an entry on average (1 MiB at least: negativeBytes), so that
+	// long paths cannot make the bound cost more. While there is room
+	// every one is kept; when full, a path missing for the first time is
+	// answered without being kept (a scanner's distinct paths displace
+	// nothing), and one that missed before replaces the entries least
+	// recently hit (negative.go). Default: 65536, about 16 MiB with
+	// 100-byte paths, 8 MiB of paths at most. A negative value disables
+	// negative caching.
 	NegativeEntries int
+	// negativeBytes bounds the bytes of the negative entries' paths and
+	// roots. Default: 128 per entry of NegativeEntries, 1 MiB at least.
+	// Set by tests only.
+	negativeBytes int64
 	// MemoryBudget is how many bytes of small files are kept in memory.
 	// Default: 64 MiB. A negative value disables it.
 	MemoryBudget int64
@@ -297,6 +304,9 @@ func New(o Options) *Cache {
 	}
 	if o.NegativeEntries == 0 {
 		o.NegativeEntries = defaultNegativeEntries
+	}
+	if o.negativeBytes <= 0 {
+		o.negativeBytes = max(minNegativeBytes, int64(o.NegativeEntries)*negativeBytesPerEntry)
 	}
 	if o.MemoryBudget == 0 {
 		o.MemoryBudget = 64 << 20
@@ -931,7 +941,7 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *
 		c.drop(pos.(*Entry))
 	}
 	ringAdd(&c.negs, negOps{c}, ref, c.opts.NegativeEntries)
-	if c.counts.NegativeCount.Load() > int64(c.opts.NegativeEntries) {
+	if c.counts.NegativeCount.Load() > int64(c.opts.NegativeEntries) || s.bytes.Load() > c.opts.negativeBytes {
 		c.evictNegatives(ref)
 	}
 	if c.closed.Load() {
@@ -1213,7 +1223,8 @@ func (c *Cache) flush() {
 // descriptors' CLOCK (sweep). An evicted entry is forgotten: a later
 // request for it is a miss.
 func (c *Cache) evict(target int, secondChance bool) {
-	sweep(&c.fds, fdOps{c}, &c.counts.OpenFiles, target, c.opts.MaxOpenFiles, secondChance, &c.counts.Evictions, nil)
+	over := func() bool { return c.counts.OpenFiles.Load() > int64(target) }
+	sweep(&c.fds, fdOps{c}, over, c.opts.MaxOpenFiles, secondChance, &c.counts.Evictions, nil)
 }
 
 // entryCount is the number of cached entries, negative ones included.

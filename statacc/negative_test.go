@@ -3,6 +3,7 @@ package statacc
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -142,5 +143,49 @@ func TestNegativeCacheStormThatFitsIsAllHits(t *testing.T) {
 	lookMissing(t, c, storm)
 	if got := negativeHitsOf(t, c, storm); got != int64(len(storm)) {
 		t.Errorf("second round: %d of %d lookups were negative hits", got, len(storm))
+	}
+}
+
+// TestLongMissingPathsStayUnderTheByteBound: 2,000 distinct missing paths
+// of 3.4 KB (6.8 MB of paths, fewer than the entries' bound) keep at most
+// the bound's bytes of paths, and the heap they leave holds about that
+// and no more; once it is reached, a long path that misses again is still
+// kept (evicting others), as when the entries' bound is.
+func TestLongMissingPathsStayUnderTheByteBound(t *testing.T) {
+	const bound = 1 << 20
+	c := New(Options{Workers: 2, Revalidate: time.Hour, NegativeEntries: 2000})
+	t.Cleanup(func() { c.Close() })
+	if got := c.opts.negativeBytes; got != bound {
+		t.Fatalf("negative bytes bound %d for 2,000 entries, want %d (the least)", got, bound)
+	}
+	site := t.TempDir()
+	deep := func(i int) string {
+		return filepath.Join(site, fmt.Sprintf("nx%d", i), strings.Repeat("abcdefgh/", 380)+"f.html")
+	}
+	heap := heapAfterGC()
+	peak := int64(0)
+	for i := range 2000 {
+		lookMissing(t, c, []string{deep(i)})
+		peak = max(peak, c.negatives.bytes.Load())
+	}
+	grew := heapAfterGC() - heap
+	kept := c.counts.NegativeCount.Load()
+	t.Logf("%d of 2,000 paths kept, %d bytes of paths at most, heap %+d bytes", kept, peak, grew)
+	if peak > bound {
+		t.Errorf("the negative entries held %d bytes of paths, bound %d", peak, bound)
+	}
+	if kept == 0 || kept >= 2000 {
+		t.Errorf("%d of 2,000 long paths kept, want some, as many as fit", kept)
+	}
+	if grew > 4*bound {
+		t.Errorf("the heap grew by %d bytes for %d bytes of paths kept (bound %d)", grew, peak, bound)
+	}
+	again := deep(1999)
+	lookMissing(t, c, []string{again, again})
+	if got := negativeHitsOf(t, c, []string{again}); got != 1 {
+		t.Errorf("a long path that missed twice in a full cache is not kept")
+	}
+	if got := c.negatives.bytes.Load(); got > bound {
+		t.Errorf("%d bytes of paths after an admission, bound %d", got, bound)
 	}
 }

@@ -37,6 +37,9 @@ type negStore struct {
 	// count and dead are the cache's NegativeCount and its negative
 	// clock's dead count, moved by every insertion and removal.
 	count, dead *atomic.Int64
+	// bytes is what the live entries' roots and paths take in the arenas
+	// (Options.negativeBytes bounds it).
+	bytes atomic.Int64
 }
 
 const (
@@ -221,6 +224,7 @@ func (s *negStore) insertLocked(sh *negShard, shard uint32, h uint64, n negNew) 
 		sl = sh.slot(i)
 		old, replaced = negGone{node: sl.node, hash: h, seq: sl.seq.Load()}, true
 		sh.garbage += int(sl.rootLen + sl.pathLen)
+		s.bytes.Add(-int64(sl.rootLen + sl.pathLen))
 		s.dead.Add(1) // the old entry's place on the clock
 	} else {
 		if k := len(sh.free); k > 0 {
@@ -245,6 +249,7 @@ func (s *negStore) insertLocked(sh *negShard, shard uint32, h uint64, n negNew) 
 	}
 	sl.off = uint32(len(sh.arena))
 	sh.arena = append(append(sh.arena, n.root...), n.path...)
+	s.bytes.Add(int64(len(n.root) + len(n.path)))
 	sl.hash, sl.node, sl.mark = h, n.node, n.mark
 	sl.rootLen, sl.pathLen = uint32(len(n.root)), uint32(len(n.path))
 	sl.kind, sl.refusedAt, sl.symlinks, sl.watched = n.kind, n.refusedAt, n.symlinks, n.watched
@@ -263,6 +268,7 @@ func (s *negStore) freeLocked(sh *negShard, i uint32) negGone {
 	g := negGone{node: sl.node, hash: sl.hash, seq: sl.seq.Load()}
 	delete(sh.index, sl.hash)
 	sh.garbage += int(sl.rootLen + sl.pathLen)
+	s.bytes.Add(-int64(sl.rootLen + sl.pathLen))
 	sl.seq.Store(0)
 	sl.gone.Store(true)
 	sh.free = append(sh.free, i)

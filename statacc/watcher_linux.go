@@ -578,6 +578,9 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, a
 				next = w.newNodeLocked(nil, "/", "/")
 				w.root = next
 			} else {
+				// A copy: name is a part of path, which a node must not
+				// keep (a 3.4 KB path for an 8-byte name).
+				name = strings.Clone(name)
 				next = w.newNodeLocked(n, name, filepath.Join(n.path, name))
 			}
 			next.pins++
