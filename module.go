@@ -133,7 +133,7 @@ type FlashServe struct {
 	// kept, so that a scanner's distinct paths displace nothing, and a path
 	// that misses again replaces the entries least recently hit.
 	// Default: 65536 (about 16 MiB of heap with 100-byte paths; 8 MiB of
-	// paths at most, about 26 MiB of heap in all at worst).
+	// paths at most, about 20 MiB of heap in all at worst).
 	NegativeCache *int `json:"negative_cache,omitempty"`
 
 	// The most directories the cache watches with inotify: each cached

@@ -762,11 +762,11 @@ func (c *Cache) resolve(key lookupKey) *Entry {
 	admit := admitAsk
 	var ticket watchTicket
 	entered := false
-	if c.opts.NegativeEntries >= 0 && c.negativesFull() {
+	if c.opts.NegativeEntries >= 0 && c.negativesFull(key) {
 		// With negative caching off there is nothing to keep out, and no
 		// probe: a miss is one open, as before the negative cache.
 		admit = admitNo
-		if c.keepsNegative(key.path) {
+		if c.keepsNegative(key) {
 			admit = admitYes
 		} else if ticket, entered = c.watch.enterSettled(dir); !entered {
 			// A negative answer would not be kept, and entering the
@@ -870,7 +870,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 		return e // an answer for this request, not for the next one
 	}
 	if e.err != nil {
-		if admit == admitNo || admit == admitAsk && !c.keepsNegative(path) {
+		if admit == admitNo || admit == admitAsk && !c.keepsNegative(key) {
 			c.watch.leave(ticket)
 			return e
 		}

@@ -17,7 +17,7 @@ import (
 // bytes, none of it scanned by the collector, and a storm of that many
 // distinct missing paths is answered from memory. Paths and roots are
 // bounded apart (negativeBytesPerEntry), so longer ones make the cache
-// hold fewer entries, not more memory: about 26 MiB at worst.
+// hold fewer entries, not more memory: about 20 MiB at worst.
 const defaultNegativeEntries = 65536
 
 // negativeBytesPerEntry and minNegativeBytes make the bound of the bytes
@@ -26,8 +26,8 @@ const defaultNegativeEntries = 65536
 // average. Without it, 65,536 distinct paths of 3.4 KB (a client asking for
 // files 380 directories below one that does not exist) would hold 220 MiB,
 // and up to twice that in arenas waiting for compaction. The arenas hold
-// about twice their live bytes at most (negstore.go: 2.5 MiB for 1 MiB of
-// 3.4 KB paths, TestLongMissingPathsStayUnderTheByteBound).
+// 1.25 times their live bytes at most (negstore.go): 1 MiB of 3.4 KB
+// paths kept 2 MB of heap in all (TestLongMissingPathsStayUnderTheByteBound).
 const (
 	negativeBytesPerEntry = 128
 	minNegativeBytes      = 1 << 20
@@ -88,24 +88,28 @@ func (c *Cache) door() *doorkeeper {
 	return c.doors.Load()
 }
 
-// negativesFull reports whether a new negative entry finds the cache
-// full, of entries or of their paths' bytes, or negative caching is off.
-func (c *Cache) negativesFull() bool {
+// negativesFull reports whether a new negative entry for key finds the
+// cache full, of entries or of their paths' bytes (key's own counted: an
+// entry admitted while there is room must not overfill the cache, or its
+// eviction would make room for the next distinct path, and a storm of
+// long ones would churn the store), or negative caching is off.
+func (c *Cache) negativesFull(key lookupKey) bool {
 	return c.opts.NegativeEntries < 0 || c.counts.NegativeCount.Load() >= int64(c.opts.NegativeEntries) ||
-		c.negatives.bytes.Load() >= c.opts.negativeBytes
+		c.negatives.bytes.Load()+int64(len(key.root)+len(key.path)) > c.opts.negativeBytes
 }
 
-// keepsNegative reports whether a negative answer for path is to be kept:
+// keepsNegative reports whether a negative answer for key is to be kept:
 // yes while there is room, when it replaces a cached entry of the same
 // path (a revalidation), or when the path missed before while the cache
 // was full. It marks the path in the doorkeeper.
-func (c *Cache) keepsNegative(path string) bool {
+func (c *Cache) keepsNegative(key lookupKey) bool {
 	if c.opts.NegativeEntries < 0 {
 		return false
 	}
-	if !c.negativesFull() {
+	if !c.negativesFull(key) {
 		return true
 	}
+	path := key.path
 	if _, ok := c.entries.Load(path); ok || c.negatives.has(path) {
 		return true
 	}

@@ -283,12 +283,15 @@ func (s *negStore) freeLocked(sh *negShard, i uint32) negGone {
 
 // compactLocked makes room for more bytes in the arena when it has none:
 // it rewrites the live slots' bytes, without the garbage, into an arena
-// of twice what they and the new bytes take. So an arena is never more
-// than twice its live bytes when it grows (nor than the smallest arena,
-// negArenaMin), and the bytes copied are at most the bytes appended since
-// the last rewrite: where append would double the arena while freed bytes
-// are under half of it, an arena under steady churn reached 2.7 times its
-// live bytes (the reviewer's TestNegativeArenaHoldsPathsOnceMoreAtMost).
+// of a quarter more than they and the new bytes take. So an arena is never
+// more than 1.25 times its live bytes when it grows (nor than the smallest
+// arena, negArenaMin), and the bytes copied are at most five times the
+// bytes appended since the last rewrite: where append would double the
+// arena while freed bytes are under half of it, an arena under steady
+// churn reached 2.7 times its live bytes (the reviewer's
+// TestNegativeArenaHoldsPathsOnceMoreAtMost), and rewriting into twice
+// the live bytes held 2.5 times the bound of a store full of long paths
+// (TestLongMissingPathsStayUnderTheByteBound).
 func (sh *negShard) compactLocked(more int) {
 	if len(sh.arena)+more <= cap(sh.arena) {
 		return
@@ -297,10 +300,11 @@ func (sh *negShard) compactLocked(more int) {
 }
 
 // rewriteArenaLocked copies the live slots' bytes, without the garbage,
-// into a new arena of twice what they and more bytes take (negArenaMin at
-// least). Called with sh.mu held for writing.
+// into a new arena of a quarter more than they and more bytes take
+// (negArenaMin at least). Called with sh.mu held for writing.
 func (sh *negShard) rewriteArenaLocked(more int) {
-	arena := make([]byte, 0, max(2*(len(sh.arena)-sh.garbage+more), negArenaMin))
+	need := len(sh.arena) - sh.garbage + more
+	arena := make([]byte, 0, max(need+need/4, negArenaMin))
 	for _, i := range sh.index {
 		sl := sh.slot(i)
 		n := sl.rootLen + sl.pathLen
