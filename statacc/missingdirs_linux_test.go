@@ -28,7 +28,9 @@ func TestDeepMissingPathsMakeOneNodeEach(t *testing.T) {
 	const paths = 40
 	made := map[int]int64{}
 	for _, levels := range []int{2, 380} {
-		c := New(Options{Workers: 2, Revalidate: time.Hour})
+		// No listing: each path is looked up through the watcher, not
+		// answered from its directory's listing after eight.
+		c := New(Options{Workers: 2, Revalidate: time.Hour, listAfter: -1})
 		t.Cleanup(func() { c.Close() })
 		site := filepath.Join(t.TempDir(), "site")
 		write(t, filepath.Join(site, "index.html"), "home")
@@ -62,7 +64,7 @@ func TestDeepMissingPathsMakeOneNodeEach(t *testing.T) {
 // there) are indexed under that directory's one node; once the paths are
 // known missing, looking them up makes no node at all.
 func TestPathsBelowOneMissingDirectoryShareItsNode(t *testing.T) {
-	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	c := New(Options{Workers: 2, Revalidate: time.Hour, listAfter: -1})
 	t.Cleanup(func() { c.Close() })
 	site := t.TempDir()
 	watchedHit(t, c, filepath.Join(site, "absent.html"))

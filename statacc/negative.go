@@ -33,6 +33,12 @@ const (
 	minNegativeBytes      = 1 << 20
 )
 
+// defaultListAfter is Options.listAfter's default: a directory in which
+// eight names were looked up and found missing, each with a failed open,
+// is listed, and the next missing names are answered from the listing
+// with no system call and no memory of their own (listing_linux.go).
+const defaultListAfter = 8
+
 // The negative cache's replacement policy, for a cache that is full:
 //
 //   - A path that misses for the first time is answered and not kept: a

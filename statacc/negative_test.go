@@ -41,7 +41,9 @@ func negativeHitsOf(t *testing.T, c *Cache, paths []string) int64 {
 // full of the paths it returns, all in dir.
 func fullNegativeCache(t *testing.T, dir string, n int) (*Cache, []string) {
 	t.Helper()
-	c := New(Options{Workers: 2, NegativeEntries: n, Revalidate: time.Hour})
+	// No listing (listAfter -1): the distinct paths in dir are each a
+	// negative entry, not answered from dir's listing after eight.
+	c := New(Options{Workers: 2, NegativeEntries: n, Revalidate: time.Hour, listAfter: -1})
 	t.Cleanup(func() { c.Close() })
 	kept := missingPaths(dir, "kept", n)
 	lookMissing(t, c, kept)

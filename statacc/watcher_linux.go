@@ -4,6 +4,7 @@ package statacc
 
 import (
 	"errors"
+	"hash/maphash"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -73,6 +74,14 @@ type watcher struct {
 	// node bound; a node past them gets none (mark -1).
 	marks     []atomic.Bool
 	freeMarks []int32
+	// listed is the names the directories' listings hold in all
+	// (maxListedNames bounds it), listedNodes the nodes that hold one,
+	// misses the missing names looked up by directory, which decide what
+	// is listed (nil until the first); nameSeed hashes names and paths.
+	listed      int
+	listedNodes map[*dirNode]struct{}
+	misses      *missCounts
+	nameSeed    maphash.Seed
 }
 
 // maxMarks bounds the marks allocated for a very large MaxWatches.
@@ -113,6 +122,10 @@ type dirNode struct {
 	// fs says whether an open in this directory may be done without a
 	// filesystem slot when the kernel has its dentry cached (learnFS).
 	fs fsVerdict
+	// listing holds the hashes of the directory's names once it is listed
+	// (listing_linux.go): a name not there does not exist.
+	listing *dirListing
+	list    listState
 	// used is the second chance of the LRU, set by a cache hit.
 	used       atomic.Bool
 	prev, next *dirNode
@@ -181,6 +194,7 @@ func newWatcher(c *Cache, limit int) *watcher {
 		byID:  make(map[uint64]*dirNode),
 		marks: make([]atomic.Bool, min(limit, maxMarks)),
 	}
+	w.nameSeed, w.listedNodes = maphash.MakeSeed(), make(map[*dirNode]struct{})
 	for i := len(w.marks) - 1; i >= 0; i-- {
 		w.freeMarks = append(w.freeMarks, int32(i))
 	}
@@ -334,14 +348,24 @@ func entryKey(n *dirNode, path string) string {
 	return filepath.Base(path)
 }
 
-// enterSettled is enterKnown for a lookup that must make no node (a
-// negative answer that will not be kept): ok is false where enter would
-// have to make or install one. Without a watcher there is nothing to make.
+// enterSettled is enterKnown for a lookup that must make no node for a
+// directory that may not exist (a negative answer that will not be kept):
+// ok is false where enter would have to make or install one, unless the
+// listing of the deepest directory known on the way holds the next name
+// (listedAsExisting), whose nodes enter then makes: they are directories
+// that exist, which a client cannot make up. Without a watcher there is
+// nothing to make.
 func (w *watcher) enterSettled(dir string) (watchTicket, bool) {
 	if w == nil {
 		return watchTicket{}, true
 	}
-	return w.enterKnown(dir)
+	if t, ok := w.enterKnown(dir); ok {
+		return t, true
+	}
+	if w.listedAsExisting(dir) {
+		return w.enter(dir), true
+	}
+	return watchTicket{}, false
 }
 
 // pathOK reports whether every node from the root to n is watched, or
@@ -871,9 +895,10 @@ func (w *watcher) unpinLocked(n *dirNode) {
 }
 
 // maybeRemoveLocked removes n and then its ancestors while nothing needs
-// them: no entries, children or pins. Their entries are gone already.
+// them: no entries, children, pins or listing. Their entries are gone
+// already.
 func (w *watcher) maybeRemoveLocked(n *dirNode) {
-	for n != nil && !n.dropped && n.pins <= 0 && len(n.entries) == 0 && len(n.negs) == 0 && len(n.children) == 0 && len(n.dependents) == 0 {
+	for n != nil && !n.dropped && n.pins <= 0 && len(n.entries) == 0 && len(n.negs) == 0 && len(n.children) == 0 && len(n.dependents) == 0 && n.listing == nil {
 		parent := n.parent
 		w.dropLocked(n, nil)
 		n = parent
@@ -908,6 +933,7 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 	}
 	n.entries = nil
 	w.dropNegativesLocked(n, gone)
+	w.unlistLocked(n)
 	delete(w.byID, n.id)
 	if n.mark >= 0 {
 		w.freeMarks = append(w.freeMarks, n.mark)
@@ -1072,6 +1098,9 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 				w.dropLocked(n, &gone)
 			}
 			continue
+		}
+		if n.listing != nil && mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0 {
+			w.listNameLocked(n, name)
 		}
 		if ch := n.children[name]; ch != nil {
 			w.dropLocked(ch, &gone)
