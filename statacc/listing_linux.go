@@ -218,30 +218,26 @@ func (w *watcher) noteMissing(path string, t watchTicket, listAfter int) {
 }
 
 // missCounts counts the missing names looked up in directories, by a hash
-// of the directory's path, lossily: a directory whose slot another takes
-// starts again. Kept apart from the nodes, which go when no entry keeps
-// them (a miss in a full negative cache keeps none).
-type missCounts [1 << 12]struct {
-	hash uint64
-	n    uint32
-}
+// of the directory's path, lossily: directories whose hashes share a slot
+// share its count, and whichever has the miss that completes it is listed
+// (a slot that remembered one directory and started again for another
+// would starve both of two that miss in turn). Kept apart from the nodes,
+// which go when no entry keeps them (a miss in a full negative cache keeps
+// none).
+type missCounts [1 << 12]uint32
 
 // countMissLocked counts a missing name in the directory dir and reports
-// whether that makes listAfter of them since it was last said. Called
-// with mu held.
+// whether that completes listAfter of them in its slot. Called with mu
+// held.
 func (w *watcher) countMissLocked(dir string, listAfter int) bool {
 	if w.misses == nil {
 		w.misses = new(missCounts)
 	}
-	h := maphash.String(w.nameSeed, dir)
-	c := &w.misses[h&(uint64(len(w.misses))-1)]
-	if c.hash != h {
-		c.hash, c.n = h, 0
-	}
-	if c.n++; int(c.n) < listAfter {
+	c := &w.misses[maphash.String(w.nameSeed, dir)&(uint64(len(w.misses))-1)]
+	if *c++; int(*c) < listAfter {
 		return false
 	}
-	c.n = 0
+	*c = 0
 	return true
 }
 

@@ -333,3 +333,36 @@ func TestFullCacheListsDirectoriesItDidNotKnow(t *testing.T) {
 		t.Errorf("%d negative entries, want the 10 that filled the cache", got)
 	}
 }
+
+// TestDirectoriesMissedInTurnAreAllListed: 300 directories missed in
+// turn, as a storm over many directories misses them, are all listed,
+// though some share their slot of the lossy miss counts (a slot that
+// started again for each directory in turn starved both of a pair).
+func TestDirectoriesMissedInTurnAreAllListed(t *testing.T) {
+	root := t.TempDir()
+	var dirs []string
+	for k := range 300 {
+		dir := filepath.Join(root, "dir"+strconv.Itoa(k))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, dir)
+	}
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	t.Cleanup(func() { c.Close() })
+	for i := range 3 * c.opts.listAfter {
+		for _, dir := range dirs {
+			lookMissing(t, c, []string{filepath.Join(dir, fmt.Sprintf("turn%d.html", i))})
+		}
+	}
+	if got := c.counts.Listings.Load(); got != int64(len(dirs)) {
+		t.Errorf("%d of %d directories listed after %d misses each", got, len(dirs), 3*c.opts.listAfter)
+	}
+	var paths []string
+	for _, dir := range dirs {
+		paths = append(paths, filepath.Join(dir, "after.html"))
+	}
+	if m, _, _ := missesSince(t, c, paths); m != 0 {
+		t.Errorf("%d of %d missing names then looked up in the filesystem, want none", m, len(paths))
+	}
+}
