@@ -98,7 +98,11 @@ func (w *watcher) listedMissing(key lookupKey, revalidate time.Duration) bool {
 		name, rest, _ = strings.Cut(rest, "/")
 		if l := n.listing; l != nil {
 			if nanotime()-l.listedAt >= int64(revalidate) {
-				w.unlistLocked(n) // read again after more misses
+				// Read again after more misses; the node goes now if
+				// nothing else keeps it (it has no child then, and the
+				// walk ends here).
+				w.unlistLocked(n)
+				w.maybeRemoveLocked(n)
 			} else if _, ok := l.names[maphash.String(w.nameSeed, name)]; !ok {
 				if !n.used.Load() {
 					n.used.Store(true) // its second chance in the LRU, as a hit's

@@ -211,7 +211,8 @@ func TestListedAnswersAsUnlisted(t *testing.T) {
 
 // TestListingIsReadAgainAfterRevalidate: a listing is trusted for
 // revalidate, as a negative entry is: after that, a missing name is looked
-// up in the filesystem again, and the directory listed again after more.
+// up in the filesystem again, and the directory listed again after more;
+// a listing nobody asks for is dropped by the janitor.
 func TestListingIsReadAgainAfterRevalidate(t *testing.T) {
 	c := New(Options{Workers: 2, Revalidate: time.Hour})
 	t.Cleanup(func() { c.Close() })
@@ -225,6 +226,12 @@ func TestListingIsReadAgainAfterRevalidate(t *testing.T) {
 		t.Errorf("%d listings kept past revalidate", got)
 	}
 	listDirectory(t, c, site)
+	// One nobody asks for again goes with the janitor's next walk.
+	c.watch.ageListings(time.Hour)
+	c.dropStale()
+	if got := c.counts.Listings.Load(); got != 0 {
+		t.Errorf("%d listings kept by the janitor past revalidate", got)
+	}
 }
 
 // TestPurgeForgetsListings: after a purge, a missing name in a listed
