@@ -49,6 +49,9 @@ const (
 	// maxListedNames the most names all listings hold (about 4 MiB).
 	maxDirNames    = 1 << 14
 	maxListedNames = 1 << 18
+	// nameMax is NAME_MAX: a longer name is refused by the filesystem's
+	// lookup (ENAMETOOLONG), not answered missing.
+	nameMax = 255
 	// fsCasefoldFL is FS_CASEFOLD_FL, which golang.org/x/sys does not
 	// define: a directory whose names are looked up without case.
 	fsCasefoldFL = 0x40000000
@@ -80,7 +83,9 @@ const (
 // directories on the way are watched (or may be searched but not read),
 // so that every one of them is the directory the path names.
 func (w *watcher) listedMissing(key lookupKey, revalidate time.Duration) bool {
-	if w == nil || !filepath.IsAbs(key.path) {
+	// A path the kernel refuses before it looks (too long, or holding a
+	// NUL byte, which the system call cannot take) is not "no such file".
+	if w == nil || !filepath.IsAbs(key.path) || len(key.path) >= unix.PathMax || strings.IndexByte(key.path, 0) >= 0 {
 		return false
 	}
 	confined := key.mode != SymlinksFollow
@@ -104,6 +109,9 @@ func (w *watcher) listedMissing(key lookupKey, revalidate time.Duration) bool {
 				w.unlistLocked(n)
 				w.maybeRemoveLocked(n)
 			} else if _, ok := l.names[maphash.String(w.nameSeed, name)]; !ok {
+				if len(name) > nameMax {
+					return false // the filesystem answers ENAMETOOLONG, a 400
+				}
 				if !n.used.Load() {
 					n.used.Store(true) // its second chance in the LRU, as a hit's
 				}

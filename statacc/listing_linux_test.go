@@ -163,8 +163,8 @@ func TestListingReadWhileAChangeIsNotKept(t *testing.T) {
 // of every mode): a missing name, one below a file (ENOTDIR), below a
 // link (a refusal under deny, and under beneath for a link that leaves
 // the root), in a listed directory below such a link, below a dangling
-// link, and below a directory the server may read but not search (a 403
-// for anyone but root).
+// link, below a directory the server may read but not search (a 403 for
+// anyone but root), and names the kernel refuses before it looks.
 func TestListedAnswersAsUnlisted(t *testing.T) {
 	root := t.TempDir()
 	site := filepath.Join(root, "site")
@@ -188,7 +188,10 @@ func TestListedAnswersAsUnlisted(t *testing.T) {
 	t.Logf("%d directories listed", listed.counts.Listings.Load())
 	paths := []string{"nope", "nope/x", "file.txt/x", "rel-link/nope", "rel-link/sub/nope", "rel-link/sub/inner.txt",
 		"abs-out/nope", "abs-out/sub/nope", "abs-out/sub/secret", "dangling/x", "dir/sub/nope", "dir/sub/inner.txt",
-		"noexec/nope", "noexec/x.txt"}
+		"noexec/nope", "noexec/x.txt",
+		// What the kernel refuses before it looks is no "no such file":
+		// a name over NAME_MAX, a path over PATH_MAX, a NUL byte.
+		strings.Repeat("n", 300), "dir/sub/" + strings.Repeat("n", 300), "dir/" + strings.Repeat("n/", 2100) + "x", "nul\x00byte"}
 	for _, mode := range []Symlinks{SymlinksFollow, SymlinksDeny, SymlinksBeneath} {
 		unlisted := New(Options{Workers: 2, Revalidate: time.Hour, listAfter: -1})
 		for _, rel := range paths {
