@@ -91,6 +91,16 @@ func (w *watcher) listedMissing(key lookupKey, revalidate time.Duration) bool {
 	confined := key.mode != SymlinksFollow
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// Most often the path's own directory is listed: found at once, without
+	// a walk from "/" (a map lookup per level, most of this function's
+	// time in a 404 storm of short paths).
+	if slash := strings.LastIndexByte(key.path, '/'); slash > 0 {
+		if n := w.listedNodes[key.path[:slash]]; n != nil && !(confined && linkBelow(n, key.root)) {
+			if missing, known := w.listedLocked(n, key.path[slash+1:], revalidate); known {
+				return missing
+			}
+		}
+	}
 	n := w.root
 	for rest := strings.Trim(key.path, "/"); n != nil && rest != ""; {
 		if n.dropped || n.state != nodeWatched && n.state != nodeBlind {
@@ -101,24 +111,52 @@ func (w *watcher) listedMissing(key lookupKey, revalidate time.Duration) bool {
 		}
 		var name string
 		name, rest, _ = strings.Cut(rest, "/")
-		if l := n.listing; l != nil {
-			if nanotime()-l.listedAt >= int64(revalidate) {
-				// Read again after more misses; the node goes now if
-				// nothing else keeps it (it has no child then, and the
-				// walk ends here).
-				w.unlistLocked(n)
-				w.maybeRemoveLocked(n)
-			} else if _, ok := l.names[maphash.String(w.nameSeed, name)]; !ok {
-				if len(name) > nameMax {
-					return false // the filesystem answers ENAMETOOLONG, a 400
-				}
-				if !n.used.Load() {
-					n.used.Store(true) // its second chance in the LRU, as a hit's
-				}
-				return true
-			}
+		if missing, known := w.listedLocked(n, name, revalidate); known && missing {
+			return true
+		} else if known && len(name) > nameMax {
+			return false
 		}
 		n = n.children[name]
+	}
+	return false
+}
+
+// listedLocked looks name up in the listing of n, which the walk or the
+// map of listed nodes found: known says n has a fresh listing, missing
+// that name is not in it. A name the kernel refuses (over NAME_MAX: an
+// ENAMETOOLONG, a 400) is known, not missing. Called with mu held.
+func (w *watcher) listedLocked(n *dirNode, name string, revalidate time.Duration) (missing, known bool) {
+	l := n.listing
+	if l == nil || n.dropped {
+		return false, false
+	}
+	if nanotime()-l.listedAt >= int64(revalidate) {
+		// Read again after more misses; the node goes now if nothing
+		// else keeps it (it has no child then, and a walk ends here).
+		w.unlistLocked(n)
+		w.maybeRemoveLocked(n)
+		return false, false
+	}
+	if len(name) > nameMax {
+		return false, true
+	}
+	if _, ok := l.names[maphash.String(w.nameSeed, name)]; ok {
+		return false, true
+	}
+	if !n.used.Load() {
+		n.used.Store(true) // its second chance in the LRU, as a hit's
+	}
+	return true, true
+}
+
+// linkBelow reports whether n or a directory above it, below root, is a
+// symlink's node: deny and beneath refuse such a path, so its listing
+// does not answer.
+func linkBelow(n *dirNode, root string) bool {
+	for ; n != nil && len(n.path) > len(root); n = n.parent {
+		if n.link != nil {
+			return true
+		}
 	}
 	return false
 }
@@ -222,7 +260,7 @@ func (w *watcher) noteMissing(path string, t watchTicket, listAfter int) {
 		// (expireListings) or the node is evicted as any other.
 		n.listing = &dirListing{names: names, listedAt: listedAt}
 		w.listed += len(names)
-		w.listedNodes[n] = struct{}{}
+		w.listedNodes[n.path] = n
 		w.cache.counts.Listings.Add(1)
 	}
 	w.unpinLocked(n)
@@ -276,7 +314,9 @@ func (w *watcher) unlistLocked(n *dirNode) {
 	}
 	w.listed -= len(n.listing.names)
 	n.listing = nil
-	delete(w.listedNodes, n)
+	if w.listedNodes[n.path] == n {
+		delete(w.listedNodes, n.path)
+	}
 	w.cache.counts.Listings.Add(-1)
 }
 
@@ -289,7 +329,7 @@ func (w *watcher) expireListings(revalidate time.Duration) {
 	}
 	w.mu.Lock()
 	now := nanotime()
-	for n := range w.listedNodes {
+	for _, n := range w.listedNodes {
 		if now-n.listing.listedAt >= int64(revalidate) {
 			w.unlistLocked(n)
 			w.maybeRemoveLocked(n)
@@ -312,7 +352,7 @@ func (w *watcher) unlistAll() {
 		}
 	}
 	w.misses = nil
-	for n := range w.listedNodes {
+	for _, n := range w.listedNodes {
 		w.unlistLocked(n)
 		w.maybeRemoveLocked(n)
 	}

@@ -75,11 +75,12 @@ type watcher struct {
 	marks     []atomic.Bool
 	freeMarks []int32
 	// listed is the names the directories' listings hold in all
-	// (maxListedNames bounds it), listedNodes the nodes that hold one,
+	// (maxListedNames bounds it), listedNodes the nodes that hold one, by
+	// path (a lookup finds its directory's at once),
 	// misses the missing names looked up by directory, which decide what
 	// is listed (nil until the first); nameSeed hashes names and paths.
 	listed      int
-	listedNodes map[*dirNode]struct{}
+	listedNodes map[string]*dirNode
 	misses      *missCounts
 	nameSeed    maphash.Seed
 }
@@ -194,7 +195,7 @@ func newWatcher(c *Cache, limit int) *watcher {
 		byID:  make(map[uint64]*dirNode),
 		marks: make([]atomic.Bool, min(limit, maxMarks)),
 	}
-	w.nameSeed, w.listedNodes = maphash.MakeSeed(), make(map[*dirNode]struct{})
+	w.nameSeed, w.listedNodes = maphash.MakeSeed(), make(map[string]*dirNode)
 	for i := len(w.marks) - 1; i >= 0; i-- {
 		w.freeMarks = append(w.freeMarks, int32(i))
 	}
