@@ -93,8 +93,9 @@ func (w *watcher) listedMissing(key lookupKey, revalidate time.Duration) bool {
 	defer w.mu.Unlock()
 	// Most often the path's own directory is listed: found at once, without
 	// a walk from "/" (a map lookup per level, most of this function's
-	// time in a 404 storm of short paths).
-	if slash := strings.LastIndexByte(key.path, '/'); slash > 0 {
+	// time in a 404 storm of short paths). Not for a long path (a client's
+	// 380 levels), whose directory is rarely one and whose hash costs.
+	if slash := strings.LastIndexByte(key.path, '/'); slash > 0 && slash <= 512 {
 		if n := w.listedNodes[key.path[:slash]]; n != nil && !(confined && linkBelow(n, key.root)) {
 			if missing, known := w.listedLocked(n, key.path[slash+1:], revalidate); known {
 				return missing
