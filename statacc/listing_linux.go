@@ -249,7 +249,9 @@ func (w *watcher) noteMissing(path string, t watchTicket, listAfter int) {
 	w.mu.Lock()
 	n.list = listNone
 	switch {
-	case n.dropped:
+	case n.dropped || w.cache.closed.Load():
+		// Close sets closed before its flush forgets the listings, under
+		// mu as this: one kept now would outlive the flush.
 	case refused:
 		n.list = listRefused
 	case names == nil || n.gen != gen || w.listed+len(names) > maxListedNames:
