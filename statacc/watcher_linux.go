@@ -25,8 +25,9 @@ import (
 // the watcher keeps a tree of directory nodes from "/" down to each
 // entry's directory, each watched, or down to the first directory on the
 // way that is missing (or cannot be watched): no node is made below it,
-// however deep the path, and the entries below are indexed under it. A node whose name is a symlink also
-// holds the node of the directory its target names (resolved against the
+// however deep the path, and the entries below are indexed under it. A
+// node whose name is a symlink also holds the node of the directory its
+// target names (resolved against the
 // real path of the link's directory, so relative targets, absolute ones,
 // ".." and chains of links are all looked up through watched nodes): when
 // that target node goes, the link's node goes with it. An event on a name
@@ -546,10 +547,11 @@ func (w *watcher) forget(e *Entry) {
 // directory can change before the directory appears, which its parent's
 // watch reports (dropping the node and everything indexed under it), and
 // below a failed one nothing is watched anyway. So a lookup makes at most
-// one node per directory that exists on the way, plus one: a path missing
-// from its second level makes two nodes however deep it goes, where a
-// node per level cost memory quadratic in the depth (each node holds its
-// path) and time under mu for every distinct path.
+// one node per directory that exists on the way, plus one: a 380-level
+// path missing from its first level below the site makes one node more
+// than the site's directory has, where a node per level cost memory
+// quadratic in the depth (each node held its path) and time under mu for
+// every distinct path.
 //
 // Nodes are made and installed one level at a time, each once its parent
 // is settled, so that the first missing one ends the walk. again asks the
