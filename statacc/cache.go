@@ -39,13 +39,30 @@ type Options struct {
 	MaxOpenFiles int
 	// NegativeEntries bounds the cached "no such file" answers, each about
 	// 150 bytes of Go heap plus its path, in memory the garbage collector
-	// does not scan (negstore.go). While there is room every one is
-	// kept; when full, a path missing for the first time is answered
-	// without being kept (a scanner's distinct paths displace nothing),
-	// and one that missed before replaces the entries least recently hit
-	// (negative.go). Default: 65536, about 16 MiB with 100-byte paths. A
-	// negative value disables negative caching.
+	// does not scan (negstore.go). Their paths are bounded too, to 128
+	// bytes an entry on average (1 MiB at least: negativeBytes), so that
+	// long paths cannot make the bound cost more. While there is room
+	// every one is kept; when full, a path missing for the first time is
+	// answered without being kept (a scanner's distinct paths displace
+	// nothing), and one that missed before replaces the entries least
+	// recently hit (negative.go). A watched directory in which eight
+	// names were found missing is listed (listing_linux.go, at most 16,384
+	// names, 2^18 in all): its other missing names, and every path below
+	// them, are then answered with no system call and no entry. Default:
+	// 65536, about 16 MiB with 100-byte paths, 8 MiB of paths at most. A
+	// negative value disables negative caching, listings included.
 	NegativeEntries int
+	// negativeBytes bounds the bytes of the negative entries' paths and
+	// roots. Default: 128 per entry of NegativeEntries, 1 MiB at least.
+	// Set by tests only.
+	negativeBytes int64
+	// listAfter is how many missing names are looked up in a watched
+	// directory, each through the filesystem, before its names are listed
+	// and the next ones answered from the listing (listing_linux.go); a
+	// negative value lists none. Default: 8; none with negative caching
+	// off. Set by tests only: those about negative entries list none, so
+	// that their distinct paths in one directory all reach the store.
+	listAfter int
 	// MemoryBudget is how many bytes of small files are kept in memory.
 	// Default: 64 MiB. A negative value disables it.
 	MemoryBudget int64
@@ -114,6 +131,10 @@ type counters struct {
 	DirEntries atomic.Int64
 	// SlotLookups, CachedLookups: see Counters.
 	SlotLookups, CachedLookups atomic.Int64
+	// ListedMisses counts the lookups answered "no such file" from a
+	// directory's listing (listing_linux.go), also counted in
+	// NegativeHits; Listings is the directories listed now.
+	ListedMisses, Listings atomic.Int64
 }
 
 // Counters are a cache's counters and gauges at one moment, from
@@ -298,6 +319,15 @@ func New(o Options) *Cache {
 	if o.NegativeEntries == 0 {
 		o.NegativeEntries = defaultNegativeEntries
 	}
+	if o.negativeBytes <= 0 {
+		o.negativeBytes = max(minNegativeBytes, int64(o.NegativeEntries)*negativeBytesPerEntry)
+	}
+	if o.listAfter == 0 {
+		o.listAfter = defaultListAfter
+	}
+	if o.NegativeEntries < 0 {
+		o.listAfter = -1
+	}
 	if o.MemoryBudget == 0 {
 		o.MemoryBudget = 64 << 20
 	}
@@ -380,6 +410,7 @@ func (c *Cache) dropStale() int {
 		return !c.freshNegative(sl) && !c.keptForRevalidation(sl)
 	})
 	c.watch.forgetNegatives(gone)
+	c.watch.expireListings(c.opts.Revalidate)
 	c.counts.Expired.Add(int64(n + len(gone)))
 	c.tidyRings(n > 0, len(gone) > 0)
 	return n + len(gone)
@@ -532,6 +563,11 @@ func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, pat
 	key := lookupKey{path: path, root: root, mode: mode}
 	if err, ok := c.negativeHit(key); ok {
 		return nil, err
+	}
+	if c.opts.listAfter > 0 && c.watch.listedMissing(lookupKey{path: path, root: root, mode: mode}, c.opts.Revalidate) {
+		c.counts.NegativeHits.Add(1)
+		c.counts.ListedMisses.Add(1)
+		return nil, negErrors[negNotExist]
 	}
 	for range 3 {
 		e, err := c.miss(ctx, key)
@@ -791,16 +827,17 @@ func (c *Cache) resolve(key lookupKey) *Entry {
 	admit := admitAsk
 	var ticket watchTicket
 	entered := false
-	if c.opts.NegativeEntries >= 0 && c.negativesFull() {
+	if c.opts.NegativeEntries >= 0 && c.negativesFull(key) {
 		// With negative caching off there is nothing to keep out, and no
 		// probe: a miss is one open, as before the negative cache.
 		admit = admitNo
-		if c.keepsNegative(key.path) {
+		if c.keepsNegative(key) {
 			admit = admitYes
 		} else if ticket, entered = c.watch.enterSettled(dir); !entered {
 			// A negative answer would not be kept, and entering the
 			// watcher would make nodes and watches for it: open first.
 			if e := c.probeMissing(key, dir); e != nil {
+				c.noteMissing(key, e, watchTicket{})
 				return e
 			}
 		}
@@ -815,7 +852,17 @@ func (c *Cache) resolve(key lookupKey) *Entry {
 	checked := nanotime()
 	e, links := c.load(key, ticket.watched)
 	c.noteLinked(e, links)
+	c.noteMissing(key, e, ticket)
 	return c.record(key, ticket, checked, e, admit, links != notLinked)
+}
+
+// noteMissing tells the watcher of a path found missing through the
+// filesystem, so that a directory in which many are lists its names
+// (listing_linux.go). Not with negative caching off, which a listing is.
+func (c *Cache) noteMissing(key lookupKey, e *Entry, t watchTicket) {
+	if e.err != nil && c.opts.listAfter > 0 && errors.Is(e.err, fs.ErrNotExist) {
+		c.watch.noteMissing(key.path, t, c.opts.listAfter)
+	}
 }
 
 // noteLinked wakes the janitor for a descriptor reached through a
@@ -899,7 +946,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 		return e // an answer for this request, not for the next one
 	}
 	if e.err != nil {
-		if admit == admitNo || admit == admitAsk && !c.keepsNegative(path) {
+		if admit == admitNo || admit == admitAsk && !c.keepsNegative(key) {
 			c.watch.leave(ticket)
 			return e
 		}
@@ -970,7 +1017,7 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *
 		c.drop(pos.(*Entry))
 	}
 	ringAdd(&c.negs, negOps{c}, ref, c.opts.NegativeEntries)
-	if c.counts.NegativeCount.Load() > int64(c.opts.NegativeEntries) {
+	if c.counts.NegativeCount.Load() > int64(c.opts.NegativeEntries) || s.bytes.Load() > c.opts.negativeBytes {
 		c.evictNegatives(ref)
 	}
 	if c.closed.Load() {
@@ -1215,6 +1262,7 @@ func (c *Cache) Purge(path string, subtree bool) int {
 	}
 	gone := c.negatives.removeBelow(path, prefix, subtree)
 	c.watch.forgetNegatives(gone)
+	c.watch.unlistAll()
 	n := len(gone)
 	if v, ok := c.entries.LoadAndDelete(path); ok {
 		c.drop(v.(*Entry))
@@ -1239,6 +1287,7 @@ func (c *Cache) flush() {
 	c.counts.Flushes.Add(1)
 	gone := c.negatives.removeWhere(func(*negSlot, []byte) bool { return true })
 	c.watch.forgetNegatives(gone)
+	c.watch.unlistAll()
 	c.entries.Range(func(k, v any) bool {
 		if c.entries.CompareAndDelete(k, v) {
 			c.drop(v.(*Entry))
@@ -1252,7 +1301,8 @@ func (c *Cache) flush() {
 // descriptors' CLOCK (sweep). An evicted entry is forgotten: a later
 // request for it is a miss.
 func (c *Cache) evict(target int, secondChance bool) {
-	sweep(&c.fds, fdOps{c}, &c.counts.OpenFiles, target, c.opts.MaxOpenFiles, secondChance, &c.counts.Evictions, nil)
+	over := func() bool { return c.counts.OpenFiles.Load() > int64(target) }
+	sweep(&c.fds, fdOps{c}, over, c.opts.MaxOpenFiles, secondChance, &c.counts.Evictions, nil)
 }
 
 // entryCount is the number of cached entries, negative ones included.

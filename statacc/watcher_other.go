@@ -2,7 +2,10 @@
 
 package statacc
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // watcher is inotify's; elsewhere there is none, and every entry is
 // revalidated after at most a second (see Options.Revalidate).
@@ -47,3 +50,12 @@ func (w *watcher) forget(*Entry) {}
 func (w *watcher) watchFD() int { return -1 }
 
 func (w *watcher) close() {}
+
+// listedMissing answers nothing: there are no listings without inotify.
+func (w *watcher) listedMissing(lookupKey, time.Duration) bool { return false }
+
+func (w *watcher) noteMissing(string, watchTicket, int) {}
+
+func (w *watcher) unlistAll() {}
+
+func (w *watcher) expireListings(time.Duration) {}
