@@ -191,7 +191,10 @@ func TestSendfileBodyLeavesWholeWithItsHeader(t *testing.T) {
 		}
 		return transmit.Snapshot().SendfileBytes - before
 	}
-	sc.fetch(t, "GET", base+"/f8192.bin", "") // the connection is open from here on
+	// The connection is open from here on, and the first body counted.
+	opened := transmit.Snapshot().SendfileBytes
+	sc.fetch(t, "GET", base+"/f8192.bin", "")
+	sendfileSince(opened, 8<<10)
 	for _, tc := range []struct {
 		name, rangeHeader string
 		start, end        int // the body's bytes of the file
