@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -151,23 +152,99 @@ func mapAndChange(t *testing.T, path string, content []byte) {
 // inside and past the first 512 bytes, multipart, HEAD), is all old or
 // all new bytes, never the old file's first bytes followed by the new
 // file's; and the new content with new validators is served within
-// revalidate (2 s here) and some slack.
+// revalidate (2 s here) and some slack. The server runs in this process,
+// which owns the files, and (as root) as nobody in a process of its own,
+// which neither owns them nor may write them: mincore does not tell it
+// what is cached, so its bodies are probed and read otherwise.
 func TestMappedWriteNeverMixesBodies(t *testing.T) {
 	const revalidate = 2 * time.Second
-	root := t.TempDir()
+	t.Run("server owns the files", func(t *testing.T) {
+		root := t.TempDir()
+		writeMappedFiles(t, root)
+		text, sites := mappedSites(t, root, revalidate, caddyGlobals{})
+		loadCaddyfile(t, text)
+		waitMappedSites(t, sites)
+		runMappedChange(t, root, sites, revalidate)
+	})
+	t.Run("server as another user", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root: to run the server as nobody and write the files it serves")
+		}
+		// Everything the server needs, under a directory nobody can reach:
+		// the files (root's, 0644), the config, a copy of this binary, and
+		// a home of its own.
+		base := t.TempDir()
+		for _, d := range []string{filepath.Dir(base), base} {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		root, home := filepath.Join(base, "www"), filepath.Join(base, "home")
+		for _, d := range []string{root, home} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Chown(home, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		writeMappedFiles(t, root)
+		exe := filepath.Join(base, "flashserve.test")
+		copyTestBinary(t, exe, 0o755)
+		text, sites := mappedSites(t, root, revalidate, caddyGlobals{storage: filepath.Join(home, "storage")})
+		config := filepath.Join(base, "Caddyfile")
+		if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		child := startCaddyProcessAs(t, "nobody", exe, home, &syscall.Credential{Uid: 65534, Gid: 65534}, config)
+		waitMappedSites(t, sites)
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", child.cmd.Process.Pid))
+		if err != nil || !strings.Contains(string(status), "\nUid:\t65534\t") {
+			t.Fatalf("the server does not run as nobody (%v):\n%s", err, status)
+		}
+		runMappedChange(t, root, sites, revalidate)
+	})
+}
+
+// writeMappedFiles writes the old generation of mappedFiles into dir.
+func writeMappedFiles(t *testing.T, dir string) {
+	t.Helper()
 	for _, f := range mappedFiles {
-		if err := os.WriteFile(filepath.Join(root, f.name), generation(f.size, 0), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, f.name), generation(f.size, 0), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sites := startMappedSites(t, root, revalidate)
-	runMappedChange(t, root, sites, revalidate)
 }
 
-// startMappedSites loads one Caddy with a site per way a body can leave,
-// all serving root with the given revalidate, and returns them with their
-// clients once TLS is ready.
-func startMappedSites(t *testing.T, root string, revalidate time.Duration) []*mappedSite {
+// copyTestBinary copies this test binary to dst, with mode.
+func copyTestBinary(t *testing.T, dst string, mode os.FileMode) {
+	t.Helper()
+	src, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mappedSites returns a Caddyfile (g's global options, and more) with a
+// site per way a body can leave, all serving root with the given
+// revalidate, and the sites with their clients.
+func mappedSites(t *testing.T, root string, revalidate time.Duration, g caddyGlobals) (string, []*mappedSite) {
 	t.Helper()
 	serve := func(opts ...string) string {
 		return flashServe(append([]string{"revalidate " + revalidate.String()}, opts...)...)
@@ -209,25 +286,31 @@ func startMappedSites(t *testing.T, root string, revalidate time.Duration) []*ma
 	add("no wrapper", h1, 1, "protocols h1 h2", serve())
 	add("h2c", h2c, 2, block("listener_wrappers", "flash_serve")+"\nprotocols h1 h2c", serve())
 	add("h2 over TLS", h2, 2, "", serve())
-	g := caddyGlobals{options: []string{"skip_install_trust", "local_certs", "auto_https disable_redirects", servers.String()}}
-	loadCaddyfile(t, g.text(t)+text.String())
+	// The per-server options come before caddyGlobals' servers block,
+	// which would apply to every server otherwise.
+	g.options = append(g.options, "skip_install_trust", "local_certs", "auto_https disable_redirects", servers.String())
+	return g.text(t) + text.String(), sites
+}
+
+// waitMappedSites waits until every site answers: the internal CA issues
+// the TLS certificate in the background, and a server of another process
+// starts in its own time.
+func waitMappedSites(t *testing.T, sites []*mappedSite) {
+	t.Helper()
 	for _, s := range sites {
-		if s.host == "" {
-			continue
-		}
-		// The internal CA issues the certificate in the background.
-		eventually(t, 30*time.Second, func() error {
+		eventually(t, 60*time.Second, func() error {
 			req, _ := http.NewRequest("HEAD", s.base+"/", nil)
-			req.Host = s.host
+			if s.host != "" {
+				req.Host = s.host
+			}
 			resp, err := s.client.Do(req)
 			if err != nil {
-				return fmt.Errorf("TLS not ready: %w", err)
+				return fmt.Errorf("%s not ready: %w", s.name, err)
 			}
 			resp.Body.Close()
 			return nil
 		})
 	}
-	return sites
 }
 
 // runMappedChange asks every site for every file until the answers are

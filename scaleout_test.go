@@ -39,9 +39,20 @@ func startCaddyProcess(t *testing.T, name, config string, env ...string) *caddyP
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startCaddyProcessAs(t, name, exe, t.TempDir(), nil, config, env...)
+}
+
+// startCaddyProcessAs is startCaddyProcess with the test binary at exe
+// and the home directory home; with a credential (not nil), run as that
+// user, in home.
+func startCaddyProcessAs(t *testing.T, name, exe, home string, cred *syscall.Credential, config string, env ...string) *caddyProcess {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	cmd := exec.CommandContext(ctx, exe)
-	home := t.TempDir()
+	if cred != nil {
+		cmd.Dir = home
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	cmd.Env = append(os.Environ(),
 		"FLASH_SERVE_TEST_CADDY_ARGS="+strings.Join([]string{"run", "--config", config, "--adapter", "caddyfile"}, "\x1f"),
 		"HOME="+home, "XDG_DATA_HOME="+filepath.Join(home, "data"), "XDG_CONFIG_HOME="+filepath.Join(home, "config"))
