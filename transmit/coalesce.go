@@ -18,7 +18,9 @@ import (
 // the page cache), the listener wrapper's connection gathers the writes,
 // up to heldMax bytes, and sends them in one write: when the next write
 // would pass heldMax (with it, in one writev), when the body is written
-// (releaseHead, also on a panic), or before a sendfile.
+// (releaseHead, also on a panic), or before a sendfile. A body sendfile
+// sends has its headers held the same way (headerFirst), which then leave
+// with MSG_MORE, in the segment of sendfile's first bytes.
 
 // heldMax is the most bytes a connection gathers.
 const heldMax = 64 << 10
