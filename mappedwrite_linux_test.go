@@ -71,6 +71,9 @@ type mappedSite struct {
 	host   string // the Host header, if not base's
 	client *http.Client
 	proto  int // the HTTP major version the answers must have
+	// sidecar is set for a site that must answer GETs from the gzip
+	// sidecar: they ask for gzip.
+	sidecar bool
 }
 
 // mappedCase is the state of one site and file while the test asks.
@@ -94,6 +97,9 @@ func (c *mappedCase) ask(t *testing.T, r mappedRequest) (gen int, etag string, e
 	if r.rangeHeader != "" {
 		req.Header.Set("Range", r.rangeHeader)
 	}
+	if c.site.sidecar {
+		req.Header.Set("Accept-Encoding", "gzip")
+	}
 	resp, err := c.site.client.Do(req)
 	if err != nil {
 		return -1, "", err
@@ -115,6 +121,9 @@ func (c *mappedCase) ask(t *testing.T, r mappedRequest) (gen int, etag string, e
 	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusPartialContent {
 		return -1, etag, fmt.Errorf("%s %q: status %d", r.method, r.rangeHeader, resp.StatusCode)
+	}
+	if ce := resp.Header.Get("Content-Encoding"); c.site.sidecar != (ce == "gzip") {
+		return -1, etag, fmt.Errorf("%s %q: Content-Encoding %q", r.method, r.rangeHeader, ce)
 	}
 	pr := parityRequest{method: r.method, target: "/" + c.file, header: req.Header}
 	for gen, content := range [][]byte{c.old, c.new} {
@@ -145,8 +154,9 @@ func mapAndChange(t *testing.T, path string, content []byte) {
 }
 
 // TestMappedWriteNeverMixesBodies: files of 2, 8 and 64 KiB, asked over
-// HTTP/1.1 through the listener wrapper (each transmit policy, and behind
-// encode), without it, over h2c and over HTTP/2 with TLS, are changed once
+// HTTP/1.1 through the listener wrapper (each transmit policy, behind
+// encode, and from their gzip sidecars), without it, over h2c and over
+// HTTP/2 with TLS, are changed once
 // through a live shared mapping. Every answer, before the change and in
 // at least 100 requests per site and file after it (whole, ranges from
 // inside and past the first 512 bytes, multipart, HEAD), is all old or
@@ -206,12 +216,16 @@ func TestMappedWriteNeverMixesBodies(t *testing.T) {
 	})
 }
 
-// writeMappedFiles writes the old generation of mappedFiles into dir.
+// writeMappedFiles writes the old generation of mappedFiles into dir,
+// each also as its gzip sidecar (the same bytes: flash_serve sends a
+// sidecar as it is, so they need not be gzip).
 func writeMappedFiles(t *testing.T, dir string) {
 	t.Helper()
 	for _, f := range mappedFiles {
-		if err := os.WriteFile(filepath.Join(dir, f.name), generation(f.size, 0), 0o644); err != nil {
-			t.Fatal(err)
+		for _, name := range []string{f.name, f.name + ".gz"} {
+			if err := os.WriteFile(filepath.Join(dir, name), generation(f.size, 0), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
@@ -283,6 +297,8 @@ func mappedSites(t *testing.T, root string, revalidate time.Duration, g caddyGlo
 	add("copy", h1, 1, "", serve("transmit copy"))
 	add("io_uring", h1, 1, "", serve("transmit io_uring"))
 	add("encode", gz, 1, "", "encode gzip", serve())
+	add("sidecar", h1, 1, "", serve("precompressed gzip"))
+	sites[len(sites)-1].sidecar = true
 	add("no wrapper", h1, 1, "protocols h1 h2", serve())
 	add("h2c", h2c, 2, block("listener_wrappers", "flash_serve")+"\nprotocols h1 h2c", serve())
 	add("h2 over TLS", h2, 2, "", serve())
@@ -343,7 +359,9 @@ func runMappedChange(t *testing.T, root string, sites []*mappedSite, revalidate 
 	time.Sleep(50 * time.Millisecond)
 	changed := time.Now()
 	for _, f := range mappedFiles {
-		mapAndChange(t, filepath.Join(root, f.name), generation(f.size, 1))
+		for _, name := range []string{f.name, f.name + ".gz"} {
+			mapAndChange(t, filepath.Join(root, name), generation(f.size, 1))
+		}
 	}
 	const want = 100
 	bound := revalidate + 8*time.Second
