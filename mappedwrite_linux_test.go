@@ -84,6 +84,7 @@ type mappedCase struct {
 	oldETag  map[mappedRequest]string // what each request got before the change
 	asked    int                      // requests since the change
 	newAt    time.Duration            // when the new content and validators were first seen
+	bytesAt  time.Duration            // when new bytes were first seen, with any validators
 	mixed    []string                 // answers that were neither generation
 }
 
@@ -396,6 +397,9 @@ func runMappedChange(t *testing.T, root string, sites []*mappedSite, revalidate 
 						return
 					}
 					c.asked++
+					if gen == 1 && r.method == "GET" && c.bytesAt == 0 {
+						c.bytesAt = time.Since(changed)
+					}
 					switch {
 					case gen < 0:
 						c.mixed = append(c.mixed, fmt.Sprintf("%v after %v", r, time.Since(changed).Round(time.Millisecond)))
@@ -412,7 +416,9 @@ func runMappedChange(t *testing.T, root string, sites []*mappedSite, revalidate 
 		t.Error(err)
 	}
 	var slowest time.Duration
+	var firstBytes []string
 	for _, c := range cases {
+		firstBytes = append(firstBytes, fmt.Sprintf("%s %s %v", c.site.name, c.file, c.bytesAt.Round(time.Millisecond)))
 		if len(c.mixed) > 0 {
 			t.Errorf("%s %s: %d of %d answers after the change are neither the old nor the new file: %s",
 				c.site.name, c.file, len(c.mixed), c.asked, strings.Join(c.mixed[:min(len(c.mixed), 5)], "; "))
@@ -428,4 +434,5 @@ func runMappedChange(t *testing.T, root string, sites []*mappedSite, revalidate 
 	}
 	t.Logf("new content and validators served %v after the change at the latest (revalidate %v); %d site×file cases",
 		slowest.Round(time.Millisecond), revalidate, len(cases))
+	t.Logf("new bytes first served after: %s", strings.Join(firstBytes, ", "))
 }
