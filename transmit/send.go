@@ -304,8 +304,8 @@ func (s *Sender) sendFile(w http.ResponseWriter, r *http.Request, body Body, sta
 // first bytes follow it (with MSG_MORE, so that they share a segment).
 // net/http, which has then written the header, hands the whole body to
 // the connection's ReadFrom instead of copying its first 512 bytes through
-// its own buffer: the whole body leaves by sendfile, read from the file as
-// one call, and no pread is made for its first bytes.
+// its own buffer: the whole body leaves by sendfile, every byte read from
+// the file as it is sent, and no pread is made for the first ones.
 //
 // It is done only where the client can see no difference: a body of more
 // than sniffLen bytes (net/http flushes the header after copying that
