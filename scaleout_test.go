@@ -50,9 +50,20 @@ func startCaddyCommand(t *testing.T, name string, args []string, env ...string) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startCaddyProcessAs(t, name, exe, t.TempDir(), nil, config, env...)
+}
+
+// startCaddyProcessAs is startCaddyProcess with the test binary at exe
+// and the home directory home; with a credential (not nil), run as that
+// user, in home.
+func startCaddyProcessAs(t *testing.T, name, exe, home string, cred *syscall.Credential, config string, env ...string) *caddyProcess {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	cmd := exec.CommandContext(ctx, exe)
-	home := t.TempDir()
+	if cred != nil {
+		cmd.Dir = home
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	cmd.Env = append(os.Environ(),
 		"FLASH_SERVE_TEST_CADDY_ARGS="+strings.Join(args, "\x1f"),
 		"HOME="+home, "XDG_DATA_HOME="+filepath.Join(home, "data"), "XDG_CONFIG_HOME="+filepath.Join(home, "config"))

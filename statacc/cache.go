@@ -554,9 +554,6 @@ func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, pat
 			}
 			e.hot.Hit()
 			c.counts.Hits.Add(1)
-			if e.headWanted.Load() {
-				c.fillHead(e)
-			}
 			return e, nil
 		}
 	}
@@ -850,7 +847,7 @@ func (c *Cache) resolve(key lookupKey) *Entry {
 	c.watch.learnFS(ticket, dir)
 	// The age counts from before the stat: what it saw may be that old.
 	checked := nanotime()
-	e, links := c.load(key, ticket.watched)
+	e, links := c.load(key)
 	c.noteLinked(e, links)
 	c.noteMissing(key, e, ticket)
 	return c.record(key, ticket, checked, e, admit, links != notLinked)
@@ -909,7 +906,7 @@ func (c *Cache) resolveCached(key lookupKey) *Entry {
 	c.counts.CachedLookups.Add(1)
 	// No link is followed here (RESOLVE_NO_SYMLINKS); a hard link may be.
 	linked := err == nil && multiplyLinked(info)
-	return c.record(key, ticket, checked, c.build(key.path, info, f, err, ticket.watched && !linked, false), admitAsk, linked)
+	return c.record(key, ticket, checked, c.build(key.path, info, f, err, false), admitAsk, linked)
 }
 
 // admission says whether record keeps a negative answer: as keepsNegative
@@ -1031,11 +1028,9 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *
 // unpublish removes e from the map if it is still there under its key.
 func (c *Cache) unpublish(e *Entry) bool { return c.entries.CompareAndDelete(e.path, e) }
 
-// load does the system calls for one path. withHead says whether to keep
-// the file's head: only where inotify watches, so that a file rewritten in
-// place cannot be served with an old head for longer than the event takes.
-// links is Cache.open's: an entry of a linked file is trusted briefly.
-func (c *Cache) load(key lookupKey, withHead bool) (e *Entry, links linkKind) {
+// load does the system calls for one path. links is Cache.open's: an
+// entry of a linked file is trusted briefly.
+func (c *Cache) load(key lookupKey) (e *Entry, links linkKind) {
 	path := key.path
 	info, f, links, err := c.open(key)
 	if err != nil && IsFDExhaustion(err) {
@@ -1048,13 +1043,13 @@ func (c *Cache) load(key lookupKey, withHead bool) (e *Entry, links linkKind) {
 		c.evict(int(min(int64(c.opts.MaxOpenFiles), c.counts.OpenFiles.Load()))/2, false)
 		info, f, links, err = c.open(key)
 	}
-	return c.build(path, info, f, err, withHead && links == notLinked, true), links
+	return c.build(path, info, f, err, true), links
 }
 
 // build makes the entry of what open found. mayBlock says whether a small
 // file's content may be read from the disk; if not, it is kept only if
 // the page cache holds it.
-func (c *Cache) build(path string, info fs.FileInfo, f handle, err error, withHead, mayBlock bool) *Entry {
+func (c *Cache) build(path string, info fs.FileInfo, f handle, err error, mayBlock bool) *Entry {
 	if err != nil {
 		return &Entry{path: path, err: err}
 	}
@@ -1086,44 +1081,8 @@ func (c *Cache) build(path string, info fs.FileInfo, f handle, err error, withHe
 			c.counts.MemoryBytes.Add(-e.size)
 		}
 	}
-	switch {
-	case e.data != nil:
-		e.memBytes.Store(e.size)
-		head := e.data[:min(len(e.data), headSize)]
-		e.head.Store(&head)
-	case e.size > 0 && withHead && c.opts.MemoryBudget > 0:
-		// The head is read by the entry's second request (fillHead), not
-		// now: on a tree that churns most entries serve one response,
-		// whose body is read whole anyway.
-		e.headWanted.Store(true)
-	}
 	e.cache = c
 	return e
-}
-
-// fillHead reads the head of an entry that is used again, once: one read
-// now saves one on every later response of the entry. A read that would
-// wait for the disk is not worth it on the request path: the head is left
-// out, and responses read it as the rest. Heads are memory like small
-// files' bodies, and share their budget (512 bytes times 262,144 open
-// files would be 128 MiB). The caller holds a reference, so the file is
-// open and the bytes counted here are given back by the last Release.
-func (c *Cache) fillHead(e *Entry) {
-	if !e.headWanted.CompareAndSwap(true, false) {
-		return
-	}
-	size := min(e.size, headSize)
-	if c.counts.MemoryBytes.Add(size) > c.opts.MemoryBudget {
-		c.counts.MemoryBytes.Add(-size)
-		return
-	}
-	head := make([]byte, size)
-	if n, err := readHead(e.file, e.fd, head); n == len(head) && err == nil {
-		e.memBytes.Store(size)
-		e.head.Store(&head)
-	} else {
-		c.counts.MemoryBytes.Add(-size)
-	}
 }
 
 // open describes the key's path and returns it open if it is a regular

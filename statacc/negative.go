@@ -143,7 +143,7 @@ func (c *Cache) probeMissing(key lookupKey, dir string) *Entry {
 	}
 	ticket := c.watch.enter(dir)
 	c.watch.learnFS(ticket, dir)
-	e := c.build(key.path, info, f, nil, false, true)
+	e := c.build(key.path, info, f, nil, true)
 	c.noteLinked(e, links)
 	return c.record(key, ticket, checked, e, admitAsk, true)
 }
