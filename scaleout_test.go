@@ -38,7 +38,7 @@ type caddyProcess struct {
 // startCaddyProcess starts `caddy run` with a Caddyfile.
 func startCaddyProcess(t *testing.T, name, config string, env ...string) *caddyProcess {
 	t.Helper()
-	return startCaddyCommand(t, name, []string{"run", "--config", config, "--adapter", "caddyfile"}, env...)
+	return startCaddyCommand(t, name, runArgs(config), env...)
 }
 
 // startCaddyCommand starts `caddy ARGS...` (the test binary, see
@@ -50,13 +50,18 @@ func startCaddyCommand(t *testing.T, name string, args []string, env ...string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startCaddyProcessAs(t, name, exe, t.TempDir(), nil, config, env...)
+	return startCaddyProcessAs(t, name, exe, t.TempDir(), nil, args, env...)
 }
 
-// startCaddyProcessAs is startCaddyProcess with the test binary at exe
+// runArgs are the arguments of `caddy run` with a Caddyfile.
+func runArgs(config string) []string {
+	return []string{"run", "--config", config, "--adapter", "caddyfile"}
+}
+
+// startCaddyProcessAs is startCaddyCommand with the test binary at exe
 // and the home directory home; with a credential (not nil), run as that
 // user, in home.
-func startCaddyProcessAs(t *testing.T, name, exe, home string, cred *syscall.Credential, config string, env ...string) *caddyProcess {
+func startCaddyProcessAs(t *testing.T, name, exe, home string, cred *syscall.Credential, args []string, env ...string) *caddyProcess {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	cmd := exec.CommandContext(ctx, exe)

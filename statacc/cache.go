@@ -501,7 +501,7 @@ func (c *Cache) lookupClosed(ctx context.Context, key lookupKey) (*Entry, error)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	e, _ := c.load(key, false)
+	e, _ := c.load(key)
 	<-c.slots
 	if e.err != nil {
 		return nil, e.err
