@@ -143,7 +143,8 @@ const (
 	// nodeBlind exists and may be searched but not read (mode 0711, as
 	// many home directories): inotify refuses it. Its parent sees it
 	// renamed or removed; a rename inside it is seen after Revalidate, as
-	// before ancestors were watched. Below it, paths stay watched.
+	// before ancestors were watched. Below it, paths stay watched, but for
+	// a name missing in it, whose making no event tells (pathOK).
 	nodeBlind
 )
 
@@ -372,8 +373,13 @@ func (w *watcher) enterSettled(dir string) (watchTicket, bool) {
 
 // pathOK reports whether every node from the root to n is watched, or
 // watched down to one that is missing (whose appearance its parent sees).
+// A missing name in a directory inotify refused (nodeBlind) is not: no
+// event tells that it was made.
 func (w *watcher) pathOK(n *dirNode) bool {
 	if n.state != nodeWatched && n.state != nodeMissing {
+		return false
+	}
+	if n.state == nodeMissing && n.parent != nil && n.parent.state != nodeWatched {
 		return false
 	}
 	for n = n.parent; n != nil; n = n.parent {
