@@ -249,13 +249,20 @@ func run(cfg *config) error {
 		return err
 	}
 	md := report(cfg, ran, names, results)
-	if kept := keptSection(cfg.out, growthHeading); kept != "" {
-		md = strings.TrimRight(md, "\n") + "\n\n" + kept
+	// Sections other modes write are kept: a full run replaces its own.
+	for _, heading := range []string{"## Stalled clients", "## Abuse suite", growthHeading} {
+		if kept := keptSection(cfg.out, heading); kept != "" {
+			md = strings.TrimRight(md, "\n") + "\n\n" + kept
+		}
 	}
 	if err := os.WriteFile(cfg.out, []byte(md), 0o644); err != nil {
 		return err
 	}
 	if err := os.WriteFile(cfg.svg, []byte(chart(cfg, ran, names, results)), 0o644); err != nil {
+		return err
+	}
+	// The README's chart: the headline ratios, beside the full chart.
+	if err := os.WriteFile(filepath.Join(filepath.Dir(cfg.svg), "ratios.svg"), []byte(ratioChart(cfg, results)), 0o644); err != nil {
 		return err
 	}
 	fmt.Print(md)
