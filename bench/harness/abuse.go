@@ -858,6 +858,10 @@ func abuseFDLimit(cfg *config, c abuseCounts, d *abuseData) ([]abuseRow, error) 
 			return n
 		}
 		atStart := fds()
+		// Every connection must fit beside what the server holds at the
+		// start, or the last ones are never accepted: fewer here (said in
+		// the figures) on a system where Caddy starts with more open.
+		conns := min(c.fdConns, c.fdLimit-atStart-4)
 		stop, peak := make(chan struct{}), make(chan int)
 		go func() {
 			most := 0
@@ -875,7 +879,7 @@ func abuseFDLimit(cfg *config, c abuseCounts, d *abuseData) ([]abuseRow, error) 
 		}()
 		var res fdResult
 		err = runAbuseClient(5*time.Minute, "fdlimit", fdSpec{Base: fmt.Sprintf("http://127.0.0.1:%d", portFlash), Root: d.fd,
-			Warm: "/1k.bin", Paths: d.fdPaths, Conns: c.fdConns, Requests: c.fdReqs, RcvBuf: abuseFDRcvBuf}, &res)
+			Warm: "/1k.bin", Paths: d.fdPaths, Conns: conns, Requests: c.fdReqs, RcvBuf: abuseFDRcvBuf}, &res)
 		close(stop)
 		most := <-peak
 		var st struct {
@@ -895,7 +899,7 @@ func abuseFDLimit(cfg *config, c abuseCounts, d *abuseData) ([]abuseRow, error) 
 		log.Printf("abuse: fd limit %s: %+v, fds %d at the start, %d at most", h, res, atStart, most)
 		fig := fmt.Sprintf("%d descriptors open at the start, %d at most; %d/%d connections made; 200 exact: %d, 503 + Retry-After: %d, "+
 			"503 without: %d, 404: %d, other: %d (%s), no answer: %d",
-			atStart, most, res.Connected, c.fdConns, res.OK, res.Unavailable, res.NoRetry, res.NotFound, res.Other, statusList(res.ByStatus), res.Errors)
+			atStart, most, res.Connected, conns, res.OK, res.Unavailable, res.NoRetry, res.NotFound, res.Other, statusList(res.ByStatus), res.Errors)
 		switch {
 		case stErr != nil:
 			fig += "; stats: " + firstLine(stErr.Error())
