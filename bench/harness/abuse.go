@@ -251,7 +251,7 @@ func runAbuse(cfg *config) error {
 	if err := portsFree(portFlash, portAbuseRing, portAbuseEncode, portAbuseSecond, portAbuseAdmin); err != nil {
 		return err
 	}
-	start := time.Now()
+	start, loadStart := time.Now(), loadAverage()
 	log.Printf("building ./xcaddy")
 	if err := buildCaddy(cfg); err != nil {
 		return err
@@ -287,7 +287,7 @@ func runAbuse(cfg *config) error {
 			failed = append(failed, sc.name)
 		}
 	}
-	section := abuseMarkdown(cfg, c, rows, time.Since(start))
+	section := abuseMarkdown(cfg, c, rows, time.Since(start), loadStart)
 	fmt.Print(section)
 	if err := os.MkdirAll(filepath.Dir(cfg.out), 0o755); err != nil {
 		return err
@@ -933,16 +933,23 @@ func adminGetJSON(url string, into any) error {
 	return json.NewDecoder(resp.Body).Decode(into)
 }
 
-func abuseMarkdown(cfg *config, c abuseCounts, rows []abuseRow, took time.Duration) string {
+// loadAverage is the 1, 5 and 15 minute load averages.
+func loadAverage() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(raw)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
+}
+
+func abuseMarkdown(cfg *config, c abuseCounts, rows []abuseRow, took time.Duration, loadStart string) string {
 	var b strings.Builder
 	commit, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
 	fmt.Fprintf(&b, "%s (`bench/run --abuse`, issue 29)\n\n", abuseHeading)
 	fmt.Fprintf(&b, "- Date: %s; command `%s`; commit %s; the whole run took %s.\n", time.Now().UTC().Format("2006-01-02 15:04 MST"),
 		strings.TrimSpace(cfg.command), strings.TrimSpace(string(commit)), took.Round(time.Second))
 	fmt.Fprintf(&b, "- Machine: %s\n", machine())
-	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
-		fmt.Fprintf(&b, "- Load average at the end: %s.\n", strings.Join(strings.Fields(string(load))[:3], " "))
-	}
+	fmt.Fprintf(&b, "- Load average (1, 5, 15 min) at the start: %s; at the end: %s (the run itself keeps both CPUs busy).\n", loadStart, loadAverage())
 	b.WriteString("- One Caddy (`go build ./xcaddy`) at a time, fresh for each scenario and run, pinned to CPU 0 on 127.0.0.1, `protocols h1 h2c`, " +
 		"flash_serve with its listener wrapper and otherwise its defaults unless said; the clients (the harness's own, or wrk) on CPU 1. " +
 		"RSS is VmRSS of the server; MB are 10^6 bytes.\n")
