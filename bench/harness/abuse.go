@@ -303,6 +303,9 @@ func runAbuse(cfg *config) error {
 	return nil
 }
 
+// secs writes d as "1 s", "0.1 s".
+func secs(d time.Duration) string { return fmt.Sprintf("%g s", d.Seconds()) }
+
 // mb is KiB as MB (10^6 bytes), the issue's unit.
 func mb(kib int) float64 { return float64(kib) * 1024 / 1e6 }
 
@@ -557,9 +560,9 @@ func abuseStorms(cfg *config, c abuseCounts, d *abuseData) ([]abuseRow, error) {
 		dur               time.Duration
 		args              func(tag string) []string
 	}{
-		{fmt.Sprintf("3a. distinct deep missing paths (`/nxN/` + 380 × `abcdefgh/` + `f.html`, each new), wrk -c64 %s", c.deep), "deep", deep, c.deep,
+		{fmt.Sprintf("3a. distinct deep missing paths (`/nxN/` + 380 × `abcdefgh/` + `f.html`, each new), wrk -c64 %s", secs(c.deep)), "deep", deep, c.deep,
 			func(tag string) []string { return []string{tag} }},
-		{fmt.Sprintf("3b. distinct short missing names in %d existing directories, wrk -c64 %s", abuseDirs, c.short), "short", short, c.short,
+		{fmt.Sprintf("3b. distinct short missing names in %d existing directories, wrk -c64 %s", abuseDirs, secs(c.short)), "short", short, c.short,
 			func(tag string) []string { return []string{tag, strconv.Itoa(abuseDirs)} }},
 	} {
 		runs := map[string][]stormRun{}
@@ -904,7 +907,11 @@ func abuseFDLimit(cfg *config, c abuseCounts, d *abuseData) ([]abuseRow, error) 
 		case stErr != nil:
 			fig += "; stats: " + firstLine(stErr.Error())
 		case h == "flash_serve":
-			fig += fmt.Sprintf("; the cache shed idle descriptors %d times, 503s by cause %v", st.Statacc.Shed, st.Rejected)
+			rejected := map[string]int{}
+			for k, v := range st.Rejected {
+				rejected[k] = int(v)
+			}
+			fig += fmt.Sprintf("; the cache shed idle descriptors %d times; 503s by cause: %s", st.Statacc.Shed, statusList(rejected))
 		}
 		if res.FirstFailure != "" {
 			fig += "; first failure: " + res.FirstFailure
@@ -956,13 +963,13 @@ func abuseMarkdown(cfg *config, c abuseCounts, rows []abuseRow, took time.Durati
 	fmt.Fprintf(&b, "- 1: %d HTTP/2 streams at a zero window (SETTINGS_INITIAL_WINDOW_SIZE 0, no WINDOW_UPDATE; 150 a connection), each a cold range "+
 		"of 16 or 80 KiB 160 KiB apart, and %d HTTP/1.1 clients with a 4 KiB receive buffer that never read a cold 1 MiB file "+
 		"(flash_serve: on a `transmit io_uring` site); then %d probes of each of a 16 KiB and an 8 MiB file over HTTP/1.1 (a new connection each) and h2c, each evicted "+
-		"(POSIX_FADV_DONTNEED) first, 10 s timeout. RSS before the clients and %s after they all began.\n", c.streams, c.readers, c.rounds, c.settle)
+		"(POSIX_FADV_DONTNEED) first, 10 s timeout. RSS before the clients and %s after they all began.\n", c.streams, c.readers, c.rounds, secs(c.settle))
 	fmt.Fprintf(&b, "- 2: %d HTTP/1.1 non-readers (4 KiB receive buffer, `Accept-Encoding: gzip`) of a cold 8 MiB `.bin` behind `encode gzip` "+
-		"(not compressed: encode passes it through as file_server writes it; flash_serve with `transmit io_uring`); RSS before and %s after the last began.\n", c.encodeReaders, 2*c.settle)
+		"(not compressed: encode passes it through as file_server writes it; flash_serve with `transmit io_uring`); RSS before and %s after the last began.\n", c.encodeReaders, secs(2*c.settle))
 	fmt.Fprintf(&b, "- 3: wrk -t1 -c64 with a Lua script that makes a new path for each request and counts answers that are not 404; %d runs of each server, "+
 		"interleaved (flash_serve, file_server, `respond 404`), each on a fresh server; req/s is the median (404s only), CPU µs per request from /proc/PID/stat, "+
 		"RSS growth the peak sampled during a run over the RSS before it (the largest of the runs); syscalls per request from `perf stat -e raw_syscalls:sys_enter` "+
-		"over one more run of %s per server.\n", c.stormRuns, c.perf)
+		"over one more run of %s per server.\n", c.stormRuns, secs(c.perf))
 	fmt.Fprintf(&b, "- 4: two sites sharing one cache, %d reloads (JSON from `caddy adapt`, POST /load), generation g changing setting g mod 10 of: %s; "+
 		"4 HTTP/1.1 and 8 h2c clients fetch 212 paths (memory, sendfile, ring bodies, an index, a gzip sidecar, an ETag file) and check each body; "+
 		"each generation serves at least 100 ms and answers both protocols 4 times before the next reload. A request whose connection closed before any byte of its answer "+
