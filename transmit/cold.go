@@ -410,7 +410,7 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 			var err error
 			gone := false
 			if sendfile {
-				n, _, err = s.sendFile(w, r, src, off, windowEnd-off)
+				n, _, err = s.sendFile(w, r, src, t.ContentLength, off, windowEnd-off)
 			} else {
 				n, gone, err = copyCached(w, fd, takeCopyBuf(), off, windowEnd-off)
 			}
@@ -448,7 +448,7 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 				var n int64
 				if sendfile {
 					var zeroCopy bool
-					n, zeroCopy, err = s.sendFile(w, r, src, off, resident)
+					n, zeroCopy, err = s.sendFile(w, r, src, t.ContentLength, off, resident)
 					if zeroCopy {
 						sent[EngineSendfile] += n
 					} else {
