@@ -67,20 +67,20 @@ func TestColdTokensNotHeldAcrossClientWrites(t *testing.T) {
 	s := ringSender(t)
 	cases := []struct {
 		name      string
-		body      reviewBody
+		body      fileBody
 		want      []byte
 		ringOnly  bool
 		ringFirst bool
 		fsw       bool
 	}{
-		{"small body", reviewBody{small}, smallWant, false, false, false},
-		{"small body with a no-wait half", reviewBody{small}, smallWant, false, true, false},
-		{"small body, ring only", reviewBody{small}, smallWant, true, false, false},
-		{"large body", reviewBody{large}, largeWant, false, false, false},
-		{"large body, ring only", reviewBody{large}, largeWant, true, false, false},
-		{"small body as file_server writes", reviewBody{small}, smallWant, false, false, true},
-		{"large body as file_server writes", reviewBody{large}, largeWant, false, false, true},
-		{"large body as file_server writes, ring only", reviewBody{large}, largeWant, true, false, true},
+		{"small body", fileBody{small}, smallWant, false, false, false},
+		{"small body with a no-wait half", fileBody{small}, smallWant, false, true, false},
+		{"small body, ring only", fileBody{small}, smallWant, true, false, false},
+		{"large body", fileBody{large}, largeWant, false, false, false},
+		{"large body, ring only", fileBody{large}, largeWant, true, false, false},
+		{"small body as file_server writes", fileBody{small}, smallWant, false, false, true},
+		{"large body as file_server writes", fileBody{large}, largeWant, false, false, true},
+		{"large body as file_server writes, ring only", fileBody{large}, largeWant, true, false, true},
 	}
 	for _, c := range cases {
 		for _, proto := range []int{1, 2} {
@@ -126,10 +126,10 @@ func TestColdTokensNotHeldAcrossClientWrites(t *testing.T) {
 	s.RingOnly = false
 }
 
-// fuseReviewBody is a reviewBody of a file without a block device.
-type fuseReviewBody struct{ reviewBody }
+// fuseFileBody is a fileBody of a file without a block device.
+type fuseFileBody struct{ fileBody }
 
-func (fuseReviewBody) NoBlockDevice() bool { return true }
+func (fuseFileBody) NoBlockDevice() bool { return true }
 
 // TestFileServerWritesLetGoOfStalledReads: a body written as file_server
 // writes it (under encode) whose ring read hangs (a FUSE file that does
@@ -153,7 +153,7 @@ func TestFileServerWritesLetGoOfStalledReads(t *testing.T) {
 		w := httptest.NewRecorder()
 		done := make(chan error, 1)
 		go func() {
-			_, err := s.Send(w, r, fuseReviewBody{reviewBody{f}}, &Transfer{Engine: EngineIOUring, FileServerWrites: true}, 0, hang.size)
+			_, err := s.Send(w, r, fuseFileBody{fileBody{f}}, &Transfer{Engine: EngineIOUring, FileServerWrites: true}, 0, hang.size)
 			done <- err
 		}()
 		if !waitFor(10*time.Second, func() bool { return hang.blocked.Load() == 1 }) {
@@ -189,7 +189,7 @@ func TestEmptyBodyThroughTheRing(t *testing.T) {
 		for _, fsw := range []bool{false, true} {
 			s.RingOnly = ringOnly
 			w := httptest.NewRecorder()
-			sent, err := s.Send(w, httptest.NewRequest("GET", "/", nil), reviewBody{f}, &Transfer{Engine: EngineIOUring, FileServerWrites: fsw}, 0, 0)
+			sent, err := s.Send(w, httptest.NewRequest("GET", "/", nil), fileBody{f}, &Transfer{Engine: EngineIOUring, FileServerWrites: fsw}, 0, 0)
 			if err != nil || w.Body.Len() != 0 || sent != (Counts{}) {
 				t.Errorf("ring only %v, file_server writes %v: %v, %d bytes, counts %v", ringOnly, fsw, err, w.Body.Len(), sent)
 			}
@@ -230,7 +230,7 @@ func TestStalledColdBodyHoldsOneBuffer(t *testing.T) {
 		{"the end of a large body, after its first window", coldChunk + 48<<10, 4},
 	} {
 		dir := t.TempDir()
-		files := make([]reviewBody, n)
+		files := make([]fileBody, n)
 		for i := range files {
 			p := filepath.Join(dir, fmt.Sprint(i))
 			if err := os.WriteFile(p, make([]byte, c.size), 0o644); err != nil {
@@ -242,7 +242,7 @@ func TestStalledColdBodyHoldsOneBuffer(t *testing.T) {
 			}
 			t.Cleanup(func() { f.Close() })
 			evict(t, f)
-			files[i] = reviewBody{f}
+			files[i] = fileBody{f}
 		}
 		writers := make([]*stallingWriter, n)
 		for i := range writers {
