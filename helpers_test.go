@@ -191,13 +191,14 @@ func settled[T comparable](sample func() T) T {
 	return last
 }
 
-// skipIfShort skips one of the long tests (over 20 s on a quiet 2-core
-// machine) in -short mode, the quick loop. CI and the README's command run
-// without -short, so they always run it.
+// skipIfShort skips one of the long tests (about 10 s or more on a quiet
+// 2-core machine) in -short mode, the README's test command. CI runs the
+// whole suite without -short (and with -race) after it, so every one of
+// them runs on each change.
 func skipIfShort(t *testing.T, what string) {
 	t.Helper()
 	if testing.Short() {
-		t.Skipf("%s: skipped in -short mode; CI and the README's command (no -short) run it", what)
+		t.Skipf("%s: skipped in -short mode; CI runs it (bash .ci/run)", what)
 	}
 }
 
