@@ -47,7 +47,7 @@ func TestInMemoryFSAsStatfsSays(t *testing.T) {
 		if err := unix.Statfs(dir, &sf); err != nil {
 			t.Fatal(err)
 		}
-		want := sf.Type == unix.TMPFS_MAGIC || sf.Type == unix.RAMFS_MAGIC
+		want := int64(sf.Type) == unix.TMPFS_MAGIC || int64(sf.Type) == unix.RAMFS_MAGIC
 		for _, file := range []string{"a.bin", "b.bin"} {
 			p := filepath.Join(dir, file)
 			if err := os.WriteFile(p, make([]byte, 8192), 0o644); err != nil {
