@@ -82,8 +82,11 @@ type Entry struct {
 	// about the file's pages (pagecache.Trusted): it owns the file or may
 	// write it.
 	trusted bool
-	watched bool        // whether inotify watches the entry's directory
-	used    atomic.Bool // CLOCK mark: used since the last eviction sweep
+	watched bool // whether inotify watches the entry's directory
+	// marks are the CLOCK marks a hit sets: markEvict, used since the
+	// eviction sweep last passed; markIdle, used since the janitor's
+	// last pass over the descriptors (Cache.closeIdle).
+	marks atomic.Uint32
 	// gone is set when the entry has left the cache (Cache.drop), so that
 	// an eviction sweep skips it without a lookup in the map.
 	gone     atomic.Bool
@@ -209,6 +212,18 @@ func (e *Entry) FD() int {
 	}
 	return e.fd
 }
+
+// The marks of Entry.marks.
+const (
+	markEvict uint32 = 1 << iota
+	markIdle
+)
+
+// markUsed sets both marks, for a hit: one store, as one flag cost.
+func (e *Entry) markUsed() { e.marks.Store(markEvict | markIdle) }
+
+// takeMark clears mark and reports whether it was set.
+func (e *Entry) takeMark(mark uint32) bool { return e.marks.And(^mark)&mark != 0 }
 
 // acquire takes a reference unless the entry is already being closed.
 func (e *Entry) acquire() bool {

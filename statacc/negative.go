@@ -133,6 +133,9 @@ type clock[T comparable] struct {
 	// about to join it, dropped already): Cache.drop adds one, their
 	// removal from the ring takes it back.
 	dead atomic.Int64
+	// compactions counts the compactions, which move the entries: a walk
+	// that lets go of mu in between (Cache.closeIdle) stops when it moved.
+	compactions uint64
 }
 
 // clockOps is what a sweep asks of the entries of its ring.
@@ -210,6 +213,7 @@ func (k *clock[T]) compactLocked(ops clockOps[T]) {
 		live = append(make([]T, 0, 2*max(len(live), compactMin)), live...)
 	}
 	k.ring, k.hand = live, 0
+	k.compactions++
 }
 
 // tidy compacts k if its dead entries are most of it, as ringAdd would:
@@ -276,11 +280,14 @@ func sweep[T comparable](k *clock[T], ops clockOps[T], count *atomic.Int64, targ
 // files than the cache holds (e's wrk list) instead of none. The entry is
 // dropped, or its drop is on its way, so it leaves the dead count. Called
 // with mu held.
-func (k *clock[T]) unring() {
+func (k *clock[T]) unring() { k.removeAt(k.hand) }
+
+// removeAt is unring for the entry at i.
+func (k *clock[T]) removeAt(i int) {
 	var none T
 	k.dead.Add(-1)
 	last := len(k.ring) - 1
-	k.ring[k.hand] = k.ring[last]
+	k.ring[i] = k.ring[last]
 	k.ring[last] = none
 	k.ring = k.ring[:last]
 }
@@ -289,7 +296,7 @@ func (k *clock[T]) unring() {
 type fdOps struct{ c *Cache }
 
 func (o fdOps) gone(e *Entry) bool { return e.gone.Load() }
-func (o fdOps) used(e *Entry) bool { return e.used.Swap(false) }
+func (o fdOps) used(e *Entry) bool { return e.takeMark(markEvict) }
 func (o fdOps) evict(e *Entry) bool {
 	if !o.c.entries.CompareAndDelete(e.path, e) {
 		return false

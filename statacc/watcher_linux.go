@@ -71,6 +71,12 @@ type watcher struct {
 	// node bound; a node past them gets none (mark -1).
 	marks     []atomic.Bool
 	freeMarks []int32
+	// byReal finds the settled nodes by their real path, for the mount
+	// table's changes (mounts_linux.go); nodes of one path are chained by
+	// sameReal. mountGen counts those changes: a lookup that installed
+	// nodes while one came starts again (ensure).
+	byReal   map[string]*dirNode
+	mountGen uint64
 }
 
 // maxMarks bounds the marks allocated for a very large MaxWatches.
@@ -92,6 +98,8 @@ type dirNode struct {
 	// dependents are the link nodes whose target this node is.
 	link       *dirNode
 	dependents map[*dirNode]struct{}
+	// sameReal is the next node in watcher.byReal with the same real path.
+	sameReal *dirNode
 	// entries are the cached entries of the directory, by name: one per
 	// name, since the cache holds one entry per path. A publication
 	// replaces the entry of its name, which has left the cache map by
@@ -500,6 +508,7 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, again bo
 	var gone []*Entry
 	w.mu.Lock()
 	nodes, fresh := w.walkLocked(path, &gone)
+	mountGen := w.mountGen
 	if nodes == nil {
 		w.mu.Unlock()
 		w.finish(gone)
@@ -535,7 +544,20 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, again bo
 	}
 	w.mu.Lock()
 	dropped := leaf.dropped
+	if !dropped && len(fresh) > 0 && w.mountGen != mountGen {
+		// A mount came or went while this call installed nodes: a watch
+		// added before it may be on the directory it now covers (or
+		// uncovered). Make them again.
+		for _, n := range nodes {
+			if fresh[n] {
+				w.dropLocked(n, &gone) // and the fresh ones below it
+				break
+			}
+		}
+		dropped = true
+	}
 	w.mu.Unlock()
+	w.finish(gone)
 	if dropped {
 		w.leave(watchTicket{leaf: leaf})
 		return nil, true
@@ -819,6 +841,7 @@ func (w *watcher) settle(n *dirNode, state nodeState, real string, to *dirNode) 
 		}
 	}
 	n.state, n.real = state, real
+	w.indexRealLocked(n)
 	if state == nodeFailed {
 		n.failedAt = nanotime()
 		w.cache.counts.UnwatchedDirs.Add(1)
@@ -872,6 +895,7 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 	n.entries = nil
 	w.dropNegativesLocked(n, gone)
 	delete(w.byID, n.id)
+	w.unindexRealLocked(n)
 	if n.mark >= 0 {
 		w.freeMarks = append(w.freeMarks, n.mark)
 		n.mark = -1

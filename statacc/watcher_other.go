@@ -47,3 +47,6 @@ func (w *watcher) forget(*Entry) {}
 func (w *watcher) watchFD() int { return -1 }
 
 func (w *watcher) close() {}
+
+// mountsChanged has nothing to drop: mounts are not watched here.
+func (w *watcher) mountsChanged([]string) bool { return false }
