@@ -3,9 +3,12 @@
 package statacc
 
 import (
+	"bytes"
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestMountTableDiff: a read of the mount table gives the mount points of
@@ -46,4 +49,31 @@ func TestMountTableDiff(t *testing.T) {
 			t.Errorf("%s: %q, want %q", step.what, got, step.want)
 		}
 	}
+}
+
+// BenchmarkMountTableRead is what one change of the mount table costs the
+// process (whatever the number of caches): a read of the table and its
+// diff with the last one. Its size is this process's mount table's: run
+// it in a mount namespace with thousands of mounts for a container host's
+// figure (docs/architecture.md has the command).
+func BenchmarkMountTableRead(b *testing.B) {
+	fd, err := unix.Open(mountinfoPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		b.Skip(err)
+	}
+	defer unix.Close(fd)
+	m := &mountWatcher{fd: fd, buf: make([]byte, 16<<10), seen: make(map[string]*uint64)}
+	if err := m.read(); err != nil {
+		b.Fatal(err)
+	}
+	m.diff()
+	lines := bytes.Count(m.table, []byte("\n"))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := m.read(); err != nil {
+			b.Fatal(err)
+		}
+		m.diff()
+	}
+	b.ReportMetric(float64(lines), "mounts")
 }

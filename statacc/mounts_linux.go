@@ -38,8 +38,8 @@ import (
 // root (both are reused at once by the kernel) between two reads. Entries
 // looked up from such a mount in that window are trusted until
 // revalidate. Without inotify (NoInotify, or inotify unavailable) there
-// are no watcher nodes to find the entries by, and mounts are seen after
-// revalidate, as any change.
+// are no watcher nodes to find the entries by, and no watcher of the
+// mount table: every entry is trusted for a second at most anyway.
 
 // mountRegistry is the process's set of caches that want mount changes,
 // and the watcher that serves them while there are any.
