@@ -95,6 +95,10 @@ type Entry struct {
 	noBlockDev bool
 	// inMemoryFS is set for a file on tmpfs or ramfs (InMemoryFS).
 	inMemoryFS bool
+	// otherMount is set for a descriptor on another mount than the root
+	// of the site it was looked up for (Cache.onOtherMount): closed once
+	// idle, so that the mount can be unmounted (Cache.closeIdle).
+	otherMount bool
 	modNsec    int32
 }
 
@@ -259,6 +263,9 @@ func (e *Entry) Release() {
 		e.file.Close()
 		if e.cache != nil {
 			e.cache.counts.OpenFiles.Add(-1)
+			if e.otherMount {
+				e.cache.otherMountFiles.Add(-1)
+			}
 			if n := e.memBytes.Load(); n != 0 {
 				e.cache.counts.MemoryBytes.Add(-n)
 			}

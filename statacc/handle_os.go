@@ -22,6 +22,12 @@ func multiplyLinked(fs.FileInfo) bool { return false }
 // second at most anyway.
 func mountRootOf(fs.FileInfo, string) bool { return false }
 
+// mountOf and mountOfPath tell no mount here: every descriptor is kept
+// as any other (Cache.onOtherMount).
+func mountOf(fs.FileInfo) uint64 { return 0 }
+
+func mountOfPath(string) uint64 { return 0 }
+
 // statHandle describes what h has open.
 func statHandle(h handle) (fs.FileInfo, error) { return statOSFile(h) }
 

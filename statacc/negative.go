@@ -106,7 +106,7 @@ func (c *Cache) keepsNegative(path string) bool {
 // that finds the directory watched. It returns nil when the error says
 // nothing about the path (the fd table is full, a permission): the caller
 // then looks it up as any miss.
-func (c *Cache) probeMissing(key lookupKey, dir string) *Entry {
+func (c *Cache) probeMissing(key lookupKey, dir, site string) *Entry {
 	checked := nanotime()
 	info, f, links, err := c.open(key)
 	if err != nil {
@@ -117,7 +117,7 @@ func (c *Cache) probeMissing(key lookupKey, dir string) *Entry {
 	}
 	ticket := c.watch.enter(dir)
 	c.watch.learnFS(ticket, dir)
-	e := c.build(key.path, info, f, nil, false, true)
+	e := c.build(key.path, site, info, f, nil, false, true)
 	c.noteLinked(e, links)
 	return c.record(key, ticket, checked, e, admitAsk, true)
 }

@@ -112,10 +112,14 @@ func statFD(fd int, path string) (*statInfo, error) {
 // one, since unix.Statx would allocate its copy on every miss.
 var emptyPath = [1]byte{0}
 
-// statxFD is statx(fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS).
+// statxMask is what the cache asks statx: what fstat says, and the mount
+// (Linux 5.8; the mask of the answer says whether it came).
+const statxMask = unix.STATX_BASIC_STATS | unix.STATX_MNT_ID
+
+// statxFD is statx(fd, "", AT_EMPTY_PATH, statxMask).
 func statxFD(fd int, stx *unix.Statx_t) error {
 	_, _, e := unix.Syscall6(unix.SYS_STATX, uintptr(fd), uintptr(unsafe.Pointer(&emptyPath[0])),
-		unix.AT_EMPTY_PATH|unix.AT_STATX_SYNC_AS_STAT, unix.STATX_BASIC_STATS, uintptr(unsafe.Pointer(stx)), 0)
+		unix.AT_EMPTY_PATH|unix.AT_STATX_SYNC_AS_STAT, statxMask, uintptr(unsafe.Pointer(stx)), 0)
 	if e != 0 {
 		return e
 	}
@@ -147,12 +151,55 @@ func (s *statInfo) fromStatx(x *unix.Statx_t) {
 		setNum(&t.to.Sec, t.from.Sec)
 		setNum(&t.to.Nsec, t.from.Nsec)
 	}
+	s.mount = mountOfStatx(x, st.Dev)
 	if x.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
 		s.root = rootNo
 		if x.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0 {
 			s.root = rootYes
 		}
 	}
+}
+
+// mountOfStatx names the mount a statx answer describes a file on: its mount
+// ID (Linux 5.8), or else its device, which tells filesystems apart but
+// not two mounts of one. The two kinds never compare equal (the ID's has
+// the top bit set); a process gets the same kind for every file.
+func mountOfStatx[D integer](x *unix.Statx_t, dev D) uint64 {
+	if x != nil && x.Mask&unix.STATX_MNT_ID != 0 {
+		return x.Mnt_id | 1<<63
+	}
+	return uint64(dev)
+}
+
+// mountOf is the mountOfStatx of what info describes, 0 if unknown.
+func mountOf(info fs.FileInfo) uint64 {
+	switch s := info.(type) {
+	case nil:
+		return 0
+	case *statInfo:
+		return s.mount
+	default:
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			return uint64(st.Dev)
+		}
+	}
+	return 0
+}
+
+// mountOfPath is the mountOfStatx of the directory path names (through
+// links), 0 if it cannot be told.
+func mountOfPath(path string) uint64 {
+	if !noStatx.Load() {
+		var x unix.Statx_t
+		if unix.Statx(unix.AT_FDCWD, path, unix.AT_STATX_SYNC_AS_STAT, statxMask, &x) == nil {
+			return mountOfStatx(&x, unix.Mkdev(x.Dev_major, x.Dev_minor))
+		}
+	}
+	var st syscall.Stat_t
+	if syscall.Stat(path, &st) != nil {
+		return 0
+	}
+	return uint64(st.Dev)
 }
 
 // integer is every integer type a stat field has on some architecture.
@@ -234,9 +281,10 @@ func (r *rawFile) Close() error { return syscall.Close(r.fd) }
 // statInfo is the fs.FileInfo of one statx or fstat, as os.File.Stat
 // makes it.
 type statInfo struct {
-	path string
-	st   syscall.Stat_t
-	root mountRootState
+	path  string
+	st    syscall.Stat_t
+	mount uint64 // mountOfStatx
+	root  mountRootState
 }
 
 func (s *statInfo) Name() string       { return filepath.Base(s.path) }
