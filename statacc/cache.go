@@ -254,7 +254,7 @@ type Cache struct {
 	otherMountFiles atomic.Int64
 	rootMounts      sync.Map // root string → rootMount
 	rootMountsN     atomic.Int64
-	hot         *hotset.Counter
+	hot             *hotset.Counter
 }
 
 // lookupKey is everything that changes a lookup's answer: the path, and
