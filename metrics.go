@@ -62,9 +62,9 @@ type CacheStats struct {
 	// for within revalidate (twice it for a negative entry of a watched
 	// directory).
 	Expired int64 `json:"expired"`
-	// IdleClosed counts the entries holding a descriptor that the janitor
-	// dropped because no request had used them for 2 to 4 s, so that
-	// their filesystem can be unmounted.
+	// IdleClosed counts the entries holding a descriptor on a filesystem
+	// mounted below their site's root that the janitor dropped because no
+	// request had used them for 2 to 4 s, so that it can be unmounted.
 	IdleClosed    int64 `json:"idle_closed"`
 	Shed          int64 `json:"shed"`
 	QueueFull     int64 `json:"queue_full"`
@@ -189,7 +189,7 @@ var (
 	descEvictions     = prometheus.NewDesc(metricsNamespace+"statacc_evictions_total", "Entries evicted to keep under max_open_files.", nil, nil)
 	descNegEvictions  = prometheus.NewDesc(metricsNamespace+"statacc_negative_evictions_total", "Negative entries evicted to keep under negative_cache.", nil, nil)
 	descExpired       = prometheus.NewDesc(metricsNamespace+"statacc_expired_total", "Entries dropped as stale: not asked for within revalidate (twice it for a negative entry of a watched directory).", nil, nil)
-	descIdleClosed    = prometheus.NewDesc(metricsNamespace+"statacc_idle_closed_total", "Descriptors closed because no request used them for 2 to 4 s (so that their filesystem can be unmounted).", nil, nil)
+	descIdleClosed    = prometheus.NewDesc(metricsNamespace+"statacc_idle_closed_total", "Descriptors on a filesystem mounted below the site's root closed because no request used them for 2 to 4 s (so that it can be unmounted).", nil, nil)
 	descOpenFiles     = prometheus.NewDesc(metricsNamespace+"statacc_open_files", "Descriptors the caches hold open.", nil, nil)
 	descEntries       = prometheus.NewDesc(metricsNamespace+"statacc_entries", "Entries cached, negative ones included.", nil, nil)
 	descMemoryBytes   = prometheus.NewDesc(metricsNamespace+"statacc_memory_bytes", "Bytes of small files kept in memory.", nil, nil)

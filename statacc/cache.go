@@ -144,9 +144,10 @@ type Counters struct {
 	// negative entry of a watched directory) and not asked for since:
 	// positive and negative ones.
 	Expired int64
-	// IdleClosed counts the entries holding a descriptor that the janitor
-	// dropped because no request had used them for a few seconds (2 to
-	// 4), so that their filesystem could be unmounted.
+	// IdleClosed counts the entries holding a descriptor on another mount
+	// than their site's root that the janitor dropped because no request
+	// had used them for 2 to 4 s, so that the mount could be unmounted
+	// (closeIdle).
 	IdleClosed int64
 	// OpenFiles is the number of descriptors held open now (cached or
 	// still in use), NegativeEntries the cached "no such file" answers,
