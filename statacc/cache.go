@@ -1072,9 +1072,15 @@ const (
 // entry, though its directory is watched: e was opened before its
 // directory was entered in the watcher (probeMissing), so a change
 // between the two sent no event for it; or e's file can change without
-// an event for its name (Cache.open's linked).
+// an event for its name (Cache.open's linked); or the mount table
+// changed and is not read yet, so that e may come from a mount that will
+// have gone by then, and show no change (mounts_linux.go).
 func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entry, admit admission, briefly bool) *Entry {
 	path := key.path
+	if !briefly && ticket.watched && c.watch.mountsPending() {
+		briefly = true
+		e.headWanted.Store(false) // no head where no event may come
+	}
 	e.root, e.symlinks = key.root, key.mode
 	if e.err == nil && e.fileMode.IsRegular() {
 		c.hot.Track(&e.hot, path)

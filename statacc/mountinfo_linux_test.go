@@ -4,9 +4,11 @@ package statacc
 
 import (
 	"bytes"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -76,4 +78,45 @@ func BenchmarkMountTableRead(b *testing.B) {
 		m.diff()
 	}
 	b.ReportMetric(float64(lines), "mounts")
+}
+
+// TestLookupsWhileMountTableUnreadAreTrustedBriefly: between the kernel's
+// word that the mount table changed and the read of the table, what a
+// lookup finds may come from a mount that is gone again by the read, which
+// then shows no change: such an entry (positive or negative) is trusted
+// for a second, not until an event, and keeps no head; a directory
+// entered meanwhile is entered again once the table is read. After the
+// read, lookups are trusted until an event again.
+func TestLookupsWhileMountTableUnreadAreTrustedBriefly(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "a/x.txt"), strings.Repeat("x", 4096))
+	write(t, filepath.Join(dir, "b/y.txt"), strings.Repeat("y", 4096))
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	defer c.Close()
+	x, y, missing := filepath.Join(dir, "a/x.txt"), filepath.Join(dir, "b/y.txt"), filepath.Join(dir, "a/none.txt")
+	describe(t, c, x) // a's directory is watched already
+	c.Purge(x, false)
+	c.watch.mountsChanging()
+	for _, p := range []string{x, y, missing} {
+		describe(t, c, p)
+		if e, ok := c.entries.Load(p); ok {
+			if e := e.(*Entry); e.watched || e.headWanted.Load() {
+				t.Errorf("%s, looked up while the table is unread: trusted until an event %v, head wanted %v", p, e.watched, e.headWanted.Load())
+			}
+		} else if sl := c.negativeSlot(p); sl == nil || sl.watched {
+			t.Errorf("%s, looked up while the table is unread: negative entry %v, trusted until an event", p, sl != nil)
+		}
+	}
+	nodes := c.counts.WatchNodes.Load()
+	c.watch.mountsChanged(nil) // the table read: no change
+	for _, p := range []string{x, y, missing} {
+		c.Purge(p, false)
+		describe(t, c, p)
+		if !c.cachedWatched(p) {
+			t.Errorf("%s, looked up once the table was read: not trusted until an event", p)
+		}
+	}
+	if n := c.counts.WatchNodes.Load(); n <= nodes {
+		t.Errorf("b's directory was not entered once the table was read: %d nodes, %d before", n, nodes)
+	}
 }

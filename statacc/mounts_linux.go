@@ -86,8 +86,8 @@ func unwatchMounts(c *Cache) {
 	r.notifying.Unlock()
 }
 
-// notify tells every cache of the mount points that changed.
-func (r *mountRegistry) notify(points []string) {
+// each calls f for every cache, while none can leave.
+func (r *mountRegistry) each(f func(c *Cache)) {
 	r.notifying.Lock()
 	defer r.notifying.Unlock()
 	r.mu.Lock()
@@ -97,10 +97,23 @@ func (r *mountRegistry) notify(points []string) {
 	}
 	r.mu.Unlock()
 	for _, c := range caches {
+		f(c)
+	}
+}
+
+// changing tells every cache that the table changed and is not read yet.
+func (r *mountRegistry) changing() {
+	r.each(func(c *Cache) { c.watch.mountsChanging() })
+}
+
+// read tells every cache of the mount points that changed since the last
+// read of the table (none, if the changes cancelled out), now read.
+func (r *mountRegistry) read(points []string) {
+	r.each(func(c *Cache) {
 		if c.watch.mountsChanged(points) {
 			c.tidyAfterRemovals()
 		}
-	}
+	})
 }
 
 // mountWatcher reads /proc/self/mountinfo when the kernel says it changed.
@@ -169,11 +182,11 @@ func (m *mountWatcher) run(rc syscall.RawConn) {
 			}
 			armed = true
 			start := time.Now()
+			var points []string
 			if m.read() == nil {
-				if points := m.diff(); len(points) > 0 {
-					m.reg.notify(points)
-				}
+				points = m.diff()
 			}
+			m.reg.read(points)
 			// Under a storm of changes (a container host starting many
 			// at once) the reads are spaced by four times what one took:
 			// at most a fifth of a CPU, whatever the table's size.
@@ -183,6 +196,7 @@ func (m *mountWatcher) run(rc syscall.RawConn) {
 		if err != nil {
 			return // closed (or not pollable: nothing to wait for)
 		}
+		m.reg.changing()
 		time.Sleep(gap)
 	}
 }
@@ -313,6 +327,25 @@ func dedupe(points []string) []string {
 	return out
 }
 
+// mountsChanging records that the mount table changed and is not read
+// yet: until it is (mountsChanged), what a lookup finds may be a mount
+// that will be gone before the table is read, and show no change then.
+// Such a lookup's entry is trusted for a second (Cache.record), and nodes
+// made meanwhile are made again (ensure).
+func (w *watcher) mountsChanging() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.mountGen++
+	w.mountsUnread.Store(true)
+	w.mu.Unlock()
+}
+
+// mountsPending reports whether the mount table changed and is not read
+// yet (mountsChanging).
+func (w *watcher) mountsPending() bool { return w != nil && w.mountsUnread.Load() }
+
 // mountsChanged ends what mounts appearing or going at points may have
 // changed, as inotify events would: the nodes of the directories at or
 // below each point, with their entries (positive and negative) and the
@@ -338,6 +371,7 @@ func (w *watcher) mountsChanged(points []string) bool {
 	w.mu.Lock()
 	invalidated := w.cache.counts.Invalidations.Load()
 	w.mountGen++
+	w.mountsUnread.Store(false)
 	for _, p := range points {
 		if !filepath.IsAbs(p) {
 			continue

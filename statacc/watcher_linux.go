@@ -73,10 +73,12 @@ type watcher struct {
 	freeMarks []int32
 	// byReal finds the settled nodes by their real path, for the mount
 	// table's changes (mounts_linux.go); nodes of one path are chained by
-	// sameReal. mountGen counts those changes: a lookup that installed
-	// nodes while one came starts again (ensure).
-	byReal   map[string]*dirNode
-	mountGen uint64
+	// sameReal. mountGen counts those changes, mountsUnread is set from
+	// the kernel's word that the table changed until it was read: a
+	// lookup that installed nodes meanwhile starts again (ensure).
+	byReal       map[string]*dirNode
+	mountGen     uint64
+	mountsUnread atomic.Bool
 }
 
 // maxMarks bounds the marks allocated for a very large MaxWatches.
@@ -544,10 +546,10 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, again bo
 	}
 	w.mu.Lock()
 	dropped := leaf.dropped
-	if !dropped && len(fresh) > 0 && w.mountGen != mountGen {
+	if !dropped && len(fresh) > 0 && (w.mountGen != mountGen || w.mountsUnread.Load()) {
 		// A mount came or went while this call installed nodes: a watch
-		// added before it may be on the directory it now covers (or
-		// uncovered). Make them again.
+		// may be on the directory it covers now (or uncovered, or on one
+		// that came and went). Make them again.
 		for _, n := range nodes {
 			if fresh[n] {
 				w.dropLocked(n, &gone) // and the fresh ones below it

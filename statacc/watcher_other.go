@@ -50,3 +50,7 @@ func (w *watcher) close() {}
 
 // mountsChanged has nothing to drop: mounts are not watched here.
 func (w *watcher) mountsChanged([]string) bool { return false }
+
+func (w *watcher) mountsChanging() {}
+
+func (w *watcher) mountsPending() bool { return false }
