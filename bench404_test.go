@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -47,10 +48,46 @@ func BenchmarkSiteHit1KiB(b *testing.B) {
 // benchSite is one site of benchSites: its name and its handler lines.
 type benchSite struct{ name, handler string }
 
+// BenchmarkSiteDistinct404 is a 404 storm of distinct paths, one per
+// request, through the whole server (issue 29's scanners): short names in
+// 100 directories that exist, and 3.4 KB paths 380 levels below a
+// directory that does not. flash_serve beside file_server and Caddy's
+// `respond 404` in one process, each site with the same root directive.
+func BenchmarkSiteDistinct404(b *testing.B) {
+	root := b.TempDir()
+	for k := range 100 {
+		if err := os.WriteFile(filepath.Join(root, fmt.Sprintf("index%d.html", k)), nil, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(root, fmt.Sprintf("dir%d", k)), 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	deep := strings.Repeat("abcdefgh/", 380)
+	sites := []benchSite{
+		{"flash_serve", "flash_serve"},
+		{"file_server", "file_server"},
+		{"respond", "respond 404"},
+	}
+	b.Run("short", func(b *testing.B) {
+		benchSitesPaths(b, root, func(i int) string { return fmt.Sprintf("/dir%d/r%09d.html", i%100, i) }, 404, sites)
+	})
+	b.Run("deep", func(b *testing.B) {
+		benchSitesPaths(b, root, func(i int) string { return fmt.Sprintf("/nx%09d/abcdefgh/%sf.html", i, deep) }, 404, sites)
+	})
+}
+
 // benchSites serves root through each site in one Caddy process and
 // measures one keep-alive HTTP/1.1 round trip of path per iteration,
 // checking the status and reading the whole body.
 func benchSites(b *testing.B, root, path string, status int, sites []benchSite) {
+	benchSitesPaths(b, root, func(int) string { return path }, status, sites)
+}
+
+// benchSitesPaths is benchSites with the path of each request given by
+// path: the i-th of each site's run (from 1; 0 is the first request,
+// before the timer).
+func benchSitesPaths(b *testing.B, root string, path func(i int) string, status int, sites []benchSite) {
 	ports := make([]int, len(sites))
 	var cfg bytes.Buffer
 	for i, s := range sites {
@@ -65,10 +102,14 @@ func benchSites(b *testing.B, root, path string, status int, sites []benchSite) 
 				b.Fatal(err)
 			}
 			defer conn.Close()
-			req := []byte(fmt.Sprintf("GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n", path, ports[i]))
+			host := fmt.Sprintf("127.0.0.1:%d", ports[i])
 			want := []byte(fmt.Sprintf("HTTP/1.1 %d ", status))
 			br := bufio.NewReaderSize(conn, 4096)
+			var req []byte
+			n := 0
 			roundTrip := func() {
+				req = fmt.Appendf(req[:0], "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path(n), host)
+				n++
 				if _, err := conn.Write(req); err != nil {
 					b.Fatal(err)
 				}

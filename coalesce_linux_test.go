@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
 // segmentCountingClient is an HTTP/1.1 client of one keep-alive
@@ -149,5 +151,93 @@ func TestHeadAndBodyLeaveInOneSegment(t *testing.T) {
 		if status, got, _ := do("GET", "/big.bin", ""); status != 200 || !bytes.Equal(got, big) {
 			t.Fatalf("big.bin: status %d, %d bytes", status, len(got))
 		}
+	}
+}
+
+// TestSendfileBodyLeavesWholeWithItsHeader: a body sendfile carries
+// through the listener wrapper leaves by sendfile from its first byte
+// (the header is written before net/http would copy the first 512 bytes
+// itself), and the header waits for it (MSG_MORE): on loopback, whose
+// segments hold 64 KiB, the client receives a body of 8 or 20 KiB, whole
+// or a range, in one segment with its header. A multipart range arrives
+// whole, every part's bytes by sendfile. A rule that removes the
+// Content-Type leaves the header to net/http's sniffing, which needs the
+// body's first bytes: those are copied as before, and the rest still goes
+// by sendfile.
+func TestSendfileBodyLeavesWholeWithItsHeader(t *testing.T) {
+	root := t.TempDir()
+	rng := rand.NewChaCha8([32]byte{5})
+	files := map[string][]byte{}
+	for _, size := range []int{8 << 10, 20 << 10} {
+		b := make([]byte, size)
+		rng.Read(b)
+		name := fmt.Sprintf("/f%d.bin", size)
+		if err := os.WriteFile(filepath.Join(root, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files[name] = b
+	}
+	port, sniffPort := freePort(t), freePort(t)
+	loadSites(t, "", siteBlock(port, root, flashServe("transmit sendfile"))+
+		siteBlock(sniffPort, root, "header -Content-Type", flashServe("transmit sendfile")))
+	sc := newSegmentCountingClient(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	// sendfileSince is what sendfile has sent since before, once it is
+	// want: a call's bytes are counted when it returns, which can be just
+	// after the client has read them.
+	sendfileSince := func(before, want int64) int64 {
+		for deadline := time.Now().Add(2 * time.Second); transmit.Snapshot().SendfileBytes-before < want && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		return transmit.Snapshot().SendfileBytes - before
+	}
+	// The connection is open from here on, and the first body counted.
+	opened := transmit.Snapshot().SendfileBytes
+	sc.fetch(t, "GET", base+"/f8192.bin", "")
+	sendfileSince(opened, 8<<10)
+	for _, tc := range []struct {
+		name, rangeHeader string
+		start, end        int // the body's bytes of the file
+	}{
+		{"/f8192.bin", "", 0, 8 << 10},
+		{"/f20480.bin", "", 0, 20 << 10},
+		{"/f20480.bin", "bytes=100-15000", 100, 15001},
+	} {
+		for _, round := range []string{"first", "second"} {
+			before := transmit.Snapshot().SendfileBytes
+			resp, got, segs := sc.fetch(t, "GET", base+tc.name, tc.rangeHeader)
+			want := files[tc.name][tc.start:tc.end]
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%s %q: status %d, %d bytes, want %d of the file", tc.name, tc.rangeHeader, resp.StatusCode, len(got), len(want))
+			}
+			sent := sendfileSince(before, int64(len(want)))
+			t.Logf("%s %q, %s request: %d data segments, %d bytes by sendfile", tc.name, tc.rangeHeader, round, segs, sent)
+			if sent != int64(len(want)) {
+				t.Errorf("%s %q: %d of the %d body bytes left by sendfile", tc.name, tc.rangeHeader, sent, len(want))
+			}
+			if segs != 1 {
+				t.Errorf("%s %q, %s request: the response came in %d segments, want 1", tc.name, tc.rangeHeader, round, segs)
+			}
+		}
+	}
+	before := transmit.Snapshot().SendfileBytes
+	resp, got, _ := sc.fetch(t, "GET", base+"/f20480.bin", "bytes=0-999,2000-9999")
+	if resp.StatusCode != http.StatusPartialContent || !bytes.Contains(got, files["/f20480.bin"][:1000]) ||
+		!bytes.Contains(got, files["/f20480.bin"][2000:10000]) {
+		t.Errorf("multipart: status %d, %d bytes without both parts", resp.StatusCode, len(got))
+	}
+	if sent := sendfileSince(before, 9000); sent != 9000 {
+		t.Errorf("multipart: %d of the parts' 9000 bytes left by sendfile", sent)
+	}
+
+	sniffed := fmt.Sprintf("http://127.0.0.1:%d", sniffPort)
+	before = transmit.Snapshot().SendfileBytes
+	resp, got, _ = sc.fetch(t, "GET", sniffed+"/f20480.bin", "")
+	if !bytes.Equal(got, files["/f20480.bin"]) || resp.Header.Get("Content-Type") != http.DetectContentType(files["/f20480.bin"]) {
+		t.Errorf("Content-Type removed: %d bytes (exact: %v), Content-Type %q, want net/http's sniffed %q", len(got),
+			bytes.Equal(got, files["/f20480.bin"]), resp.Header.Get("Content-Type"), http.DetectContentType(files["/f20480.bin"]))
+	}
+	if sent := sendfileSince(before, 20<<10-sniffLen); sent != 20<<10-sniffLen {
+		t.Errorf("Content-Type removed: %d bytes by sendfile, want all but net/http's %d", sent, sniffLen)
 	}
 }

@@ -16,6 +16,27 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
+// TestCleanAbsOfLongPaths checks cleanAbs against path.Clean on paths
+// longer than indexPair's window, with an empty, "." or ".." element at
+// every place, across the windows' boundaries too.
+func TestCleanAbsOfLongPaths(t *testing.T) {
+	for _, n := range []int{63, 64, 65, 127, 128, 129, 200, 3500} {
+		clean := "/" + strings.Repeat("abcdefgh/", n/9+1)[:n-2] + "z"
+		if !cleanAbs(clean) || path.Clean(clean) != clean {
+			t.Fatalf("%d bytes: cleanAbs %v, path.Clean changes it: %v", len(clean), cleanAbs(clean), path.Clean(clean) != clean)
+		}
+		for i := 1; i < len(clean); i++ {
+			for _, bad := range []string{"/", "/.", "/..", "/./", "/../"} {
+				p := clean[:i] + bad + clean[i:]
+				want := path.Clean(p) == p
+				if got := cleanAbs(p); got != want {
+					t.Fatalf("cleanAbs of %d bytes with %q at %d = %v, want %v", len(p), bad, i, got, want)
+				}
+			}
+		}
+	}
+}
+
 // TestCleanAbs checks cleanAbs against path.Clean on every string of up
 // to 8 bytes over the alphabet that makes paths unclean ('/', '.', 'a').
 func TestCleanAbs(t *testing.T) {

@@ -125,11 +125,22 @@ type FlashServe struct {
 
 	// The most "no such file" answers the cache keeps, each about 150
 	// bytes of Go heap plus its path, none of which the garbage collector
-	// has to scan; 0 disables negative caching. When it
-	// is full, a path missing for the first time is answered without being
+	// has to scan; 0 disables negative caching. Their paths together are
+	// bounded too, to 128 bytes per entry of this number (1 MiB at least),
+	// so that long paths make the cache keep fewer answers rather than
+	// take more memory. When it is full (of answers or of their paths'
+	// bytes), a path missing for the first time is answered without being
 	// kept, so that a scanner's distinct paths displace nothing, and a path
-	// that misses again replaces the entries least recently hit.
-	// Default: 65536 (about 16 MiB of heap with 100-byte paths).
+	// that misses again replaces the entries least recently hit. A
+	// directory that inotify watches, on a local filesystem and not
+	// case-insensitive, in which eight names were found missing is listed
+	// (up to 16,384 names; 2^18 names, about 4 MiB, in all), and its other
+	// missing names, and every path below them, are answered from the
+	// listing with no system call and nothing kept per path; the listing
+	// is kept up to date by inotify and read again after `revalidate`.
+	// 0 turns listings off too.
+	// Default: 65536 (about 16 MiB of heap with 100-byte paths; 8 MiB of
+	// paths at most, about 20 MiB of heap in all at worst).
 	NegativeCache *int `json:"negative_cache,omitempty"`
 
 	// The most directories the cache watches with inotify: each cached

@@ -38,7 +38,7 @@ type caddyProcess struct {
 // startCaddyProcess starts `caddy run` with a Caddyfile.
 func startCaddyProcess(t *testing.T, name, config string, env ...string) *caddyProcess {
 	t.Helper()
-	return startCaddyCommand(t, name, []string{"run", "--config", config, "--adapter", "caddyfile"}, env...)
+	return startCaddyCommand(t, name, runArgs(config), env...)
 }
 
 // startCaddyCommand starts `caddy ARGS...` (the test binary, see
@@ -50,9 +50,25 @@ func startCaddyCommand(t *testing.T, name string, args []string, env ...string) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startCaddyProcessAs(t, name, exe, t.TempDir(), nil, args, env...)
+}
+
+// runArgs are the arguments of `caddy run` with a Caddyfile.
+func runArgs(config string) []string {
+	return []string{"run", "--config", config, "--adapter", "caddyfile"}
+}
+
+// startCaddyProcessAs is startCaddyCommand with the test binary at exe
+// and the home directory home; with a credential (not nil), run as that
+// user, in home.
+func startCaddyProcessAs(t *testing.T, name, exe, home string, cred *syscall.Credential, args []string, env ...string) *caddyProcess {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	cmd := exec.CommandContext(ctx, exe)
-	home := t.TempDir()
+	if cred != nil {
+		cmd.Dir = home
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	cmd.Env = append(os.Environ(),
 		"FLASH_SERVE_TEST_CADDY_ARGS="+strings.Join(args, "\x1f"),
 		"HOME="+home, "XDG_DATA_HOME="+filepath.Join(home, "data"), "XDG_CONFIG_HOME="+filepath.Join(home, "config"))

@@ -39,13 +39,30 @@ type Options struct {
 	MaxOpenFiles int
 	// NegativeEntries bounds the cached "no such file" answers, each about
 	// 150 bytes of Go heap plus its path, in memory the garbage collector
-	// does not scan (negstore.go). While there is room every one is
-	// kept; when full, a path missing for the first time is answered
-	// without being kept (a scanner's distinct paths displace nothing),
-	// and one that missed before replaces the entries least recently hit
-	// (negative.go). Default: 65536, about 16 MiB with 100-byte paths. A
-	// negative value disables negative caching.
+	// does not scan (negstore.go). Their paths are bounded too, to 128
+	// bytes an entry on average (1 MiB at least: negativeBytes), so that
+	// long paths cannot make the bound cost more. While there is room
+	// every one is kept; when full, a path missing for the first time is
+	// answered without being kept (a scanner's distinct paths displace
+	// nothing), and one that missed before replaces the entries least
+	// recently hit (negative.go). A watched directory in which eight
+	// names were found missing is listed (listing_linux.go, at most 16,384
+	// names, 2^18 in all): its other missing names, and every path below
+	// them, are then answered with no system call and no entry. Default:
+	// 65536, about 16 MiB with 100-byte paths, 8 MiB of paths at most. A
+	// negative value disables negative caching, listings included.
 	NegativeEntries int
+	// negativeBytes bounds the bytes of the negative entries' paths and
+	// roots. Default: 128 per entry of NegativeEntries, 1 MiB at least.
+	// Set by tests only.
+	negativeBytes int64
+	// listAfter is how many missing names are looked up in a watched
+	// directory, each through the filesystem, before its names are listed
+	// and the next ones answered from the listing (listing_linux.go); a
+	// negative value lists none. Default: 8; none with negative caching
+	// off. Set by tests only: those about negative entries list none, so
+	// that their distinct paths in one directory all reach the store.
+	listAfter int
 	// MemoryBudget is how many bytes of small files are kept in memory.
 	// Default: 64 MiB. A negative value disables it.
 	MemoryBudget int64
@@ -115,6 +132,10 @@ type counters struct {
 	DirEntries atomic.Int64
 	// SlotLookups, CachedLookups: see Counters.
 	SlotLookups, CachedLookups atomic.Int64
+	// ListedMisses counts the lookups answered "no such file" from a
+	// directory's listing (listing_linux.go), also counted in
+	// NegativeHits; Listings is the directories listed now.
+	ListedMisses, Listings atomic.Int64
 }
 
 // Counters are a cache's counters and gauges at one moment, from
@@ -318,6 +339,15 @@ func New(o Options) *Cache {
 	}
 	if o.NegativeEntries == 0 {
 		o.NegativeEntries = defaultNegativeEntries
+	}
+	if o.negativeBytes <= 0 {
+		o.negativeBytes = max(minNegativeBytes, int64(o.NegativeEntries)*negativeBytesPerEntry)
+	}
+	if o.listAfter == 0 {
+		o.listAfter = defaultListAfter
+	}
+	if o.NegativeEntries < 0 {
+		o.listAfter = -1
 	}
 	if o.MemoryBudget == 0 {
 		o.MemoryBudget = 64 << 20
@@ -564,6 +594,7 @@ func (c *Cache) dropStale() int {
 		return !c.freshNegative(sl) && !c.keptForRevalidation(sl)
 	})
 	c.watch.forgetNegatives(gone)
+	c.watch.expireListings(c.opts.Revalidate)
 	c.counts.Expired.Add(int64(n + len(gone)))
 	c.tidyRings(n > 0, len(gone) > 0)
 	return n + len(gone)
@@ -657,7 +688,7 @@ func (c *Cache) lookupClosed(ctx context.Context, key lookupKey) (*Entry, error)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	e, _ := c.load(key, "", false)
+	e, _ := c.load(key, "")
 	<-c.slots
 	if e.err != nil {
 		return nil, e.err
@@ -712,15 +743,17 @@ func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, pat
 			}
 			e.hot.Hit()
 			c.counts.Hits.Add(1)
-			if e.headWanted.Load() {
-				c.fillHead(e)
-			}
 			return e, nil
 		}
 	}
 	key := lookupKey{path: path, root: root, mode: mode}
 	if err, ok := c.negativeHit(key); ok {
 		return nil, err
+	}
+	if c.opts.listAfter > 0 && c.watch.listedMissing(lookupKey{path: path, root: root, mode: mode}, c.opts.Revalidate) {
+		c.counts.NegativeHits.Add(1)
+		c.counts.ListedMisses.Add(1)
+		return nil, negErrors[negNotExist]
 	}
 	for range 3 {
 		e, err := c.miss(ctx, key, site)
@@ -980,16 +1013,17 @@ func (c *Cache) resolve(key lookupKey, site string) *Entry {
 	admit := admitAsk
 	var ticket watchTicket
 	entered := false
-	if c.opts.NegativeEntries >= 0 && c.negativesFull() {
+	if c.opts.NegativeEntries >= 0 && c.negativesFull(key) {
 		// With negative caching off there is nothing to keep out, and no
 		// probe: a miss is one open, as before the negative cache.
 		admit = admitNo
-		if c.keepsNegative(key.path) {
+		if c.keepsNegative(key) {
 			admit = admitYes
 		} else if ticket, entered = c.watch.enterSettled(dir); !entered {
 			// A negative answer would not be kept, and entering the
 			// watcher would make nodes and watches for it: open first.
 			if e := c.probeMissing(key, dir, site); e != nil {
+				c.noteMissing(key, e, watchTicket{})
 				return e
 			}
 		}
@@ -1002,9 +1036,19 @@ func (c *Cache) resolve(key lookupKey, site string) *Entry {
 	c.watch.learnFS(ticket, dir)
 	// The age counts from before the stat: what it saw may be that old.
 	checked := nanotime()
-	e, links := c.load(key, site, ticket.watched)
+	e, links := c.load(key, site)
 	c.noteLinked(e, links)
+	c.noteMissing(key, e, ticket)
 	return c.record(key, ticket, checked, e, admit, links != notLinked)
+}
+
+// noteMissing tells the watcher of a path found missing through the
+// filesystem, so that a directory in which many are lists its names
+// (listing_linux.go). Not with negative caching off, which a listing is.
+func (c *Cache) noteMissing(key lookupKey, e *Entry, t watchTicket) {
+	if e.err != nil && c.opts.listAfter > 0 && errors.Is(e.err, fs.ErrNotExist) {
+		c.watch.noteMissing(key.path, t, c.opts.listAfter)
+	}
 }
 
 // noteLinked wakes the janitor for a descriptor reached through a
@@ -1052,7 +1096,7 @@ func (c *Cache) resolveCached(key lookupKey, site string) *Entry {
 	// No link is followed here (RESOLVE_NO_SYMLINKS); a hard link may be,
 	// and the file may be a mount root.
 	linked := unwatchable(key.path, info, false, err) != notLinked
-	return c.record(key, ticket, checked, c.build(key.path, site, info, f, err, ticket.watched && !linked, false), admitAsk, linked)
+	return c.record(key, ticket, checked, c.build(key.path, site, info, f, err, false), admitAsk, linked)
 }
 
 // admission says whether record keeps a negative answer: as keepsNegative
@@ -1079,7 +1123,6 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 	path := key.path
 	if !briefly && ticket.watched && c.watch.mountsPending() {
 		briefly = true
-		e.headWanted.Store(false) // no head where no event may come
 	}
 	e.root, e.symlinks = key.root, key.mode
 	if e.err == nil && e.fileMode.IsRegular() {
@@ -1099,7 +1142,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 		return e // an answer for this request, not for the next one
 	}
 	if e.err != nil {
-		if admit == admitNo || admit == admitAsk && !c.keepsNegative(path) {
+		if admit == admitNo || admit == admitAsk && !c.keepsNegative(key) {
 			c.watch.leave(ticket)
 			return e
 		}
@@ -1173,7 +1216,7 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *
 		c.drop(pos.(*Entry))
 	}
 	ringAdd(&c.negs, negOps{c}, ref, c.opts.NegativeEntries)
-	if c.counts.NegativeCount.Load() > int64(c.opts.NegativeEntries) {
+	if c.counts.NegativeCount.Load() > int64(c.opts.NegativeEntries) || s.bytes.Load() > c.opts.negativeBytes {
 		c.evictNegatives(ref)
 	}
 	if c.closed.Load() {
@@ -1187,11 +1230,9 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *
 // unpublish removes e from the map if it is still there under its key.
 func (c *Cache) unpublish(e *Entry) bool { return c.entries.CompareAndDelete(e.path, e) }
 
-// load does the system calls for one path. withHead says whether to keep
-// the file's head: only where inotify watches, so that a file rewritten in
-// place cannot be served with an old head for longer than the event takes.
+// load does the system calls for one path, for a lookup made for site.
 // links is Cache.open's: an entry of a linked file is trusted briefly.
-func (c *Cache) load(key lookupKey, site string, withHead bool) (e *Entry, links linkKind) {
+func (c *Cache) load(key lookupKey, site string) (e *Entry, links linkKind) {
 	path := key.path
 	info, f, links, err := c.open(key)
 	if err != nil && IsFDExhaustion(err) {
@@ -1204,14 +1245,14 @@ func (c *Cache) load(key lookupKey, site string, withHead bool) (e *Entry, links
 		c.evict(int(min(int64(c.opts.MaxOpenFiles), c.counts.OpenFiles.Load()))/2, false)
 		info, f, links, err = c.open(key)
 	}
-	return c.build(path, site, info, f, err, withHead && links == notLinked, true), links
+	return c.build(path, site, info, f, err, true), links
 }
 
 // build makes the entry of what open found for a lookup made for site
 // (the site's root, "" if none). mayBlock says whether a small file's
 // content may be read from the disk; if not, it is kept only if the page
 // cache holds it.
-func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, withHead, mayBlock bool) *Entry {
+func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, mayBlock bool) *Entry {
 	if err != nil {
 		return &Entry{path: path, err: err}
 	}
@@ -1246,44 +1287,8 @@ func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, 
 			c.counts.MemoryBytes.Add(-e.size)
 		}
 	}
-	switch {
-	case e.data != nil:
-		e.memBytes.Store(e.size)
-		head := e.data[:min(len(e.data), headSize)]
-		e.head.Store(&head)
-	case e.size > 0 && withHead && c.opts.MemoryBudget > 0:
-		// The head is read by the entry's second request (fillHead), not
-		// now: on a tree that churns most entries serve one response,
-		// whose body is read whole anyway.
-		e.headWanted.Store(true)
-	}
 	e.cache = c
 	return e
-}
-
-// fillHead reads the head of an entry that is used again, once: one read
-// now saves one on every later response of the entry. A read that would
-// wait for the disk is not worth it on the request path: the head is left
-// out, and responses read it as the rest. Heads are memory like small
-// files' bodies, and share their budget (512 bytes times 262,144 open
-// files would be 128 MiB). The caller holds a reference, so the file is
-// open and the bytes counted here are given back by the last Release.
-func (c *Cache) fillHead(e *Entry) {
-	if !e.headWanted.CompareAndSwap(true, false) {
-		return
-	}
-	size := min(e.size, headSize)
-	if c.counts.MemoryBytes.Add(size) > c.opts.MemoryBudget {
-		c.counts.MemoryBytes.Add(-size)
-		return
-	}
-	head := make([]byte, size)
-	if n, err := readHead(e.file, e.fd, head); n == len(head) && err == nil {
-		e.memBytes.Store(size)
-		e.head.Store(&head)
-	} else {
-		c.counts.MemoryBytes.Add(-size)
-	}
 }
 
 // open describes the key's path and returns it open if it is a regular
@@ -1432,6 +1437,7 @@ func (c *Cache) Purge(path string, subtree bool) int {
 	}
 	gone := c.negatives.removeBelow(path, prefix, subtree)
 	c.watch.forgetNegatives(gone)
+	c.watch.unlistAll()
 	n := len(gone)
 	if v, ok := c.entries.LoadAndDelete(path); ok {
 		c.drop(v.(*Entry))
@@ -1456,6 +1462,7 @@ func (c *Cache) flush() {
 	c.counts.Flushes.Add(1)
 	gone := c.negatives.removeWhere(func(*negSlot, []byte) bool { return true })
 	c.watch.forgetNegatives(gone)
+	c.watch.unlistAll()
 	c.entries.Range(func(k, v any) bool {
 		if c.entries.CompareAndDelete(k, v) {
 			c.drop(v.(*Entry))
@@ -1469,7 +1476,8 @@ func (c *Cache) flush() {
 // descriptors' CLOCK (sweep). An evicted entry is forgotten: a later
 // request for it is a miss.
 func (c *Cache) evict(target int, secondChance bool) {
-	sweep(&c.fds, fdOps{c}, &c.counts.OpenFiles, target, c.opts.MaxOpenFiles, secondChance, &c.counts.Evictions, nil)
+	over := func() bool { return c.counts.OpenFiles.Load() > int64(target) }
+	sweep(&c.fds, fdOps{c}, over, c.opts.MaxOpenFiles, secondChance, &c.counts.Evictions, nil)
 }
 
 // entryCount is the number of cached entries, negative ones included.

@@ -90,7 +90,13 @@ func localFS(dir string) bool {
 	if err := unix.Statfs(dir, &st); err != nil {
 		return false
 	}
-	switch uint32(st.Type) {
+	return localFSType(st.Type)
+}
+
+// localFSType reports whether statfs's f_type names one of localFS's
+// filesystems.
+func localFSType(t int64) bool {
+	switch uint32(t) {
 	case unix.EXT4_SUPER_MAGIC, unix.XFS_SUPER_MAGIC, unix.BTRFS_SUPER_MAGIC, unix.TMPFS_MAGIC,
 		unix.OVERLAYFS_SUPER_MAGIC, unix.RAMFS_MAGIC, unix.F2FS_SUPER_MAGIC:
 		return true

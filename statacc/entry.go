@@ -19,18 +19,20 @@ import (
 // is resolved so that a response only copies strings.
 //
 // An entry is shared by every request for its path and is never changed
-// once published, but for its bodies (Data, Head), let go when its last
+// once published, but for its body (Data), let go when its last
 // reference is released: its values are read through methods, header
 // values are strings (a response puts them into slices of its own), and
-// Data and Head, the only shared bytes, must be copied before they reach
-// a writer, and be read only while a reference is held.
+// Data, the only shared bytes, must be copied before it reaches a writer,
+// and be read only while a reference is held. Nothing else of a file's
+// content is kept: a body is either Data, whole or in ranges of it, or
+// read from the file when it is sent, never the one spliced with the
+// other (the file may change with no event: a write through a shared
+// mapping).
 type Entry struct {
 	// Fields are ordered so that the small ones share words, at the end.
-	// The struct is 296 bytes on 64-bit platforms, in the 320-byte size
-	// class: it would take 8 bytes less (the 288-byte class) with the
-	// three atomic flags in one word, which a hit's CLOCK mark would then
-	// set with an atomic Or (not done: the 32 bytes are about 5 % of
-	// what a cached file entry costs, TestHeapPerEntry).
+	// The struct is 280 bytes on 64-bit platforms, in the 288-byte size
+	// class (TestHeapPerEntry); the next class down, 256, is 24 bytes
+	// away.
 	path string
 	size int64
 	// modSec and modNsec are the mtime (modNsec at the end, with the
@@ -45,12 +47,8 @@ type Entry struct {
 	// gave, such as fs.ErrNotExist.
 	err error
 	// data is the whole content of a small file kept in memory, nil if
-	// not.
+	// not; its length is what it holds against the memory budget.
 	data []byte
-	// head holds the file's first headSize bytes (see Head), set once:
-	// at the load from data, or by the entry's second request while
-	// headWanted says it is still to be read (Cache.fillHead).
-	head atomic.Pointer[[]byte]
 
 	file handle // the open file of a regular-file entry
 	fd   int    // file's descriptor, read once so Fd() is never called again
@@ -72,12 +70,8 @@ type Entry struct {
 	cache *Cache
 	root  string // the root it was confined to, "" with SymlinksFollow
 	// dir is the watcher's node of the entry's directory, nil if unwatched.
-	dir *dirNode
-	// memBytes is what data and head hold against the memory budget.
-	memBytes atomic.Int64
-	fileID   uint64 // device and inode, mixed; 0 if unknown
-
-	headWanted atomic.Bool
+	dir    *dirNode
+	fileID uint64 // device and inode, mixed; 0 if unknown
 	// trusted is set at open when mincore tells this process the truth
 	// about the file's pages (pagecache.Trusted): it owns the file or may
 	// write it.
@@ -137,18 +131,6 @@ func (e *Entry) Length() string { return e.length }
 // it is passed to a writer, which may keep or change what it is given.
 func (e *Entry) Data() []byte { return e.data }
 
-// Head is the file's first 512 bytes (fewer if it is shorter), nil when
-// not kept (yet: a file not kept in memory gets it on its entry's second
-// request, if the page cache holds it): net/http reads that much of a body itself before it hands the
-// rest to sendfile, and serving it from here saves a pread per response.
-// It is as fresh as the entry, and shared and read-only as Data is.
-func (e *Entry) Head() []byte {
-	if p := e.head.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
 // FileID identifies the file (its device and inode, mixed into one
 // number; 0 where unknown), for bounds that count per file rather than
 // per descriptor.
@@ -159,10 +141,6 @@ func (e *Entry) FileID() uint64 { return e.fileID }
 // stat made when the entry was built: io_uring submits its reads
 // differently.
 func (e *Entry) NoBlockDevice() bool { return e.noBlockDev }
-
-// headSize is how much of a file an entry keeps in Head: net/http's
-// sniff length, what it copies through its buffer before ReadFrom.
-const headSize = 512
 
 // residentFor is how long a file seen whole in the page cache is assumed
 // to stay there: long enough that a hot file is probed about once a
@@ -266,15 +244,14 @@ func (e *Entry) Release() {
 			if e.otherMount {
 				e.cache.otherMountFiles.Add(-1)
 			}
-			if n := e.memBytes.Load(); n != 0 {
-				e.cache.counts.MemoryBytes.Add(-n)
+			if n := len(e.data); n != 0 {
+				e.cache.counts.MemoryBytes.Add(-int64(n))
 			}
 		}
 		// Nobody holds the entry or can acquire it again (acquire fails
 		// at 0), but the descriptors' clock may keep the husk until it is
 		// compacted: free what the memory budget counted now, with it.
 		e.data = nil
-		e.head.Store(nil)
 	}
 }
 

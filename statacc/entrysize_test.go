@@ -86,7 +86,8 @@ func TestHeapPerEntry(t *testing.T) {
 	for _, p := range files {
 		missing = append(missing, filepath.Join(filepath.Dir(p), "missing-"+filepath.Base(p)))
 	}
-	c := New(Options{Workers: 2, NegativeEntries: len(missing) + 1, MaxOpenFiles: len(files) + 64})
+	// No listing: every missing path is an entry, which is what is measured.
+	c := New(Options{Workers: 2, NegativeEntries: len(missing) + 1, MaxOpenFiles: len(files) + 64, listAfter: -1})
 	defer c.Close()
 	// A first lookup elsewhere makes the watcher's root and the cache's
 	// lazily made structures, which are not per entry.

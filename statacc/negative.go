@@ -14,9 +14,30 @@ import (
 // the watcher's index, and the doorkeeper's 4 bytes), and its path and
 // root once more at most while freed arena bytes wait for compaction
 // (negstore.go), so 65,536 of them take about 16 MiB with paths of 100
-// bytes, 29 MiB at worst, none of it scanned by the collector, and a
-// storm of that many distinct missing paths is answered from memory.
+// bytes, none of it scanned by the collector, and a storm of that many
+// distinct missing paths is answered from memory. Paths and roots are
+// bounded apart (negativeBytesPerEntry), so longer ones make the cache
+// hold fewer entries, not more memory: about 20 MiB at worst.
 const defaultNegativeEntries = 65536
+
+// negativeBytesPerEntry and minNegativeBytes make the bound of the bytes
+// the negative entries' paths and roots take (Options.NegativeEntries):
+// 8 MiB for the default count, which holds it with paths of 128 bytes on
+// average. Without it, 65,536 distinct paths of 3.4 KB (a client asking for
+// files 380 directories below one that does not exist) would hold 220 MiB,
+// and up to twice that in arenas waiting for compaction. The arenas hold
+// 1.25 times their live bytes at most (negstore.go): 1 MiB of 3.4 KB
+// paths kept 2 MB of heap in all (TestLongMissingPathsStayUnderTheByteBound).
+const (
+	negativeBytesPerEntry = 128
+	minNegativeBytes      = 1 << 20
+)
+
+// defaultListAfter is Options.listAfter's default: a directory in which
+// eight names were looked up and found missing, each with a failed open,
+// is listed, and the next missing names are answered from the listing
+// with no system call and no memory of their own (listing_linux.go).
+const defaultListAfter = 8
 
 // The negative cache's replacement policy, for a cache that is full:
 //
@@ -73,23 +94,28 @@ func (c *Cache) door() *doorkeeper {
 	return c.doors.Load()
 }
 
-// negativesFull reports whether a new negative entry finds the cache
-// full, or negative caching is off.
-func (c *Cache) negativesFull() bool {
-	return c.opts.NegativeEntries < 0 || c.counts.NegativeCount.Load() >= int64(c.opts.NegativeEntries)
+// negativesFull reports whether a new negative entry for key finds the
+// cache full, of entries or of their paths' bytes (key's own counted: an
+// entry admitted while there is room must not overfill the cache, or its
+// eviction would make room for the next distinct path, and a storm of
+// long ones would churn the store), or negative caching is off.
+func (c *Cache) negativesFull(key lookupKey) bool {
+	return c.opts.NegativeEntries < 0 || c.counts.NegativeCount.Load() >= int64(c.opts.NegativeEntries) ||
+		c.negatives.bytes.Load()+int64(len(key.root)+len(key.path)) > c.opts.negativeBytes
 }
 
-// keepsNegative reports whether a negative answer for path is to be kept:
+// keepsNegative reports whether a negative answer for key is to be kept:
 // yes while there is room, when it replaces a cached entry of the same
 // path (a revalidation), or when the path missed before while the cache
 // was full. It marks the path in the doorkeeper.
-func (c *Cache) keepsNegative(path string) bool {
+func (c *Cache) keepsNegative(key lookupKey) bool {
 	if c.opts.NegativeEntries < 0 {
 		return false
 	}
-	if !c.negativesFull() {
+	if !c.negativesFull(key) {
 		return true
 	}
+	path := key.path
 	if _, ok := c.entries.Load(path); ok || c.negatives.has(path) {
 		return true
 	}
@@ -117,7 +143,7 @@ func (c *Cache) probeMissing(key lookupKey, dir, site string) *Entry {
 	}
 	ticket := c.watch.enter(dir)
 	c.watch.learnFS(ticket, dir)
-	e := c.build(key.path, site, info, f, nil, false, true)
+	e := c.build(key.path, site, info, f, nil, true)
 	c.noteLinked(e, links)
 	return c.record(key, ticket, checked, e, admitAsk, true)
 }
@@ -235,7 +261,7 @@ func tidy[T comparable](k *clock[T], ops clockOps[T], bound int) {
 	k.mu.Unlock()
 }
 
-// sweep forgets entries of k until count is at most target. With
+// sweep forgets entries of k while over says there are too many. With
 // secondChance, an entry used since the hand last passed loses its mark
 // and stays. This approximates LRU without making a hit write anything
 // but one flag. evicted counts the entries forgotten; bound is the most
@@ -243,11 +269,11 @@ func tidy[T comparable](k *clock[T], ops clockOps[T], bound int) {
 // left the cache behind the hand are compacted away. except, if not the
 // zero value, is not evicted: the entry whose arrival made the sweep
 // necessary.
-func sweep[T comparable](k *clock[T], ops clockOps[T], count *atomic.Int64, target, bound int, secondChance bool, evicted *atomic.Int64, except T) {
+func sweep[T comparable](k *clock[T], ops clockOps[T], over func() bool, bound int, secondChance bool, evicted *atomic.Int64, except T) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var none T
-	for steps := 0; count.Load() > int64(target) && len(k.ring) > 0 && steps < 3*len(k.ring); steps++ {
+	for steps := 0; over() && len(k.ring) > 0 && steps < 3*len(k.ring); steps++ {
 		if k.hand >= len(k.ring) {
 			k.hand = 0
 		}
@@ -325,10 +351,14 @@ func (o negOps) evict(r negRef) bool {
 }
 
 // evictNegatives makes room in a negative cache that the admission of r
-// overfilled: down to fifteen sixteenths of the bound, so that the sweep
-// runs once per sixteenth of the cache rather than once per miss. r
-// stays: the sweep looks at the newest entries first (unring).
+// overfilled, of entries or of bytes: down to fifteen sixteenths of both
+// bounds, so that the sweep runs once per sixteenth of the cache rather
+// than once per miss. r stays: the sweep looks at the newest entries
+// first (unring).
 func (c *Cache) evictNegatives(r negRef) {
-	n := c.opts.NegativeEntries
-	sweep(&c.negs, negOps{c}, &c.counts.NegativeCount, n-max(1, n/16), n, true, &c.counts.NegativeEvictions, r)
+	n, b := c.opts.NegativeEntries, c.opts.negativeBytes
+	over := func() bool {
+		return c.counts.NegativeCount.Load() > int64(n-max(1, n/16)) || c.negatives.bytes.Load() > b-b/16
+	}
+	sweep(&c.negs, negOps{c}, over, n, true, &c.counts.NegativeEvictions, r)
 }

@@ -3,6 +3,7 @@ package statacc
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -40,7 +41,9 @@ func negativeHitsOf(t *testing.T, c *Cache, paths []string) int64 {
 // full of the paths it returns, all in dir.
 func fullNegativeCache(t *testing.T, dir string, n int) (*Cache, []string) {
 	t.Helper()
-	c := New(Options{Workers: 2, NegativeEntries: n, Revalidate: time.Hour})
+	// No listing (listAfter -1): the distinct paths in dir are each a
+	// negative entry, not answered from dir's listing after eight.
+	c := New(Options{Workers: 2, NegativeEntries: n, Revalidate: time.Hour, listAfter: -1})
 	t.Cleanup(func() { c.Close() })
 	kept := missingPaths(dir, "kept", n)
 	lookMissing(t, c, kept)
@@ -142,5 +145,55 @@ func TestNegativeCacheStormThatFitsIsAllHits(t *testing.T) {
 	lookMissing(t, c, storm)
 	if got := negativeHitsOf(t, c, storm); got != int64(len(storm)) {
 		t.Errorf("second round: %d of %d lookups were negative hits", got, len(storm))
+	}
+}
+
+// TestLongMissingPathsStayUnderTheByteBound: 2,000 distinct missing paths
+// of 3.4 KB (6.8 MB of paths, fewer than the entries' bound) keep at most
+// the bound's bytes of paths, and the heap they leave holds about that
+// and no more; once it is reached, the next distinct paths displace
+// nothing, and a long path that misses again is still kept (evicting
+// others), as when the entries' bound is reached.
+func TestLongMissingPathsStayUnderTheByteBound(t *testing.T) {
+	const bound = 1 << 20
+	c := New(Options{Workers: 2, Revalidate: time.Hour, NegativeEntries: 2000})
+	t.Cleanup(func() { c.Close() })
+	if got := c.opts.negativeBytes; got != bound {
+		t.Fatalf("negative bytes bound %d for 2,000 entries, want %d (the least)", got, bound)
+	}
+	site := t.TempDir()
+	deep := func(i int) string {
+		return filepath.Join(site, fmt.Sprintf("nx%d", i), strings.Repeat("abcdefgh/", 380)+"f.html")
+	}
+	heap := heapAfterGC()
+	peak := int64(0)
+	for i := range 2000 {
+		lookMissing(t, c, []string{deep(i)})
+		peak = max(peak, c.negatives.bytes.Load())
+	}
+	grew := heapAfterGC() - heap
+	kept := c.counts.NegativeCount.Load()
+	t.Logf("%d of 2,000 paths kept, %d bytes of paths at most, heap %+d bytes", kept, peak, grew)
+	if peak > bound {
+		t.Errorf("the negative entries held %d bytes of paths, bound %d", peak, bound)
+	}
+	if kept == 0 || kept >= 2000 {
+		t.Errorf("%d of 2,000 long paths kept, want some, as many as fit", kept)
+	}
+	if grew > 3*bound {
+		t.Errorf("the heap grew by %d bytes for %d bytes of paths kept (bound %d)", grew, peak, bound)
+	}
+	if ev := c.counts.NegativeEvictions.Load(); ev != 0 {
+		// Each admission that overfilled the bytes evicted a sixteenth,
+		// which made room for the next distinct paths: the store churned.
+		t.Errorf("distinct paths, each missing once, evicted %d entries: once full, a new path is to displace nothing", ev)
+	}
+	again := deep(1999)
+	lookMissing(t, c, []string{again, again})
+	if got := negativeHitsOf(t, c, []string{again}); got != 1 {
+		t.Errorf("a long path that missed twice in a full cache is not kept")
+	}
+	if got := c.negatives.bytes.Load(); got > bound {
+		t.Errorf("%d bytes of paths after an admission, bound %d", got, bound)
 	}
 }

@@ -37,6 +37,9 @@ type negStore struct {
 	// count and dead are the cache's NegativeCount and its negative
 	// clock's dead count, moved by every insertion and removal.
 	count, dead *atomic.Int64
+	// bytes is what the live entries' roots and paths take in the arenas
+	// (Options.negativeBytes bounds it).
+	bytes atomic.Int64
 }
 
 const (
@@ -221,6 +224,7 @@ func (s *negStore) insertLocked(sh *negShard, shard uint32, h uint64, n negNew) 
 		sl = sh.slot(i)
 		old, replaced = negGone{node: sl.node, hash: h, seq: sl.seq.Load()}, true
 		sh.garbage += int(sl.rootLen + sl.pathLen)
+		s.bytes.Add(-int64(sl.rootLen + sl.pathLen))
 		s.dead.Add(1) // the old entry's place on the clock
 	} else {
 		if k := len(sh.free); k > 0 {
@@ -245,6 +249,7 @@ func (s *negStore) insertLocked(sh *negShard, shard uint32, h uint64, n negNew) 
 	}
 	sl.off = uint32(len(sh.arena))
 	sh.arena = append(append(sh.arena, n.root...), n.path...)
+	s.bytes.Add(int64(len(n.root) + len(n.path)))
 	sl.hash, sl.node, sl.mark = h, n.node, n.mark
 	sl.rootLen, sl.pathLen = uint32(len(n.root)), uint32(len(n.path))
 	sl.kind, sl.refusedAt, sl.symlinks, sl.watched = n.kind, n.refusedAt, n.symlinks, n.watched
@@ -263,6 +268,7 @@ func (s *negStore) freeLocked(sh *negShard, i uint32) negGone {
 	g := negGone{node: sl.node, hash: sl.hash, seq: sl.seq.Load()}
 	delete(sh.index, sl.hash)
 	sh.garbage += int(sl.rootLen + sl.pathLen)
+	s.bytes.Add(-int64(sl.rootLen + sl.pathLen))
 	sl.seq.Store(0)
 	sl.gone.Store(true)
 	sh.free = append(sh.free, i)
@@ -277,12 +283,15 @@ func (s *negStore) freeLocked(sh *negShard, i uint32) negGone {
 
 // compactLocked makes room for more bytes in the arena when it has none:
 // it rewrites the live slots' bytes, without the garbage, into an arena
-// of twice what they and the new bytes take. So an arena is never more
-// than twice its live bytes when it grows (nor than the smallest arena,
-// negArenaMin), and the bytes copied are at most the bytes appended since
-// the last rewrite: where append would double the arena while freed bytes
-// are under half of it, an arena under steady churn reached 2.7 times its
-// live bytes (the reviewer's TestNegativeArenaHoldsPathsOnceMoreAtMost).
+// of a quarter more than they and the new bytes take. So an arena is never
+// more than 1.25 times its live bytes when it grows (nor than the smallest
+// arena, negArenaMin), and the bytes copied are at most five times the
+// bytes appended since the last rewrite: where append would double the
+// arena while freed bytes are under half of it, an arena under steady
+// churn reached 2.7 times its live bytes (the reviewer's
+// TestNegativeArenaHoldsPathsOnceMoreAtMost), and rewriting into twice
+// the live bytes held 2.5 times the bound of a store full of long paths
+// (TestLongMissingPathsStayUnderTheByteBound).
 func (sh *negShard) compactLocked(more int) {
 	if len(sh.arena)+more <= cap(sh.arena) {
 		return
@@ -291,10 +300,11 @@ func (sh *negShard) compactLocked(more int) {
 }
 
 // rewriteArenaLocked copies the live slots' bytes, without the garbage,
-// into a new arena of twice what they and more bytes take (negArenaMin at
-// least). Called with sh.mu held for writing.
+// into a new arena of a quarter more than they and more bytes take
+// (negArenaMin at least). Called with sh.mu held for writing.
 func (sh *negShard) rewriteArenaLocked(more int) {
-	arena := make([]byte, 0, max(2*(len(sh.arena)-sh.garbage+more), negArenaMin))
+	need := len(sh.arena) - sh.garbage + more
+	arena := make([]byte, 0, max(need+need/4, negArenaMin))
 	for _, i := range sh.index {
 		sl := sh.slot(i)
 		n := sl.rootLen + sl.pathLen

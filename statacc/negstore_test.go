@@ -102,7 +102,8 @@ func BenchmarkNegativeHit(b *testing.B) {
 // missing paths are cached and answered from the store again after it.
 func TestNegativeStoreGivesBackABulkRemoval(t *testing.T) {
 	root := t.TempDir()
-	c := New(Options{Workers: 2, Revalidate: time.Hour, NegativeEntries: 30000})
+	// No listing: every missing path is an entry in the store.
+	c := New(Options{Workers: 2, Revalidate: time.Hour, NegativeEntries: 30000, listAfter: -1})
 	defer c.Close()
 	paths := missingPaths(root, "m", 20000)
 	lookMissing(t, c, paths)

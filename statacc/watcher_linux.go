@@ -4,6 +4,7 @@ package statacc
 
 import (
 	"errors"
+	"hash/maphash"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,8 +23,11 @@ import (
 //
 // A path is only as fresh as every directory it is looked up through, so
 // the watcher keeps a tree of directory nodes from "/" down to each
-// entry's directory, each watched. A node whose name is a symlink also
-// holds the node of the directory its target names (resolved against the
+// entry's directory, each watched, or down to the first directory on the
+// way that is missing (or cannot be watched): no node is made below it,
+// however deep the path, and the entries below are indexed under it. A
+// node whose name is a symlink also holds the node of the directory its
+// target names (resolved against the
 // real path of the link's directory, so relative targets, absolute ones,
 // ".." and chains of links are all looked up through watched nodes): when
 // that target node goes, the link's node goes with it. An event on a name
@@ -79,6 +83,15 @@ type watcher struct {
 	byReal       map[string]*dirNode
 	mountGen     uint64
 	mountsUnread atomic.Bool
+	// listed is the names the directories' listings hold in all
+	// (maxListedNames bounds it), listedNodes the nodes that hold one, by
+	// path (a lookup finds its directory's at once),
+	// misses the missing names looked up by directory, which decide what
+	// is listed (nil until the first); nameSeed hashes names and paths.
+	listed      int
+	listedNodes map[string]*dirNode
+	misses      *missCounts
+	nameSeed    maphash.Seed
 }
 
 // maxMarks bounds the marks allocated for a very large MaxWatches.
@@ -105,9 +118,11 @@ type dirNode struct {
 	// entries are the cached entries of the directory, by name: one per
 	// name, since the cache holds one entry per path. A publication
 	// replaces the entry of its name, which has left the cache map by
-	// then (publish).
+	// then (publish). A missing or failed node also holds those of the
+	// paths below it, by their path below it (entryKey).
 	entries map[string]*Entry
-	// negs indexes the negative entries of the directory: the hash of each
+	// negs indexes the negative entries of the directory (and, on a
+	// missing or failed node, of the paths below it): the hash of each
 	// one's path to its seq (negstore.go). One per hash: the store holds
 	// one entry per hash too.
 	negs    map[uint64]uint64
@@ -119,6 +134,10 @@ type dirNode struct {
 	// fs says whether an open in this directory may be done without a
 	// filesystem slot when the kernel has its dentry cached (learnFS).
 	fs fsVerdict
+	// listing holds the hashes of the directory's names once it is listed
+	// (listing_linux.go): a name not there does not exist.
+	listing *dirListing
+	list    listState
 	// used is the second chance of the LRU, set by a cache hit.
 	used       atomic.Bool
 	prev, next *dirNode
@@ -134,7 +153,8 @@ const (
 	// nodeBlind exists and may be searched but not read (mode 0711, as
 	// many home directories): inotify refuses it. Its parent sees it
 	// renamed or removed; a rename inside it is seen after Revalidate, as
-	// before ancestors were watched. Below it, paths stay watched.
+	// before ancestors were watched. Below it, paths stay watched, but for
+	// a name missing in it, whose making no event tells (pathOK).
 	nodeBlind
 )
 
@@ -187,6 +207,7 @@ func newWatcher(c *Cache, limit int) *watcher {
 		byID:  make(map[uint64]*dirNode),
 		marks: make([]atomic.Bool, min(limit, maxMarks)),
 	}
+	w.nameSeed, w.listedNodes = maphash.MakeSeed(), make(map[string]*dirNode)
 	for i := len(w.marks) - 1; i >= 0; i-- {
 		w.freeMarks = append(w.freeMarks, int32(i))
 	}
@@ -253,7 +274,7 @@ func (w *watcher) enterCached(dir string) (watchTicket, bool) {
 		return watchTicket{}, false
 	}
 	n.pins++
-	// As walkLocked: most recently used first, ancestors before descendants.
+	// As ensure: most recently used first, ancestors before descendants.
 	for m := n; m != nil; m = m.parent {
 		w.touchLocked(m)
 	}
@@ -272,7 +293,7 @@ func (w *watcher) enter(dir string) watchTicket {
 		return t
 	}
 	for range 3 {
-		leaf, again := w.ensure(dir, nil)
+		leaf, _, again := w.ensure(dir, nil)
 		if again {
 			continue
 		}
@@ -280,7 +301,7 @@ func (w *watcher) enter(dir string) watchTicket {
 			break
 		}
 		w.mu.Lock()
-		t := watchTicket{leaf: leaf, gen: leaf.gen, watched: !leaf.dropped && w.pathOK(leaf), fsKnown: leaf.fs != fsUnknown}
+		t := watchTicket{leaf: leaf, gen: leaf.gen, watched: !leaf.dropped && w.pathOK(leaf), fsKnown: fsKnown(leaf)}
 		w.mu.Unlock()
 		return t
 	}
@@ -288,10 +309,11 @@ func (w *watcher) enter(dir string) watchTicket {
 }
 
 // enterKnown is enter for a directory whose nodes all exist and are
-// settled, as on most misses: one walk under mu, without the slices and
-// the map that making nodes needs (ensure). It reports false where ensure
-// has work to do: a node to make, one being installed, or a failed one
-// due for another try.
+// settled, as on most misses: one walk under mu, without the work of
+// making nodes (ensure). As ensure, it stops at a node that is missing or
+// failed: a path below a directory known missing finds its node. It
+// reports false where ensure has work to do: a node to make, one being
+// installed, or a failed one due for another try.
 func (w *watcher) enterKnown(dir string) (watchTicket, bool) {
 	if !filepath.IsAbs(dir) {
 		return watchTicket{}, false
@@ -299,11 +321,10 @@ func (w *watcher) enterKnown(dir string) (watchTicket, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	settled := func(n *dirNode) bool {
-		return n != nil && !n.dropped && n.state != nodePending &&
-			(n.state != nodeFailed || nanotime()-n.failedAt <= watchRetry)
+		return n != nil && !n.dropped && n.state != nodePending && !w.retryDueLocked(n)
 	}
 	n := w.root
-	for rest := strings.Trim(dir, "/"); settled(n) && rest != ""; {
+	for rest := strings.Trim(dir, "/"); settled(n) && rest != "" && n.state != nodeMissing && n.state != nodeFailed; {
 		var name string
 		name, rest, _ = strings.Cut(rest, "/")
 		n = n.children[name]
@@ -312,27 +333,63 @@ func (w *watcher) enterKnown(dir string) (watchTicket, bool) {
 		return watchTicket{}, false
 	}
 	n.pins++
-	// As walkLocked: most recently used first, ancestors before descendants.
+	// As ensure: most recently used first, ancestors before descendants.
 	for m := n; m != nil; m = m.parent {
 		w.touchLocked(m)
 	}
-	return watchTicket{leaf: n, gen: n.gen, watched: w.pathOK(n), fsKnown: n.fs != fsUnknown}, true
+	return watchTicket{leaf: n, gen: n.gen, watched: w.pathOK(n), fsKnown: fsKnown(n)}, true
 }
 
-// enterSettled is enterKnown for a lookup that must make no node (a
-// negative answer that will not be kept): ok is false where enter would
-// have to make or install one. Without a watcher there is nothing to make.
+// fsKnown reports whether learnFS has nothing to learn of n: its verdict
+// is known, or n is not a watched directory (enterCached uses no other),
+// such as a missing one, whose statfs would fail.
+func fsKnown(n *dirNode) bool { return n.fs != fsUnknown || n.state != nodeWatched }
+
+// entryKey is the name an entry of path is indexed by under n: its path
+// below n. n is the entry's directory's node, where this is its base name
+// (which an event on n names), or the missing or failed ancestor its
+// lookup stopped at (ensure).
+func entryKey(n *dirNode, path string) string {
+	if p := n.path; len(path) > len(p) && strings.HasPrefix(path, p) {
+		if p == "/" {
+			return path[1:]
+		}
+		if path[len(p)] == '/' {
+			return path[len(p)+1:]
+		}
+	}
+	return filepath.Base(path)
+}
+
+// enterSettled is enterKnown for a lookup that must make no node for a
+// directory that may not exist (a negative answer that will not be kept):
+// ok is false where enter would have to make or install one, unless the
+// listing of the deepest directory known on the way holds the next name
+// (listedAsExisting), whose nodes enter then makes: they are directories
+// that exist, which a client cannot make up. Without a watcher there is
+// nothing to make.
 func (w *watcher) enterSettled(dir string) (watchTicket, bool) {
 	if w == nil {
 		return watchTicket{}, true
 	}
-	return w.enterKnown(dir)
+	if t, ok := w.enterKnown(dir); ok {
+		return t, true
+	}
+	if w.listedAsExisting(dir) {
+		return w.enter(dir), true
+	}
+	return watchTicket{}, false
 }
 
 // pathOK reports whether every node from the root to n is watched, or
 // watched down to one that is missing (whose appearance its parent sees).
+// A missing name in a directory inotify refused (nodeBlind) is not: no
+// event tells that it was made.
 func (w *watcher) pathOK(n *dirNode) bool {
 	if n.state != nodeWatched && n.state != nodeMissing {
+		return false
+	}
+	if n.state == nodeMissing && n.parent != nil && n.parent.state != nodeWatched {
 		return false
 	}
 	for n = n.parent; n != nil; n = n.parent {
@@ -366,7 +423,7 @@ func (w *watcher) publish(t watchTicket, e *Entry, store func() (negGone, bool))
 		// Indexed even when stale or unwatched: an event drops it all the
 		// same, and its directory's node is kept while it is cached.
 		e.dir = n
-		name := filepath.Base(e.path)
+		name := entryKey(n, e.path)
 		if n.entries == nil {
 			n.entries = make(map[string]*Entry)
 		}
@@ -490,7 +547,7 @@ func (w *watcher) forget(e *Entry) {
 	}
 	w.mu.Lock()
 	if n := e.dir; !n.dropped {
-		if name := filepath.Base(e.path); n.entries[name] == e {
+		if name := entryKey(n, e.path); n.entries[name] == e {
 			delete(n.entries, name)
 		}
 		w.maybeRemoveLocked(n)
@@ -498,166 +555,142 @@ func (w *watcher) forget(e *Entry) {
 	w.mu.Unlock()
 }
 
-// ensure finds or makes the nodes of path and returns its leaf, pinned.
-// again asks the caller to start over: a node it installed was dropped by
-// an event meanwhile. A nil leaf means the path cannot be watched. stack
-// holds the link nodes whose targets the caller is resolving: meeting one
-// of them again is a loop.
-func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, again bool) {
+// ensure finds or makes the nodes of path, from the root down, and
+// returns the deepest one, pinned: path's own node, or the first node on
+// the way that is missing (its name does not exist, is not a directory, or
+// is a dangling link) or failed (it cannot be watched), in which case
+// below is set. No node is made below such a node: nothing below a missing
+// directory can change before the directory appears, which its parent's
+// watch reports (dropping the node and everything indexed under it), and
+// below a failed one nothing is watched anyway. So a lookup makes at most
+// one node per directory that exists on the way, plus one: a 380-level
+// path missing from its first level below the site makes one node more
+// than the site's directory has, where a node per level cost memory
+// quadratic in the depth (each node held its path) and time under mu for
+// every distinct path.
+//
+// Nodes are made and installed one level at a time, each once its parent
+// is settled, so that the first missing one ends the walk. again asks the
+// caller to start over: a node on the way was dropped by an event
+// meanwhile. A nil leaf means the path cannot be watched (no room under
+// the bound, a link loop). stack holds the link nodes whose targets the
+// caller is resolving: meeting one of them again is a loop.
+func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, again bool) {
 	if len(stack) > maxLinkDepth || !filepath.IsAbs(path) {
-		return nil, false
+		return nil, false, false
 	}
+	rest := strings.Trim(path, "/")
 	var gone []*Entry
-	w.mu.Lock()
-	nodes, fresh := w.walkLocked(path, &gone)
-	mountGen := w.mountGen
-	if nodes == nil {
+	// unlock releases mu and drops what the walk took out (retried failed
+	// nodes, evicted ones) once it is released.
+	unlock := func() {
 		w.mu.Unlock()
 		w.finish(gone)
-		return nil, false
+		gone = nil
 	}
-	leaf = nodes[len(nodes)-1]
-	leaf.pins++
-	w.mu.Unlock()
-	w.finish(gone)
-
-	for i, n := range nodes {
-		if fresh[n] {
-			if again := w.install(n, stack); again {
-				w.abandon(nodes[i+1:], fresh)
-				w.leave(watchTicket{leaf: leaf})
-				return nil, true
+	w.mu.Lock()
+	var n *dirNode // the node reached, pinned; nil before the root
+	for {
+		var next *dirNode
+		name := "/"
+		if n == nil {
+			next = w.root
+		} else {
+			if rest == "" || n.state == nodeMissing || n.state == nodeFailed {
+				break
+			}
+			name, rest, _ = strings.Cut(rest, "/")
+			next = n.children[name]
+		}
+		if next != nil && w.retryDueLocked(next) {
+			w.dropLocked(next, &gone)
+			next = nil
+		}
+		if next == nil {
+			// Make it, after making room for it under the bound (n is
+			// pinned, so the part of the path that exists stays).
+			if w.nodes >= w.limit && !w.evictLocked(w.nodes+1-w.limit, &gone) {
+				w.cache.counts.WatchRefused.Add(1)
+				if n != nil {
+					w.unpinLocked(n)
+				}
+				unlock()
+				return nil, false, false
+			}
+			if n == nil {
+				next = w.newNodeLocked(nil, "/", "/")
+				w.root = next
+			} else {
+				// A copy: name is a part of path, which a node must not
+				// keep (a 3.4 KB path for an 8-byte name).
+				name = strings.Clone(name)
+				next = w.newNodeLocked(n, name, filepath.Join(n.path, name))
+			}
+			next.pins++
+			if n != nil {
+				w.unpinLocked(n) // kept: it has a child now
+			}
+			n = next
+			mountGen := w.mountGen
+			unlock()
+			again := w.install(n, stack)
+			w.mu.Lock()
+			if !again && !n.dropped && (w.mountGen != mountGen || w.mountsUnread.Load()) {
+				// A mount came or went while n was installed, or the
+				// table changed and is not read yet: its watch may be on
+				// the directory a mount covers now (or uncovered, or on
+				// one that came and went, which no read of the table will
+				// show). Make it again, with what was made below it
+				// meanwhile.
+				w.dropLocked(n, &gone)
+				again = true
+			}
+			if again || n.dropped {
+				w.unpinLocked(n)
+				unlock()
+				return nil, false, true
 			}
 			continue
 		}
-		select {
-		case <-n.installing:
-			continue // installed; the result is in n.state
-		default:
+		next.pins++
+		if n != nil {
+			w.unpinLocked(n)
 		}
+		n = next
+		if n.state != nodePending {
+			continue
+		}
+		// Another lookup is installing it, or this one is: a link whose
+		// target goes through itself (ELOOP).
 		for _, l := range stack {
 			if l == n {
-				// A link whose target goes through itself (ELOOP).
-				w.leave(watchTicket{leaf: leaf})
-				return nil, false
+				w.unpinLocked(n)
+				unlock()
+				return nil, false, false
 			}
 		}
-		<-n.installing // another lookup's
-	}
-	w.mu.Lock()
-	dropped := leaf.dropped
-	if !dropped && len(fresh) > 0 && (w.mountGen != mountGen || w.mountsUnread.Load()) {
-		// A mount came or went while this call installed nodes: a watch
-		// may be on the directory it covers now (or uncovered, or on one
-		// that came and went). Make them again.
-		for _, n := range nodes {
-			if fresh[n] {
-				w.dropLocked(n, &gone) // and the fresh ones below it
-				break
-			}
+		unlock()
+		<-n.installing
+		w.mu.Lock()
+		if n.dropped {
+			w.unpinLocked(n)
+			unlock()
+			return nil, false, true
 		}
-		dropped = true
-	}
-	w.mu.Unlock()
-	w.finish(gone)
-	if dropped {
-		w.leave(watchTicket{leaf: leaf})
-		return nil, true
-	}
-	return leaf, false
-}
-
-// abandon drops the placeholders a lookup made but will not install, and
-// wakes the lookups that wait for them: they start again.
-func (w *watcher) abandon(nodes []*dirNode, fresh map[*dirNode]bool) {
-	var gone []*Entry
-	w.mu.Lock()
-	for _, n := range nodes {
-		if fresh[n] {
-			w.dropLocked(n, &gone)
-		}
-	}
-	w.mu.Unlock()
-	for _, n := range nodes {
-		if fresh[n] {
-			close(n.installing)
-		}
-	}
-	w.finish(gone)
-}
-
-// walkLocked returns the nodes from the root to path, making placeholders
-// for those missing (marked in fresh), after making room for them under
-// the bound. It returns nil if there is no room.
-func (w *watcher) walkLocked(path string, gone *[]*Entry) ([]*dirNode, map[*dirNode]bool) {
-	names := strings.Split(strings.Trim(path, "/"), "/")
-	if names[0] == "" {
-		names = names[:0]
-	}
-	// Count what must be made, and let failed nodes whose time has come
-	// be tried again.
-	need := 0
-	n := w.root
-	if n != nil && n.state == nodeFailed && nanotime()-n.failedAt > watchRetry {
-		w.dropLocked(n, gone)
-		n = nil
-	}
-	if n == nil {
-		need = 1 + len(names)
-	} else {
-		for i, name := range names {
-			ch := n.children[name]
-			if ch != nil && ch.state == nodeFailed && nanotime()-ch.failedAt > watchRetry {
-				w.dropLocked(ch, gone)
-				ch = nil
-			}
-			if ch == nil {
-				need = len(names) - i
-				break
-			}
-			n = ch
-		}
-	}
-	if w.nodes+need > w.limit {
-		// Keep the part of the path that exists while making room.
-		if n != nil {
-			n.pins++
-		}
-		ok := w.evictLocked(w.nodes+need-w.limit, gone)
-		if n != nil {
-			n.pins--
-		}
-		if !ok || n != nil && n.dropped {
-			w.cache.counts.WatchRefused.Add(1)
-			return nil, nil
-		}
-	}
-	var fresh map[*dirNode]bool // nil, and no allocation, when all exist
-	if need > 0 {
-		fresh = make(map[*dirNode]bool, need)
-	}
-	if w.root == nil {
-		w.root = w.newNodeLocked(nil, "/", "/")
-		fresh[w.root] = true
-	}
-	nodes := make([]*dirNode, 0, len(names)+1)
-	n = w.root
-	nodes = append(nodes, n)
-	for _, name := range names {
-		ch := n.children[name]
-		if ch == nil {
-			ch = w.newNodeLocked(n, name, filepath.Join(n.path, name))
-			fresh[ch] = true
-		}
-		n = ch
-		nodes = append(nodes, n)
 	}
 	// Most recently used first, ancestors before descendants, so that the
 	// tail of the list is always a leaf.
-	for i := len(nodes) - 1; i >= 0; i-- {
-		w.touchLocked(nodes[i])
+	for m := n; m != nil; m = m.parent {
+		w.touchLocked(m)
 	}
-	return nodes, fresh
+	unlock()
+	return n, rest != "", false
+}
+
+// retryDueLocked reports whether n failed to be watched long enough ago
+// (watchRetry) to be tried again.
+func (w *watcher) retryDueLocked(n *dirNode) bool {
+	return n.state == nodeFailed && nanotime()-n.failedAt > watchRetry
 }
 
 func (w *watcher) newNodeLocked(parent *dirNode, name, path string) *dirNode {
@@ -715,76 +748,64 @@ func (w *watcher) evictLocked(k int, gone *[]*Entry) bool {
 
 // install watches a placeholder node and, if its name is a symlink,
 // resolves the target to its own node. Called without mu; the node is
-// pinned by the caller's leaf pin (its descendant) or the leaf itself.
+// pinned by the caller (ensure).
+//
+// The first call looks at the name itself (IN_DONT_FOLLOW), so that one
+// system call tells the common cases apart: a directory, which it
+// watches; a name that does not exist (ENOENT, not even as a dangling
+// link), whose parent sees it appear; and anything else (ENOTDIR), a file
+// or a symlink, which lstat tells apart. The parent is watched before, so
+// a change of the name after the call is an event that drops the node.
 func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 	defer close(n.installing)
 	w.mu.Lock()
-	pstate, preal := nodeWatched, "/"
+	pstate, preal, ppath := nodeWatched, "/", "/"
 	if n.parent != nil {
-		pstate, preal = n.parent.state, n.parent.real
+		pstate, preal, ppath = n.parent.state, n.parent.real, n.parent.path
 	}
 	w.mu.Unlock()
-	real := filepath.Join(preal, n.name)
-	if n.parent == nil {
-		real = "/"
+	// Without a link on the way the real path is the path: one string.
+	real := n.path
+	if preal != ppath {
+		real = filepath.Join(preal, n.name)
 	}
 	if pstate == nodeMissing || pstate == nodeFailed {
-		// Nothing to look at below: the parent's own state decides.
+		// Nothing to look at below (ensure makes no such node): the
+		// parent's own state decides.
 		return w.settle(n, pstate, real, nil)
 	}
-	wd, err := unix.InotifyAddWatch(w.fd, n.path, watchMask)
-	if err == nil {
-		// Register the watch before looking at what the name is: any
-		// change after this is an event for this node.
-		w.mu.Lock()
-		for try := 0; err == nil && w.isDeadLocked(int32(wd)); try++ {
-			// Added just before another lookup removed it (under mu, so
-			// it is gone now): a new call makes a new watch.
-			w.mu.Unlock()
-			if try == 3 {
-				return w.settle(n, nodeFailed, real, nil)
-			}
-			wd, err = unix.InotifyAddWatch(w.fd, n.path, watchMask)
-			w.mu.Lock()
-		}
-		if err != nil {
-			w.mu.Unlock()
-			return w.settle(n, nodeFailed, real, nil)
-		}
-		if n.dropped {
-			w.rmUnusedLocked(int32(wd))
-			w.mu.Unlock()
-			return true
-		}
-		n.wd = int32(wd)
-		w.byWD[n.wd] = append(w.byWD[n.wd], n)
-		w.cache.counts.Watches.Store(int64(len(w.byWD)))
-		w.mu.Unlock()
-		if testHookWatchAdded != nil {
-			testHookWatchAdded(n.path)
-		}
-	} else if !errors.Is(err, unix.ENOENT) {
-		state := nodeFailed
-		switch {
-		case errors.Is(err, unix.ENOTDIR):
-			state = nodeMissing // a file: its parent sees it become a directory
-		case errors.Is(err, unix.EACCES) && unix.Access(n.path, unix.X_OK) == nil:
-			if fi, lerr := os.Lstat(n.path); lerr == nil && fi.Mode()&os.ModeSymlink == 0 {
-				state = nodeBlind
-			}
-		}
-		return w.settle(n, state, real, nil)
+	err, again := w.watch(n, watchMask|unix.IN_DONT_FOLLOW)
+	switch {
+	case again:
+		return true
+	case err == nil:
+		return w.settle(n, nodeWatched, real, nil)
+	case errors.Is(err, unix.ENOENT):
+		return w.settle(n, nodeMissing, real, nil)
+	case errors.Is(err, unix.EACCES) && unix.Access(n.path, unix.X_OK) == nil:
+		// A directory that may be searched but not read (a link would
+		// have given ENOTDIR).
+		return w.settle(n, nodeBlind, real, nil)
+	case !errors.Is(err, unix.ENOTDIR):
+		return w.settle(n, nodeFailed, real, nil)
 	}
-	// Present or not, the name may be a symlink (a dangling one gives
-	// ENOENT): its target is looked up through other directories.
 	fi, lerr := os.Lstat(n.path)
 	switch {
-	case lerr != nil && errors.Is(lerr, unix.ENOENT) || lerr == nil && fi.Mode()&os.ModeSymlink == 0 && err != nil:
-		return w.settle(n, nodeMissing, real, nil)
+	case lerr != nil && errors.Is(lerr, unix.ENOENT):
+		return w.settle(n, nodeMissing, real, nil) // gone since: its parent saw it
 	case lerr != nil:
 		return w.settle(n, nodeFailed, real, nil)
 	case fi.Mode()&os.ModeSymlink == 0:
-		return w.settle(n, nodeWatched, real, nil)
+		return w.settle(n, nodeMissing, real, nil) // a file: its parent sees it become a directory
+	}
+	// A symlink: watch the directory it names, if it names one, before
+	// reading it; its target is looked up through other directories.
+	err, again = w.watch(n, watchMask)
+	switch {
+	case again:
+		return true
+	case err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR):
+		return w.settle(n, nodeFailed, real, nil)
 	}
 	target, rerr := os.Readlink(n.path)
 	if rerr != nil {
@@ -795,10 +816,11 @@ func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 	}
 	target = filepath.Clean(target)
 	var to *dirNode
+	var toBelow bool
 	for range 3 {
-		t, again := w.ensure(target, append(stack[:len(stack):len(stack)], n))
+		t, b, again := w.ensure(target, append(stack[:len(stack):len(stack)], n))
 		if !again {
-			to = t
+			to, toBelow = t, b
 			break
 		}
 	}
@@ -806,10 +828,55 @@ func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 		return w.settle(n, nodeFailed, real, nil)
 	}
 	state := nodeWatched
-	if err != nil {
-		state = nodeMissing // dangling: its target's parent sees it appear
+	if err != nil || toBelow {
+		// Dangling, or naming a file (ENOTDIR), or a directory the
+		// watcher still knows as missing (it appeared since, and the
+		// event that says so drops to and this node with it): the
+		// target's node, or its first missing ancestor's, sees it
+		// appear or change.
+		state = nodeMissing
 	}
 	return w.settle(n, state, "", to)
+}
+
+// errWatchLost is watch's error when every watch it added was one just
+// removed by another lookup.
+var errWatchLost = errors.New("statacc: inotify watch removed while added")
+
+// watch adds an inotify watch of n's path with mask and registers it as
+// n's, so that any change after this is an event for n. again says that n
+// was dropped meanwhile.
+func (w *watcher) watch(n *dirNode, mask uint32) (err error, again bool) {
+	wd, err := unix.InotifyAddWatch(w.fd, n.path, mask)
+	if err != nil {
+		return err, false
+	}
+	w.mu.Lock()
+	for try := 0; w.isDeadLocked(int32(wd)); try++ {
+		// Added just before another lookup removed it (under mu, so it is
+		// gone now): a new call makes a new watch.
+		w.mu.Unlock()
+		if try == 3 {
+			return errWatchLost, false
+		}
+		if wd, err = unix.InotifyAddWatch(w.fd, n.path, mask); err != nil {
+			return err, false
+		}
+		w.mu.Lock()
+	}
+	if n.dropped {
+		w.rmUnusedLocked(int32(wd))
+		w.mu.Unlock()
+		return nil, true
+	}
+	n.wd = int32(wd)
+	w.byWD[n.wd] = append(w.byWD[n.wd], n)
+	w.cache.counts.Watches.Store(int64(len(w.byWD)))
+	w.mu.Unlock()
+	if testHookWatchAdded != nil {
+		testHookWatchAdded(n.path)
+	}
+	return nil, false
 }
 
 // settle records what install found. to, if set, is the pinned node of a
@@ -859,9 +926,10 @@ func (w *watcher) unpinLocked(n *dirNode) {
 }
 
 // maybeRemoveLocked removes n and then its ancestors while nothing needs
-// them: no entries, children or pins. Their entries are gone already.
+// them: no entries, children, pins or listing. Their entries are gone
+// already.
 func (w *watcher) maybeRemoveLocked(n *dirNode) {
-	for n != nil && !n.dropped && n.pins <= 0 && len(n.entries) == 0 && len(n.negs) == 0 && len(n.children) == 0 && len(n.dependents) == 0 {
+	for n != nil && !n.dropped && n.pins <= 0 && len(n.entries) == 0 && len(n.negs) == 0 && len(n.children) == 0 && len(n.dependents) == 0 && n.listing == nil {
 		parent := n.parent
 		w.dropLocked(n, nil)
 		n = parent
@@ -896,6 +964,7 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 	}
 	n.entries = nil
 	w.dropNegativesLocked(n, gone)
+	w.unlistLocked(n)
 	delete(w.byID, n.id)
 	w.unindexRealLocked(n)
 	if n.mark >= 0 {
@@ -1061,6 +1130,9 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 				w.dropLocked(n, &gone)
 			}
 			continue
+		}
+		if n.listing != nil && mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0 {
+			w.listNameLocked(n, name)
 		}
 		if ch := n.children[name]; ch != nil {
 			w.dropLocked(ch, &gone)

@@ -2,7 +2,10 @@
 
 package statacc
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // watcher is inotify's; elsewhere there is none, and every entry is
 // revalidated after at most a second (see Options.Revalidate).
@@ -54,3 +57,12 @@ func (w *watcher) mountsChanged([]string) bool { return false }
 func (w *watcher) mountsChanging() {}
 
 func (w *watcher) mountsPending() bool { return false }
+
+// listedMissing answers nothing: there are no listings without inotify.
+func (w *watcher) listedMissing(lookupKey, time.Duration) bool { return false }
+
+func (w *watcher) noteMissing(string, watchTicket, int) {}
+
+func (w *watcher) unlistAll() {}
+
+func (w *watcher) expireListings(time.Duration) {}

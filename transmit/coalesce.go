@@ -18,7 +18,9 @@ import (
 // the page cache), the listener wrapper's connection gathers the writes,
 // up to heldMax bytes, and sends them in one write: when the next write
 // would pass heldMax (with it, in one writev), when the body is written
-// (releaseHead, also on a panic), or before a sendfile.
+// (releaseHead, also on a panic), or before a sendfile. A body sendfile
+// sends has its headers held the same way (headerFirst), which then leave
+// with MSG_MORE, in the segment of sendfile's first bytes.
 
 // heldMax is the most bytes a connection gathers.
 const heldMax = 64 << 10
@@ -60,7 +62,7 @@ func (c *conn) releaseHead() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.armed.Store(false)
-	return c.flushHeld()
+	return c.flushHeld(false)
 }
 
 // Write implements net.Conn: while armed, writes are gathered.
@@ -97,12 +99,19 @@ func (c *conn) Write(p []byte) (int, error) {
 	return int(max(0, n-int64(held))), err
 }
 
-// flushHeld sends what is held, if anything; c.mu is held.
-func (c *conn) flushHeld() error {
+// flushHeld sends what is held, if anything; c.mu is held. more says
+// that sendfile sends the next bytes at once: the kernel may then keep
+// the last partial segment for them (writeMore).
+func (c *conn) flushHeld(more bool) error {
 	if c.held == nil {
 		return nil
 	}
-	_, err := c.TCPConn.Write(*c.held)
+	var err error
+	if more {
+		err = c.writeMore(*c.held)
+	} else {
+		_, err = c.TCPConn.Write(*c.held)
+	}
 	c.dropHeld()
 	return err
 }

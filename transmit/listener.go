@@ -128,21 +128,23 @@ func (c *conn) writeDeadline() time.Time {
 }
 
 // ReadFrom implements io.ReaderFrom. net/http calls it with what the
-// handler's ReadFrom passed down, after sending the headers and the first
-// 512 bytes itself; it adds the count returned here to what it checks
-// against Content-Length, so keep-alive survives.
+// handler's ReadFrom passed down, after sending the headers (and the first
+// 512 bytes, unless the handler had the headers written: headerFirst)
+// itself; it adds the count returned here to what it checks against
+// Content-Length, so keep-alive survives.
 func (c *conn) ReadFrom(r io.Reader) (int64, error) {
+	src, limit := findSource(r)
 	if c.armed.Load() {
-		// What is held leaves first; the bytes after it follow as always.
+		// What is held leaves first; the bytes after it follow as always,
+		// in the same segment when sendfile sends them.
 		c.mu.Lock()
 		c.armed.Store(false)
-		err := c.flushHeld()
+		err := c.flushHeld(src != nil && limit > 0 && src.FD >= 0 && !src.Refused)
 		c.mu.Unlock()
 		if err != nil {
 			return 0, err
 		}
 	}
-	src, limit := findSource(r)
 	if src != nil && limit == 0 {
 		// A turn after the last byte (the body was a multiple of the
 		// writer's chunk): nothing to send, and nothing to fall back from.

@@ -23,12 +23,10 @@ type Body interface {
 	Size() int64
 	// Data, if not nil, is the whole file in memory, for EngineMemory. It
 	// is shared by every response: Send copies it before a writer sees
-	// it.
+	// it. It is sent only whole or in ranges of it, never together with
+	// bytes read from the file: the file may have changed since Data was
+	// read, unseen (a write through a shared mapping sends no event).
 	Data() []byte
-	// Head, if not nil, is the file's first bytes, shared as Data is:
-	// net/http reads that much of a body through its own buffer before it
-	// hands the rest to sendfile, and serving it from here saves a pread.
-	Head() []byte
 	// Hold takes one more reference on the open file and Release gives
 	// one back: a ring read that its request let go of keeps the
 	// descriptor open until the kernel completes it.
@@ -247,7 +245,8 @@ func writeCopy(w io.Writer, b []byte) (int64, error) {
 var sourcePool = sync.Pool{New: func() any { return new(fileSource) }}
 
 // sniffLen is what net/http copies through its own buffer before it hands
-// a ReadFrom to the connection.
+// a ReadFrom to the connection, unless the response's header is written
+// already.
 const sniffLen = 512
 
 // sendFile hands the body down the writer chain, which must have
@@ -258,13 +257,18 @@ func (s *Sender) sendFile(w http.ResponseWriter, r *http.Request, body Body, sta
 	rf := w.(io.ReaderFrom)
 	file := body.File()
 	src := sourcePool.Get().(*fileSource)
-	*src = fileSource{File: file, FD: body.FD(), Off: start, N: length, Head: body.Head()}
+	*src = fileSource{File: file, FD: body.FD(), Off: start, N: length}
 	defer func() {
 		*src = fileSource{}
 		sourcePool.Put(src)
 	}()
 	if restore := widenWriteChunk(w, s.SendfileMaxChunk, src); restore != nil {
 		defer restore()
+	}
+	if length > sniffLen {
+		if c := headerFirst(w, r); c != nil {
+			defer c.releaseHead()
+		}
 	}
 	// One ReadFrom sends the whole body through the listener wrapper. A
 	// chain that copies instead ends each ReadFrom after one ReadTurn, so
@@ -292,6 +296,48 @@ func (s *Sender) sendFile(w http.ResponseWriter, r *http.Request, body Body, sta
 		s.Copied(r)
 	}
 	return n, zeroCopy, err
+}
+
+// headerFirst writes the response's header, and what else net/http
+// buffers, to the connection before the body's ReadFrom, if the listener
+// wrapper made the connection (holdHead), which holds it until sendfile's
+// first bytes follow it (with MSG_MORE, so that they share a segment).
+// net/http, which has then written the header, hands the whole body to
+// the connection's ReadFrom instead of copying its first 512 bytes through
+// its own buffer: the whole body leaves by sendfile, every byte read from
+// the file as it is sent, and no pread is made for the first ones.
+//
+// It is done only where the client can see no difference: a body of more
+// than sniffLen bytes (net/http flushes the header after copying that
+// much anyway; a smaller one it keeps, and derives a Content-Length from
+// it if a rule removed the header's), and a header with its Content-Type
+// (net/http would sniff one from the first bytes) and Content-Length and
+// no Transfer-Encoding (net/http then neither chunks the body nor closes
+// the connection after it). The header is read after WriteHeader, when
+// Caddy's deferred header rules have run and net/http has its snapshot,
+// so that reading it allocates nothing. The caller must call releaseHead
+// on the connection returned, if any.
+func headerFirst(w http.ResponseWriter, r *http.Request) *conn {
+	h := w.Header()
+	if _, ok := h["Content-Type"]; !ok {
+		return nil
+	}
+	if _, ok := h["Content-Length"]; !ok {
+		return nil
+	}
+	if _, ok := h["Transfer-Encoding"]; ok {
+		return nil
+	}
+	bottom := unbufferedBottom(w)
+	if bottom == nil {
+		return nil
+	}
+	c := holdHead(r)
+	if c == nil {
+		return nil
+	}
+	bottom.Flush()
+	return c
 }
 
 // widenWriteChunk raises Caddy's write chunk (max_write_chunk, 64 KiB by

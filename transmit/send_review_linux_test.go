@@ -21,7 +21,6 @@ func (b reviewBody) Path() string         { return b.f.Name() }
 func (b reviewBody) FD() int              { return int(b.f.Fd()) }
 func (b reviewBody) Size() int64          { fi, _ := b.f.Stat(); return fi.Size() }
 func (b reviewBody) Data() []byte         { return nil }
-func (b reviewBody) Head() []byte         { return nil }
 func (b reviewBody) Hold()                {}
 func (b reviewBody) Release()             {}
 func (b reviewBody) FileID() uint64       { return 0 }

@@ -4,6 +4,7 @@ package transmit
 
 import (
 	"fmt"
+	"io"
 	"net"
 
 	"golang.org/x/sys/unix"
@@ -19,6 +20,43 @@ const maxSendfileCall = 2 << 20
 var sendfileCall = unix.Sendfile
 
 func newConn(tc *net.TCPConn) net.Conn { return &conn{TCPConn: tc} }
+
+// writeMore writes p to the socket with MSG_MORE, as nginx's tcp_nopush
+// does for a response's header: the kernel keeps the last partial segment
+// for the bytes that follow, so that the header and the first bytes
+// sendfile sends (whose last call is made without MSG_MORE, which pushes
+// them) leave in one segment. A system call like the write it replaces;
+// EAGAIN parks the goroutine on the netpoller, under the write deadline.
+func (c *conn) writeMore(p []byte) error {
+	rc, err := c.TCPConn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	for len(p) > 0 {
+		var n int
+		var serr error
+		err := rc.Write(func(fd uintptr) bool {
+			for {
+				n, serr = unix.SendmsgN(int(fd), p, nil, nil, unix.MSG_MORE|unix.MSG_NOSIGNAL)
+				if serr != unix.EINTR {
+					break
+				}
+			}
+			return serr != unix.EAGAIN
+		})
+		if err != nil {
+			return err
+		}
+		if serr != nil {
+			return &net.OpError{Op: "write", Net: "tcp", Err: serr}
+		}
+		if n <= 0 {
+			return io.ErrShortWrite
+		}
+		p = p[n:]
+	}
+	return nil
+}
 
 // sendfile sends up to limit bytes of src at its offset. The socket is
 // non-blocking: on EAGAIN, RawConn.Write parks the goroutine on the

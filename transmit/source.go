@@ -27,11 +27,6 @@ type fileSource struct {
 	// Refused is set when the kernel refused sendfile for this body
 	// (EINVAL, ENOSYS, EOPNOTSUPP); the connection then copies the rest.
 	Refused bool
-	// Head, if set, holds the file's first bytes: reads within it are
-	// served from memory. net/http reads the first 512 bytes of a body
-	// through its own buffer before it calls ReadFrom, so a cached head
-	// saves that pread on every response that starts at offset 0.
-	Head []byte
 	// Sent counts the bytes sent so far, by either path.
 	Sent int64
 
@@ -91,17 +86,13 @@ func (s *fileSource) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// fill reads the next bytes of the body into p (at most N), from Head or
-// with pread, and moves Off and N past them.
+// fill reads the next bytes of the body into p (at most N) with pread,
+// and moves Off and N past them. Every byte comes from the file now:
+// nothing kept of it earlier is sent with them (a file written through a
+// shared mapping changes with no event).
 func (s *fileSource) fill(p []byte) (int, error) {
 	if int64(len(p)) > s.N {
 		p = p[:s.N]
-	}
-	if s.Off < int64(len(s.Head)) {
-		n := copy(p, s.Head[s.Off:])
-		s.Off += int64(n)
-		s.N -= int64(n)
-		return n, nil
 	}
 	n, err := s.File.ReadAt(p, s.Off)
 	s.Off += int64(n)

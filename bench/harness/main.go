@@ -27,6 +27,10 @@ type config struct {
 	nginx, lighttpd string
 	runs            int
 	duration        time.Duration
+	// runsSet and durationSet say that -runs and -duration were given.
+	runsSet, durationSet bool
+	// abuseOnly lists the scenarios of --abuse to run, by number.
+	abuseOnly       map[string]bool
 	restartWindow   time.Duration
 	set             dataset
 	syscallRequests int
@@ -118,9 +122,20 @@ func main() {
 	fetch := flag.String("fetch", "", "internal: request every path of this file once, print the result as JSON")
 	fetchBase := flag.String("fetch-base", "", "internal: the URL -fetch's paths are appended to")
 	fetchConns := flag.Int("fetch-conns", scaleConns, "internal: -fetch's connections")
+	abuse := flag.Bool("abuse", false, "only the abuse suite (issue 29): stalled clients and cold probes, non-readers behind encode, "+
+		"404 storms, reloads under load, a low descriptor limit, each beside file_server; writes its own section of the -out file "+
+		"(with -smoke: a few clients of each, bench/out/RESULTS-abuse-smoke.md); -runs sets the storms' runs, -duration the short storm's length")
+	abuseClientName := flag.String("abuse-client", "", "internal: run this client of the abuse suite, print its result as JSON")
+	abuseSpec := flag.String("abuse-spec", "", "internal: the -abuse-client's spec, JSON")
+	abuseOnly := flag.String("abuse-only", "1,2,3,4,5", "the scenarios of -abuse to run: 1 stalled clients, 2 encode, 3 404 storms, 4 reloads, 5 descriptor limit "+
+		"(the section written holds only these)")
 	flag.Parse()
 	if *fetch != "" {
 		runFetch(*fetch, *fetchBase, *fetchConns)
+		return
+	}
+	if *abuseClientName != "" {
+		abuseClient(*abuseClientName, *abuseSpec)
 		return
 	}
 
@@ -132,6 +147,10 @@ func main() {
 		command: "bench/run " + strings.Join(os.Args[1:], " "),
 	}
 	switch {
+	case *abuse && *smoke:
+		cfg.mode, cfg.out = "abuse-smoke", "bench/out/RESULTS-abuse-smoke.md"
+	case *abuse:
+		cfg.mode = "abuse"
 	case *smoke:
 		cfg.mode, cfg.runs, cfg.restartWindow = "smoke", 1, time.Second
 		cfg.set = dataset{bigSize: 16 << 20, dirs: 4, perDir: 50, manyFileSize: 8 << 10}
@@ -141,14 +160,18 @@ func main() {
 		cfg.syscallRequests, cfg.h2Requests = 10000, 50000
 	}
 	if *runs > 0 {
-		cfg.runs = *runs
+		cfg.runs, cfg.runsSet = *runs, true
 	}
 	if *dur > 0 {
-		cfg.duration = *dur
+		cfg.duration, cfg.durationSet = *dur, true
 	}
 	if *out != "" {
 		cfg.out = *out
 		cfg.svg = strings.TrimSuffix(*out, filepath.Ext(*out)) + ".svg"
+	}
+	cfg.abuseOnly = map[string]bool{}
+	for _, n := range strings.Split(*abuseOnly, ",") {
+		cfg.abuseOnly[strings.TrimSpace(n)] = true
 	}
 	cfg.only = map[string]bool{}
 	for _, w := range strings.Split(*only, ",") {
@@ -170,6 +193,9 @@ func main() {
 	cfg.data = filepath.Join(cfg.work, "data")
 	os.MkdirAll(cfg.data, 0o755)
 	do := run
+	if *abuse {
+		do = runAbuse
+	}
 	if *scale || *scaleTreeOnly {
 		cfg.mode = "scale"
 		do = func(cfg *config) error { return runScale(cfg, *scaleDir, *scaleFiles, *scaleSize, *scaleTreeOnly) }
@@ -249,13 +275,21 @@ func run(cfg *config) error {
 		return err
 	}
 	md := report(cfg, ran, names, results)
-	if kept := keptSection(cfg.out, growthHeading); kept != "" {
-		md = strings.TrimRight(md, "\n") + "\n\n" + kept
+	// The sections --scale and --abuse wrote, and the stalled-client
+	// figures of #29, stay.
+	for _, heading := range []string{"## Stalled clients", abuseHeading, growthHeading} {
+		if kept := keptSection(cfg.out, heading); kept != "" {
+			md = strings.TrimRight(md, "\n") + "\n\n" + kept
+		}
 	}
 	if err := os.WriteFile(cfg.out, []byte(md), 0o644); err != nil {
 		return err
 	}
 	if err := os.WriteFile(cfg.svg, []byte(chart(cfg, ran, names, results)), 0o644); err != nil {
+		return err
+	}
+	// The README's chart: the headline ratios, beside the full chart.
+	if err := os.WriteFile(filepath.Join(filepath.Dir(cfg.svg), "ratios.svg"), []byte(ratioChart(cfg, results)), 0o644); err != nil {
 		return err
 	}
 	fmt.Print(md)

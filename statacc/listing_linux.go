@@ -1,0 +1,449 @@
+//go:build linux && !flashserve_portable
+
+package statacc
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A directory's listing answers "no such file" for every name it does
+// not hold, with no system call and no memory per name asked for: a 404
+// storm of distinct names (a scanner, random names in a few directories,
+// distinct paths below a directory that does not exist) would otherwise
+// cost each request a failed open and, while the negative cache has room,
+// an entry. A watched directory is listed once Options.listAfter names
+// looked up in it were found missing through the filesystem; from then on a lookup
+// of a path whose name in that directory is not listed is answered
+// missing before it misses (listedMissing). The listing holds a hash per
+// name (pointer-free, 8 bytes and the map's room), so a hash collision
+// only makes a missing name be looked up on disk, never an existing one
+// be answered missing.
+//
+// It is kept up to date as entries are: the directory's watch reports
+// every name created or moved in (IN_CREATE, IN_MOVED_TO), which joins
+// the listing, and an event on the directory itself (a rename, removal,
+// chmod) drops its node and the listing with it. A name deleted stays
+// listed (it is then looked up on disk: harmless, and bounded by the
+// listing's size). It is read after the watch is added, and kept only if
+// no event on the directory was handled while it was read (so no name
+// created meanwhile can be missing from it); it is read again after
+// revalidate, as negative entries are looked up again, and dropped by a
+// purge.
+//
+// Only what the kernel answers as a plain missing name is listed: a
+// directory on a local filesystem (network ones change without events),
+// not case-insensitive (ext4, f2fs and tmpfs casefold directories, or a
+// probe of one name with its letters' case flipped finds it), that the
+// server may search (else a lookup below it is a 403), not reached
+// through a symlink below the root of a confined lookup (deny and
+// beneath refuse those), of at most maxDirNames names.
+
+const (
+	// maxDirNames is the most names of a directory that is listed;
+	// maxListedNames the most names all listings hold (about 4 MiB).
+	maxDirNames    = 1 << 14
+	maxListedNames = 1 << 18
+	// nameMax is NAME_MAX: a longer name is refused by the filesystem's
+	// lookup (ENAMETOOLONG), not answered missing.
+	nameMax = 255
+	// fsCasefoldFL is FS_CASEFOLD_FL, which golang.org/x/sys does not
+	// define: a directory whose names are looked up without case.
+	fsCasefoldFL = 0x40000000
+)
+
+// testHookListingRead, if set by a test, runs after a directory's names
+// are read and before they are kept.
+var testHookListingRead func(dir string)
+
+// dirListing is what a listed directory holds: the hashes of its names,
+// and when it was read.
+type dirListing struct {
+	names    map[uint64]struct{}
+	listedAt int64
+}
+
+// listState says whether a node may be listed.
+type listState uint8
+
+const (
+	listNone    listState = iota
+	listBusy              // being read by a lookup
+	listRefused           // cannot be listed while the node lives
+)
+
+// listedMissing reports whether key's path is missing from the listing
+// of a directory on its way, fresh for revalidate: walking from "/", the
+// first listed directory whose name on the way it does not hold. The
+// directories on the way are watched (or may be searched but not read),
+// so that every one of them is the directory the path names.
+func (w *watcher) listedMissing(key lookupKey, revalidate time.Duration) bool {
+	// A path the kernel refuses before it looks (too long, or holding a
+	// NUL byte, which the system call cannot take) is not "no such file".
+	if w == nil || !filepath.IsAbs(key.path) || len(key.path) >= unix.PathMax || strings.IndexByte(key.path, 0) >= 0 {
+		return false
+	}
+	confined := key.mode != SymlinksFollow
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// Most often the path's own directory is listed: found at once, without
+	// a walk from "/" (a map lookup per level, most of this function's
+	// time in a 404 storm of short paths). Not for a long path (a client's
+	// 380 levels), whose directory is rarely one and whose hash costs.
+	if slash := strings.LastIndexByte(key.path, '/'); slash > 0 && slash <= 512 {
+		if n := w.listedNodes[key.path[:slash]]; n != nil && !(confined && linkBelow(n, key.root)) {
+			if missing, known := w.listedLocked(n, key.path[slash+1:], revalidate); known {
+				return missing
+			}
+		}
+	}
+	n := w.root
+	for rest := strings.Trim(key.path, "/"); n != nil && rest != ""; {
+		if n.dropped || n.state != nodeWatched && n.state != nodeBlind {
+			return false
+		}
+		if confined && n.link != nil && len(n.path) > len(key.root) {
+			return false // deny and beneath refuse a link below the root
+		}
+		var name string
+		name, rest, _ = strings.Cut(rest, "/")
+		if missing, known := w.listedLocked(n, name, revalidate); known && missing {
+			return true
+		} else if known && len(name) > nameMax {
+			return false
+		}
+		n = n.children[name]
+	}
+	return false
+}
+
+// listedLocked looks name up in the listing of n, which the walk or the
+// map of listed nodes found: known says n has a fresh listing, missing
+// that name is not in it. A name the kernel refuses (over NAME_MAX: an
+// ENAMETOOLONG, a 400) is known, not missing. Called with mu held.
+func (w *watcher) listedLocked(n *dirNode, name string, revalidate time.Duration) (missing, known bool) {
+	l := n.listing
+	if l == nil || n.dropped {
+		return false, false
+	}
+	if nanotime()-l.listedAt >= int64(revalidate) {
+		// Read again after more misses; the node goes now if nothing
+		// else keeps it (it has no child then, and a walk ends here).
+		w.unlistLocked(n)
+		w.maybeRemoveLocked(n)
+		return false, false
+	}
+	if len(name) > nameMax {
+		return false, true
+	}
+	if _, ok := l.names[maphash.String(w.nameSeed, name)]; ok {
+		return false, true
+	}
+	if !n.used.Load() {
+		n.used.Store(true) // its second chance in the LRU, as a hit's
+	}
+	return true, true
+}
+
+// linkBelow reports whether n or a directory above it, below root, is a
+// symlink's node: deny and beneath refuse such a path, so its listing
+// does not answer.
+func linkBelow(n *dirNode, root string) bool {
+	for ; n != nil && len(n.path) > len(root); n = n.parent {
+		if n.link != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// listedAsExisting reports whether the first name of dir that has no
+// node is in its directory's listing: it exists (or shares a hash with a
+// name that does).
+func (w *watcher) listedAsExisting(dir string) bool {
+	if !filepath.IsAbs(dir) {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.root
+	for rest := strings.Trim(dir, "/"); n != nil && rest != ""; {
+		if n.dropped || n.state != nodeWatched && n.state != nodeBlind {
+			return false
+		}
+		var name string
+		name, rest, _ = strings.Cut(rest, "/")
+		ch := n.children[name]
+		if ch == nil {
+			if l := n.listing; l != nil {
+				_, ok := l.names[maphash.String(w.nameSeed, name)]
+				return ok
+			}
+			return false
+		}
+		n = ch
+	}
+	return false
+}
+
+// noteMissing counts a missing path found through the filesystem against
+// the directory its first missing name is in, if the watcher has that
+// directory watched, and lists the directory once it has had listAfter
+// of them. t is the lookup's ticket, its leaf still pinned if it has one
+// (its directory's node, or its first missing directory's), which saves a
+// walk and keeps a node that no entry keeps until it is listed. The
+// caller holds a filesystem slot: the listing reads the directory.
+func (w *watcher) noteMissing(path string, t watchTicket, listAfter int) {
+	if w == nil || !filepath.IsAbs(path) {
+		return
+	}
+	leaf := t.leaf
+	w.mu.Lock()
+	n := leaf
+	if n != nil && n.state == nodeMissing {
+		n = n.parent // the first missing name is n's
+	}
+	if leaf == nil {
+		n = w.root
+		for rest := strings.Trim(path, "/"); n != nil && rest != ""; {
+			if n.dropped || n.state != nodeWatched && n.state != nodeBlind {
+				n = nil
+				break
+			}
+			var name string
+			name, rest, _ = strings.Cut(rest, "/")
+			ch := n.children[name]
+			if ch == nil && n.listing != nil {
+				// Listed already: the name exists (a missing one is
+				// answered before it misses), and n's listing is no help
+				// below it.
+				n = nil
+				break
+			}
+			if ch == nil || ch.state == nodeMissing {
+				break // name is the first missing one, in n
+			}
+			n = ch
+		}
+	}
+	if n == nil || n.dropped || n.state != nodeWatched || n.link != nil || n.listing != nil || n.list != listNone ||
+		!w.countMissLocked(n.path, listAfter) || w.listed >= maxListedNames {
+		w.mu.Unlock()
+		return
+	}
+	n.list = listBusy
+	n.pins++
+	gen, dir := n.gen, n.path
+	w.mu.Unlock()
+
+	listedAt := nanotime()
+	names, refused := readListing(dir, w.nameSeed)
+	if testHookListingRead != nil {
+		testHookListingRead(dir)
+	}
+	w.mu.Lock()
+	n.list = listNone
+	switch {
+	case n.dropped || w.cache.closed.Load():
+		// Close sets closed before its flush forgets the listings, under
+		// mu as this: one kept now would outlive the flush.
+	case refused:
+		n.list = listRefused
+	case names == nil || n.gen != gen || w.listed+len(names) > maxListedNames:
+		// Unreadable now, or changed while it was read: a name created
+		// meanwhile may be missing from it. Tried again after listAfter
+		// more misses.
+	default:
+		// The listing keeps the node (and its watch) until it expires
+		// (expireListings) or the node is evicted as any other.
+		n.listing = &dirListing{names: names, listedAt: listedAt}
+		w.listed += len(names)
+		w.listedNodes[n.path] = n
+		w.cache.counts.Listings.Add(1)
+	}
+	w.unpinLocked(n)
+	w.mu.Unlock()
+}
+
+// missCounts counts the missing names looked up in directories, by a hash
+// of the directory's path, lossily: directories whose hashes share a slot
+// share its count, and whichever has the miss that completes it is listed
+// (a slot that remembered one directory and started again for another
+// would starve both of two that miss in turn). Kept apart from the nodes,
+// which go when no entry keeps them (a miss in a full negative cache keeps
+// none).
+type missCounts [1 << 12]uint32
+
+// countMissLocked counts a missing name in the directory dir and reports
+// whether that completes listAfter of them in its slot. Called with mu
+// held.
+func (w *watcher) countMissLocked(dir string, listAfter int) bool {
+	if w.misses == nil {
+		w.misses = new(missCounts)
+	}
+	c := &w.misses[maphash.String(w.nameSeed, dir)&(uint64(len(w.misses))-1)]
+	if *c++; int(*c) < listAfter {
+		return false
+	}
+	*c = 0
+	return true
+}
+
+// listNameLocked adds a name created in n's listed directory, and drops
+// the listing if it grew past maxDirNames (deleted names stay listed).
+func (w *watcher) listNameLocked(n *dirNode, name string) {
+	l := n.listing
+	h := maphash.String(w.nameSeed, name)
+	if _, ok := l.names[h]; ok {
+		return
+	}
+	l.names[h] = struct{}{}
+	w.listed++
+	if len(l.names) > maxDirNames || w.listed > maxListedNames {
+		w.unlistLocked(n)
+	}
+}
+
+// unlistLocked forgets n's listing, if it has one. The node may then be
+// removable (maybeRemoveLocked), which is the caller's to see to.
+func (w *watcher) unlistLocked(n *dirNode) {
+	if n.listing == nil {
+		return
+	}
+	w.listed -= len(n.listing.names)
+	n.listing = nil
+	if w.listedNodes[n.path] == n {
+		delete(w.listedNodes, n.path)
+	}
+	w.cache.counts.Listings.Add(-1)
+}
+
+// expireListings forgets the listings read revalidate ago or more, and
+// the nodes they alone kept; for the janitor, so that a listing nobody
+// asks for again does not keep its node and watch.
+func (w *watcher) expireListings(revalidate time.Duration) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	now := nanotime()
+	for _, n := range w.listedNodes {
+		if now-n.listing.listedAt >= int64(revalidate) {
+			w.unlistLocked(n)
+			w.maybeRemoveLocked(n)
+		}
+	}
+	w.mu.Unlock()
+}
+
+// unlistAll forgets every listing, for a purge: a purged path is looked
+// up on disk next, whatever its directory's listing held. A directory
+// refused is tried again.
+func (w *watcher) unlistAll() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	for _, n := range w.byID {
+		if n.list == listRefused {
+			n.list = listNone
+		}
+	}
+	w.misses = nil
+	for _, n := range w.listedNodes {
+		w.unlistLocked(n)
+		w.maybeRemoveLocked(n)
+	}
+	w.mu.Unlock()
+}
+
+// readListing reads the names of the directory dir and returns their
+// hashes, or nil if it cannot now. refused says that it is not to be
+// listed (see the top of this file), nor tried again while its node lives.
+func readListing(dir string, seed maphash.Seed) (names map[uint64]struct{}, refused bool) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, false // replaced since (its parent's event drops the node), the fd table full, ...
+	}
+	defer unix.Close(fd)
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil || !localFSType(st.Type) {
+		return nil, true
+	}
+	if flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS); err == nil && flags&fsCasefoldFL != 0 {
+		return nil, true
+	}
+	if unix.Faccessat(fd, ".", unix.X_OK, unix.AT_EACCESS) != nil {
+		return nil, true
+	}
+	names = make(map[uint64]struct{})
+	var flipped []byte // a name with its letters' case flipped, to probe
+	buf := make([]byte, 16<<10)
+	for {
+		got, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, false
+		}
+		if got <= 0 {
+			break
+		}
+		// struct linux_dirent64: d_ino, d_off (8 bytes each), d_reclen
+		// (2), d_type (1), then the name, NUL-terminated.
+		for off := 0; off+19 <= got; {
+			reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
+			if reclen == 0 || off+reclen > got {
+				return nil, false
+			}
+			name := buf[off+19 : off+reclen]
+			off += reclen
+			for i, c := range name {
+				if c == 0 {
+					name = name[:i]
+					break
+				}
+			}
+			if string(name) == "." || string(name) == ".." {
+				continue
+			}
+			names[maphash.Bytes(seed, name)] = struct{}{}
+			if len(names) > maxDirNames {
+				return nil, true
+			}
+			if flipped == nil {
+				flipped = flipCase(name)
+			}
+		}
+	}
+	if flipped != nil {
+		if _, listed := names[maphash.Bytes(seed, flipped)]; !listed {
+			var st unix.Stat_t
+			if unix.Fstatat(fd, string(flipped), &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+				return nil, true // found under another case: names are looked up without it
+			}
+		}
+	}
+	return names, false
+}
+
+// flipCase returns name with the case of its ASCII letters flipped, nil
+// if it has none.
+func flipCase(name []byte) []byte {
+	var out []byte
+	for i, c := range name {
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' {
+			if out == nil {
+				out = append([]byte(nil), name...)
+			}
+			out[i] = c ^ 0x20
+		}
+	}
+	return out
+}
