@@ -92,6 +92,7 @@ func TestLookupsWhileMountTableUnreadAreTrustedBriefly(t *testing.T) {
 	write(t, filepath.Join(dir, "b/y.txt"), strings.Repeat("y", 4096))
 	c := New(Options{Workers: 2, Revalidate: time.Hour})
 	defer c.Close()
+	detachFromMountTable(c)
 	x, y, missing := filepath.Join(dir, "a/x.txt"), filepath.Join(dir, "b/y.txt"), filepath.Join(dir, "a/none.txt")
 	describe(t, c, x) // a's directory is watched already
 	c.Purge(x, false)
@@ -117,5 +118,83 @@ func TestLookupsWhileMountTableUnreadAreTrustedBriefly(t *testing.T) {
 	}
 	if n := c.counts.WatchNodes.Load(); n <= nodes {
 		t.Errorf("b's directory was not entered once the table was read: %d nodes, %d before", n, nodes)
+	}
+}
+
+// TestListingReadWhileMountTableChangesIsNotKept: a directory's listing
+// read while a change of the mount table is unread, or while one is read,
+// may be the listing of a mount that came and went (or of what such a
+// mount covered), which no read of the table shows: it is not kept, and
+// the directory is listed by later misses once the table is read.
+func TestListingReadWhileMountTableChangesIsNotKept(t *testing.T) {
+	site := t.TempDir()
+	write(t, filepath.Join(site, "index.html"), "home")
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	t.Cleanup(func() { c.Close() })
+	detachFromMountTable(c)
+	describe(t, c, filepath.Join(site, "index.html")) // its directory is watched
+	c.watch.mountsChanging()
+	lookMissing(t, c, missingPaths(site, "unread", 2*c.opts.listAfter))
+	if got := c.counts.Listings.Load(); got != 0 {
+		t.Errorf("a listing read while the mount table is unread is kept (%d listings)", got)
+	}
+	c.watch.mountsChanged(nil) // the table read: no change
+	testHookListingRead = func(string) {
+		testHookListingRead = nil
+		// A mount came and went while the directory was read.
+		c.watch.mountsChanging()
+		c.watch.mountsChanged(nil)
+	}
+	t.Cleanup(func() { testHookListingRead = nil })
+	lookMissing(t, c, missingPaths(site, "during", c.opts.listAfter))
+	if got := c.counts.Listings.Load(); got != 0 {
+		t.Errorf("a listing read while the mount table changed is kept (%d listings)", got)
+	}
+	listDirectory(t, c, site)
+}
+
+// detachFromMountTable stops telling c of the mount table's changes, so
+// that a test tells it of them (mountsChanging, mountsChanged) alone: the
+// process's watcher tells every cache of each read of the table, its
+// first one after it starts included, which would end an "unread" state
+// the test set.
+func detachFromMountTable(c *Cache) { unwatchMounts(c) }
+
+// TestDirectoryInstalledWhileMountTableChangesIsInstalledAgain: a lookup
+// makes its directories' nodes one level at a time; a mount that comes
+// and goes while any one level is installed (the table read afterwards
+// shows no change) may have put that level's watch on the mount's
+// directory, so that level is installed again, and the entry found is
+// then trusted until an event.
+func TestDirectoryInstalledWhileMountTableChangesIsInstalledAgain(t *testing.T) {
+	dir := t.TempDir()
+	x := filepath.Join(dir, "a/b/c/x.txt")
+	write(t, x, "x")
+	t.Cleanup(func() { testHookWatchAdded = nil })
+	for _, level := range []string{"a", "a/b", "a/b/c"} {
+		c := New(Options{Workers: 2, Revalidate: time.Hour})
+		detachFromMountTable(c)
+		at := filepath.Join(dir, level)
+		installs := 0
+		testHookWatchAdded = func(path string) {
+			if path != at {
+				return
+			}
+			if installs++; installs == 1 {
+				c.watch.mountsChanging()
+				c.watch.mountsChanged(nil)
+			}
+		}
+		if got := describe(t, c, x); got != "1:x" {
+			t.Errorf("%s: %q", level, got)
+		}
+		testHookWatchAdded = nil
+		if installs < 2 {
+			t.Errorf("%s, installed while a mount came and went: installed %d times, want it made again", level, installs)
+		}
+		if !c.cachedWatched(x) {
+			t.Errorf("%s: the entry found once the level was installed again is not trusted until an event", level)
+		}
+		c.Close()
 	}
 }

@@ -55,6 +55,8 @@ type looker interface {
 	watched(t *testing.T, path string) bool
 	// openFiles is the descriptors the cache holds.
 	openFiles(t *testing.T) int64
+	// listings is the directories the cache holds listings of.
+	listings(t *testing.T) int64
 	reset(t *testing.T)
 }
 
@@ -77,6 +79,7 @@ func (l *localLooker) get(t *testing.T, root, path string) string {
 
 func (l *localLooker) watched(_ *testing.T, path string) bool { return l.c.cachedWatched(path) }
 func (l *localLooker) openFiles(*testing.T) int64             { return l.c.counts.OpenFiles.Load() }
+func (l *localLooker) listings(*testing.T) int64              { return l.c.counts.Listings.Load() }
 
 // describeConfined is describe for a lookup confined below root.
 func describeConfined(t testing.TB, c *Cache, root string, mode Symlinks, path string) string {
@@ -193,8 +196,13 @@ func (l *childLooker) watched(t *testing.T, path string) bool {
 	return l.ask(t, "watched "+strconv.Quote(path)) == "true"
 }
 
-func (l *childLooker) openFiles(t *testing.T) int64 {
-	n, err := strconv.ParseInt(l.ask(t, "open"), 10, 64)
+func (l *childLooker) openFiles(t *testing.T) int64 { return l.count(t, "open") }
+
+func (l *childLooker) listings(t *testing.T) int64 { return l.count(t, "listings") }
+
+// count asks for a number.
+func (l *childLooker) count(t *testing.T, cmd string) int64 {
+	n, err := strconv.ParseInt(l.ask(t, cmd), 10, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,6 +231,8 @@ func serveMountLookups(t *testing.T, mode Symlinks) {
 			answer = strconv.FormatBool(l.watched(t, args[0]))
 		case "open":
 			answer = strconv.FormatInt(l.openFiles(t), 10)
+		case "listings":
+			answer = strconv.FormatInt(l.listings(t), 10)
 		default:
 			t.Fatalf("unknown command %q", in.Text())
 		}
@@ -379,6 +389,23 @@ func cachedAs(t *testing.T, l looker, root, path, want string, watched bool) {
 	}
 }
 
+// listedBy makes l list dir: it looks up missing names in it, never
+// looked up before, until the cache holds one listing more, and fails
+// after four times the names a listing takes.
+func listedBy(t *testing.T, l looker, root, dir string) {
+	t.Helper()
+	before := l.listings(t)
+	for i := range 4 * defaultListAfter {
+		if got := l.get(t, root, filepath.Join(dir, fmt.Sprintf("listed-%02d.css", i))); got != "missing" {
+			t.Fatalf("listed-%02d.css: %q, want missing", i, got)
+		}
+		if l.listings(t) > before {
+			return
+		}
+	}
+	t.Fatalf("%s: not listed after %d missing names in it", dir, 4*defaultListAfter)
+}
+
 // mountScenarios are the changes of mounts a cache must see, each run on
 // a fresh cache over a fresh directory (0755, files 0644, root's).
 //
@@ -410,6 +437,35 @@ var mountScenarios = []struct {
 		changed = time.Now()
 		put(t, assets, map[string]string{"app.css": "fresher"})
 		seenWithin(t, l, root, app, "7:fresher", changed, "a write in the mounted directory")
+	}},
+	{"a tmpfs mounted over a listed directory", false, func(t *testing.T, dir string, l looker) {
+		// A listing answers a missing name before any lookup: it must go
+		// with the directory it lists.
+		root := filepath.Join(dir, "www")
+		assets := filepath.Join(root, "assets")
+		put(t, root, map[string]string{"assets/app.css": "old"})
+		cachedAs(t, l, root, filepath.Join(assets, "app.css"), "3:old", true)
+		listedBy(t, l, root, assets)
+		fresh, asked := filepath.Join(assets, "new.css"), filepath.Join(assets, "listed-00.css")
+		cachedAs(t, l, root, fresh, "missing", true)
+		tmpfsOver(t, assets)
+		changed := time.Now()
+		put(t, assets, map[string]string{"new.css": "new", "listed-00.css": "asked"})
+		seenWithin(t, l, root, fresh, "3:new", changed, "a name the listing did not hold")
+		seenWithin(t, l, root, asked, "5:asked", changed, "a name asked for before the listing")
+	}},
+	{"a release bind-mounted over an ancestor of a listed directory", false, func(t *testing.T, dir string, l looker) {
+		root := filepath.Join(dir, "site/www")
+		put(t, root, map[string]string{"index.html": "one"})
+		put(t, dir, map[string]string{"next/www/index.html": "two!", "next/www/new.html": "new"})
+		cachedAs(t, l, root, filepath.Join(root, "index.html"), "3:one", true)
+		listedBy(t, l, root, root)
+		fresh := filepath.Join(root, "new.html")
+		cachedAs(t, l, root, fresh, "missing", true)
+		bind(t, filepath.Join(dir, "next"), filepath.Join(dir, "site"))
+		changed := time.Now()
+		seenWithin(t, l, root, fresh, "3:new", changed, "a name the listing did not hold")
+		seenWithin(t, l, root, filepath.Join(root, "index.html"), "4:two!", changed, "the mount")
 	}},
 	{"a release bind-mounted over a cached directory, then unmounted", false, func(t *testing.T, dir string, l looker) {
 		root := filepath.Join(dir, "www")
@@ -610,6 +666,8 @@ var mountScenarios = []struct {
 // revalidate (an hour here): a tmpfs or a release mounted over a cached
 // directory, a file bind-mounted over a cached file, the root or an
 // ancestor of it mounted over, a mount where paths were cached as missing,
+// a mount over a directory that is listed (its missing names answered
+// from its listing) or over an ancestor of one,
 // umount -l, nested mounts, mounted releases behind a swapped `current`;
 // a file bind mount written in place through its source is seen too; and
 // `umount` of a filesystem the cache held descriptors on succeeds within
