@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
@@ -187,23 +186,7 @@ func stallFixture(t *testing.T) (string, map[string][]byte) {
 		rand.NewChaCha8([32]byte{byte(size), byte(size >> 8), byte(size >> 16), byte(size >> 24), name[1]}).Read(b)
 		files[name] = b
 	}
-	root := testDir(t, "coldstall", func(dir string) {
-		for name, b := range files {
-			f, err := os.Create(filepath.Join(dir, name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.Write(b)
-			f.Sync()
-			f.Close()
-		}
-	})
-	for name := range files {
-		if err := prewarm.Evict(filepath.Join(root, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root, files
+	return evictedTree(t, "coldstall", files), files
 }
 
 // stallRange is the Range header of the i-th stalled client of stall.bin.

@@ -1,10 +1,15 @@
 package flashserve
 
 import (
+	"os"
+	"path/filepath"
+
+	"github.com/flashserve/caddy-flash-serve/internal/proctest"
+	"github.com/flashserve/caddy-flash-serve/prewarm"
+
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -186,13 +191,14 @@ func settled[T comparable](sample func() T) T {
 	return last
 }
 
-// skipIfShort skips one of the long tests (over 20 s on a quiet 2-core
-// machine) in -short mode, the quick loop. CI and the README's command run
-// without -short, so they always run it.
+// skipIfShort skips one of the long tests (about 10 s or more on a quiet
+// 2-core machine) in -short mode, the README's test command. CI runs the
+// whole suite without -short (and with -race) after it, so every one of
+// them runs on each change.
 func skipIfShort(t *testing.T, what string) {
 	t.Helper()
 	if testing.Short() {
-		t.Skipf("%s: skipped in -short mode; CI and the README's command (no -short) run it", what)
+		t.Skipf("%s: skipped in -short mode; CI runs it (bash .ci/run)", what)
 	}
 }
 
@@ -216,11 +222,7 @@ type resources struct{ fds, goroutines, threads int }
 
 func countResources(t testing.TB) resources {
 	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatalf("counting fds: %v", err)
-	}
-	return resources{fds: len(ents), goroutines: runtime.NumGoroutine(), threads: threadCount(t)}
+	return resources{fds: proctest.FDs(t), goroutines: runtime.NumGoroutine(), threads: proctest.Threads(t)}
 }
 
 // settledResources is the baseline of a fault test: the counts once the
@@ -235,23 +237,6 @@ func settledResources(t testing.TB) resources {
 		return [2]int{last.fds, last.goroutines}
 	})
 	return last
-}
-
-// threadCount reads the process's OS threads from /proc/self/status.
-func threadCount(t testing.TB) int {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatalf("reading /proc/self/status: %v", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
-			var n int
-			fmt.Sscan(strings.TrimSpace(v), &n)
-			return n
-		}
-	}
-	t.Fatal("no Threads line in /proc/self/status")
-	return 0
 }
 
 // backToBaseline waits up to 30 s for the fds and goroutines to fall back
@@ -280,17 +265,34 @@ type notBack struct {
 }
 
 func (e notBack) Error() string {
-	return fmt.Sprintf("resources did not return: now %+v, baseline %+v, thread bound %d; open fds: %v", e.now, e.base, e.threadBound, openFDs())
+	return fmt.Sprintf("resources did not return: now %+v, baseline %+v, thread bound %d; open fds: %v", e.now, e.base, e.threadBound, proctest.FDTargets())
 }
 
-// openFDs lists what the process's descriptors point at, for a failure
-// message.
-func openFDs() []string {
-	ents, _ := os.ReadDir("/proc/self/fd")
-	var out []string
-	for _, e := range ents {
-		target, _ := os.Readlink("/proc/self/fd/" + e.Name())
-		out = append(out, e.Name()+"→"+target)
+// evictedTree writes files (name → bytes) into a test directory named
+// name, synced, and evicts each from the page cache, so that the first
+// read of each goes to the disk.
+func evictedTree(t *testing.T, name string, files map[string][]byte) string {
+	t.Helper()
+	root := testDir(t, name, func(dir string) {
+		for name, b := range files {
+			f, err := os.Create(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Synced: the kernel drops only clean pages on eviction.
+			if _, err := f.Write(b); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		}
+	})
+	for name := range files {
+		if err := prewarm.Evict(filepath.Join(root, name)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	return out
+	return root
 }

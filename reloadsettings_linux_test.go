@@ -3,6 +3,8 @@
 package flashserve
 
 import (
+	"github.com/flashserve/caddy-flash-serve/internal/proctest"
+
 	"bufio"
 	"bytes"
 	"compress/gzip"
@@ -390,7 +392,7 @@ func TestReloadsChangingEachSettingAnswerNo5xx(t *testing.T) {
 // openBelow lists this process's descriptors open on a file below dir.
 func openBelow(dir string) []string {
 	var open []string
-	for _, fd := range openFDs() {
+	for _, fd := range proctest.FDTargets() {
 		if _, target, _ := strings.Cut(fd, "→"); strings.HasPrefix(target, dir+"/") {
 			open = append(open, fd)
 		}

@@ -65,6 +65,7 @@ func TestWriteTimeoutStillCutsSlowClients(t *testing.T) {
 // same connection at once, and, left idle, is still closed by the idle
 // timeout (the write deadline moved within the turn does not outlive it).
 func TestKeepAliveAfterRenewedTurns(t *testing.T) {
+	skipIfShort(t, "a 10 s transfer in renewed sendfile turns")
 	const size = 1 << 20
 	root := t.TempDir()
 	data := make([]byte, size)

@@ -3,6 +3,8 @@
 package flashserve
 
 import (
+	"github.com/flashserve/caddy-flash-serve/internal/proctest"
+
 	"bytes"
 	"fmt"
 	"io"
@@ -18,10 +20,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/flashserve/caddy-flash-serve/internal/ringtest"
 	"github.com/flashserve/caddy-flash-serve/prewarm"
 	"github.com/flashserve/caddy-flash-serve/transmit"
-	"golang.org/x/sys/unix"
 )
 
 // coldTree writes n files of size bytes (in a directory of another
@@ -38,23 +41,7 @@ func coldTree(t *testing.T, n, size int) (string, map[string][]byte) {
 		rng.Read(b)
 		files[fmt.Sprintf("/c%04d.bin", i)] = b
 	}
-	root := testDir(t, fmt.Sprintf("cold-%d-%d", n, size), func(dir string) {
-		for name, b := range files {
-			f, err := os.Create(filepath.Join(dir, name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.Write(b)
-			f.Sync()
-			f.Close()
-		}
-	})
-	for name := range files {
-		if err := prewarm.Evict(filepath.Join(root, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root, files
+	return evictedTree(t, fmt.Sprintf("cold-%d-%d", n, size), files), files
 }
 
 // sharedRing reports whether the shared ring exists, and why not.
@@ -311,7 +298,7 @@ func TestColdStormHoldsFewThreads(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 60 * time.Second}
 	get(t, c, fmt.Sprintf("http://127.0.0.1:%d/c0000.bin", port))
-	base := threadCount(t)
+	base := proctest.Threads(t)
 	var peak atomic.Int64
 	stop := make(chan struct{})
 	var sampler sync.WaitGroup
@@ -323,7 +310,7 @@ func TestColdStormHoldsFewThreads(t *testing.T) {
 			case <-stop:
 				return
 			case <-time.After(time.Millisecond):
-				if n := int64(threadCount(t)); n > peak.Load() {
+				if n := int64(proctest.Threads(t)); n > peak.Load() {
 					peak.Store(n)
 				}
 			}

@@ -3,23 +3,15 @@
 package prewarm
 
 import (
+	"github.com/flashserve/caddy-flash-serve/internal/proctest"
+
 	"context"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 )
-
-func openFDCount(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/dev/fd")
-	if err != nil {
-		t.Skipf("cannot count descriptors: %v", err)
-	}
-	return len(ents)
-}
 
 // lowerFDLimit sets RLIMIT_NOFILE to room more than the descriptors open
 // now (base), until restore (also called at the test's end).
@@ -29,7 +21,7 @@ func lowerFDLimit(t *testing.T, room int) (base int, restore func()) {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
 		t.Skipf("getrlimit: %v", err)
 	}
-	base = openFDCount(t)
+	base = proctest.FDs(t)
 	low := syscall.Rlimit{Cur: uint64(base + room), Max: old.Max}
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
 		t.Skipf("setrlimit: %v", err)
@@ -91,7 +83,7 @@ func TestBatchesBackOffOnAFullFDTable(t *testing.T) {
 	if err != nil || p.Files != files {
 		t.Errorf("the warm-up skipped %d of %d files on a full fd table (%v) instead of waiting for its own batches to give descriptors back", files-int(p.Files), files, err)
 	}
-	if n := openFDCount(t); n > base {
+	if n := proctest.FDs(t); n > base {
 		t.Errorf("%d descriptors open after the warm-up, %d before", n, base)
 	}
 }
@@ -113,7 +105,7 @@ func TestWarmUpLeavesTheEndOfTheFDTable(t *testing.T) {
 	w.prefetched = func(string) {
 		mu.Lock() // one count at a time: each holds a descriptor
 		defer mu.Unlock()
-		most = max(most, openFDCount(t)-1) // less the one it holds
+		most = max(most, proctest.FDs(t)-1) // less the one it holds
 	}
 	holdFirstReads(w, 2*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

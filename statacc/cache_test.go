@@ -1,6 +1,8 @@
 package statacc
 
 import (
+	"github.com/flashserve/caddy-flash-serve/internal/proctest"
+
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -169,29 +170,6 @@ func TestInvalidationByRevalidateWithoutInotify(t *testing.T) {
 	}
 }
 
-// openFDs counts this process's open descriptors.
-func openFDs(t testing.TB) int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skip("no /proc/self/fd")
-	}
-	return len(ents)
-}
-
-func threads(t testing.TB) int {
-	raw, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Skip("no /proc/self/status")
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
-		}
-	}
-	return 0
-}
-
 func TestColdStormBoundsThreadsAndCleansUp(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("reads /proc")
@@ -202,8 +180,8 @@ func TestColdStormBoundsThreadsAndCleansUp(t *testing.T) {
 		write(t, filepath.Join(dir, fmt.Sprintf("d%02d", i%50), fmt.Sprintf("f%05d", i)), "x")
 	}
 	runtime.GC()
-	fds0, goroutines0 := openFDs(t), runtime.NumGoroutine()
-	threads0 := threads(t)
+	fds0, goroutines0 := proctest.FDs(t), runtime.NumGoroutine()
+	threads0 := proctest.Threads(t)
 
 	const workers = 8
 	c := New(Options{Workers: workers, queueLength: files, MaxOpenFiles: 500})
@@ -216,7 +194,7 @@ func TestColdStormBoundsThreadsAndCleansUp(t *testing.T) {
 	go func() {
 		defer close(sampled)
 		for {
-			n := threads(t)
+			n := proctest.Threads(t)
 			mu.Lock()
 			peak = max(peak, n)
 			mu.Unlock()
@@ -260,7 +238,7 @@ func TestColdStormBoundsThreadsAndCleansUp(t *testing.T) {
 	c.Close()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		fds, g := openFDs(t), runtime.NumGoroutine()
+		fds, g := proctest.FDs(t), runtime.NumGoroutine()
 		if fds <= fds0 && g <= goroutines0 {
 			break
 		}

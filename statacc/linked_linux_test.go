@@ -14,7 +14,7 @@ import (
 // symbolic link is trusted for a second, and its descriptor is given back
 // within about two once its target is deleted, though the janitor slept
 // on revalidate's longer period when the entry came: the first entry
-// trusted briefly wakes it (helper-2's review: with revalidate 1h the
+// trusted briefly wakes it (without it, with revalidate 1h, the
 // deleted target's descriptor stayed open for half an hour).
 func TestLinkedEntryIsDroppedWithinTwoSeconds(t *testing.T) {
 	root := t.TempDir()
@@ -45,7 +45,7 @@ func TestLinkedEntryIsDroppedWithinTwoSeconds(t *testing.T) {
 // that is the first path asked for in a directory the watcher does not
 // know, while the negative cache is full: probeMissing opens it before
 // the directory is entered, and its descriptor must wake the janitor as
-// resolve's do (helper-3's review of b12c60c: it slept on, and the
+// resolve's do (without it the janitor slept on, and the
 // deleted target's descriptor stayed open for revalidate/2).
 func TestProbedLinkedEntryIsDroppedWithinTwoSeconds(t *testing.T) {
 	root := t.TempDir()
@@ -83,8 +83,8 @@ func TestProbedLinkedEntryIsDroppedWithinTwoSeconds(t *testing.T) {
 // trusted briefly (a write through the other name sends no event for
 // this one), but its descriptor needs no janitor: deleting this name is
 // an event, and deleting the other leaves this file as it was. So it does
-// not put the janitor on a walk of every entry each second (helper-3's
-// review: one hard-linked file did, for the life of the cache).
+// not put the janitor on a walk of every entry each second (without this
+// rule, one hard-linked file did, for the life of the cache).
 func TestHardLinkLeavesTheJanitorAsleep(t *testing.T) {
 	root := t.TempDir()
 	a := filepath.Join(root, "a.txt")

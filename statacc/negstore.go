@@ -288,7 +288,7 @@ func (s *negStore) freeLocked(sh *negShard, i uint32) negGone {
 // arena, negArenaMin), and the bytes copied are at most five times the
 // bytes appended since the last rewrite: where append would double the
 // arena while freed bytes are under half of it, an arena under steady
-// churn reached 2.7 times its live bytes (the reviewer's
+// churn reached 2.7 times its live bytes (see
 // TestNegativeArenaHoldsPathsOnceMoreAtMost), and rewriting into twice
 // the live bytes held 2.5 times the bound of a store full of long paths
 // (TestLongMissingPathsStayUnderTheByteBound).

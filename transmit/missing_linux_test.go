@@ -15,7 +15,7 @@ import (
 
 // blindBody is a Body mincore does not tell this process about: it is
 // probed with no-wait reads.
-type blindBody struct{ reviewBody }
+type blindBody struct{ fileBody }
 
 func (blindBody) MincoreTrusted() bool { return false }
 
@@ -46,7 +46,7 @@ func TestMissingSpanIsNotProbedAgain(t *testing.T) {
 		{"missing at 5 MiB, a range before it", true, 5 << 20, 0, 4 << 20, 0},
 		{"missing at 2 MiB, a range after its span", true, 2 << 20, 4 << 20, 1 << 20, 0},
 	}
-	for _, body := range []Body{reviewBody{f}, blindBody{reviewBody{f}}} {
+	for _, body := range []Body{fileBody{f}, blindBody{fileBody{f}}} {
 		for _, c := range cases {
 			name := fmt.Sprintf("%s, mincore trusted %v", c.name, body.MincoreTrusted())
 			// A no-wait probe counts a resident span missing when its
@@ -88,7 +88,7 @@ func TestCachedSpanBeforeAColdOneLeavesAsResidentData(t *testing.T) {
 	f, want := testFile(t, size)
 	fd := int(f.Fd())
 	s := ringSender(t)
-	body := blindBody{reviewBody{f}}
+	body := blindBody{fileBody{f}}
 	cachedPrefix := func() int64 {
 		p := pagecache.NewProbe(fd, true, size)
 		off, _ := p.FirstMissing(size, span)
@@ -159,11 +159,11 @@ func TestRingTransferStaysOnTheRing(t *testing.T) {
 	tr := &Transfer{Engine: EngineIOUring}
 	w := httptest.NewRecorder()
 	req := httptest.NewRequest("GET", "/", nil)
-	sent, err := s.Send(w, req, reviewBody{f}, tr, 0, 32<<10)
+	sent, err := s.Send(w, req, fileBody{f}, tr, 0, 32<<10)
 	if err != nil || sent[EngineCopy] != 32<<10 || tr.Engine != EngineCopy {
 		t.Fatalf("a small cached range: %v, counts %v, engine %v; want 32 KiB copied and the engine copy", err, sent, tr.Engine)
 	}
-	sent, err = s.Send(w, req, reviewBody{f}, tr, 2<<20, 1<<20)
+	sent, err = s.Send(w, req, fileBody{f}, tr, 2<<20, 1<<20)
 	if err != nil || !bytes.Equal(w.Body.Bytes(), append(append([]byte(nil), want[:32<<10]...), want[2<<20:3<<20]...)) {
 		t.Fatalf("the range on disk: %v, %d bytes", err, w.Body.Len())
 	}

@@ -37,7 +37,7 @@ func TestRingClosedUnderAReadSendsTheBody(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		sent, err := s.Send(w, httptest.NewRequest("GET", "/slow.bin", nil), reviewBody{f}, &Transfer{Engine: EngineIOUring}, 0, size)
+		sent, err := s.Send(w, httptest.NewRequest("GET", "/slow.bin", nil), fileBody{f}, &Transfer{Engine: EngineIOUring}, 0, size)
 		done <- result{sent, err}
 	}()
 	if !waitFor(10*time.Second, func() bool { return slow.blocked.Load() == 1 }) {

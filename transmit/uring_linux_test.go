@@ -3,9 +3,12 @@
 package transmit
 
 import (
+	"io"
+
+	"github.com/flashserve/caddy-flash-serve/internal/proctest"
+
 	"bytes"
 	"errors"
-	"go.uber.org/zap"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -16,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,6 +39,21 @@ func ringFDs(t *testing.T) int {
 	}
 	return n
 }
+
+// fileBody is a Body over one open file, for Send's own tests.
+type fileBody struct{ f *os.File }
+
+func (b fileBody) File() io.ReaderAt    { return b.f }
+func (b fileBody) Path() string         { return b.f.Name() }
+func (b fileBody) FD() int              { return int(b.f.Fd()) }
+func (b fileBody) Size() int64          { fi, _ := b.f.Stat(); return fi.Size() }
+func (b fileBody) Data() []byte         { return nil }
+func (b fileBody) Hold()                {}
+func (b fileBody) Release()             {}
+func (b fileBody) FileID() uint64       { return 0 }
+func (b fileBody) NoBlockDevice() bool  { return false }
+func (b fileBody) MincoreTrusted() bool { return true }
+func (b fileBody) MarkResident()        {}
 
 func testFile(t *testing.T, size int) (*os.File, []byte) {
 	t.Helper()
@@ -146,20 +166,7 @@ func TestColdReadsHoldNoThreads(t *testing.T) {
 		evict(t, f)
 		files = append(files, f)
 	}
-	threads := func() int {
-		b, _ := os.ReadFile("/proc/self/status")
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "Threads:"); ok {
-				var n int
-				for _, c := range strings.TrimSpace(v) {
-					n = n*10 + int(c-'0')
-				}
-				return n
-			}
-		}
-		return 0
-	}
-	before := threads()
+	before := proctest.Threads(t)
 	var wg sync.WaitGroup
 	var peak atomic.Int64
 	peak.Store(int64(before))
@@ -172,7 +179,7 @@ func TestColdReadsHoldNoThreads(t *testing.T) {
 			case <-stop:
 				return
 			case <-time.After(time.Millisecond):
-				if n := int64(threads()); n > peak.Load() {
+				if n := int64(proctest.Threads(t)); n > peak.Load() {
 					peak.Store(n)
 				}
 			}

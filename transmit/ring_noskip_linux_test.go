@@ -23,7 +23,7 @@ func TestRingFirstWithoutSkipSuccess(t *testing.T) {
 	for i, f := range files {
 		atomic.StoreInt32(&s.firstReads.score, firstReadsMax)
 		w := httptest.NewRecorder()
-		if _, err := s.Send(w, httptest.NewRequest("GET", "/", nil), reviewBody{f}, &Transfer{Engine: EngineIOUring}, 0, size); err != nil || !bytes.Equal(w.Body.Bytes(), wants[i]) {
+		if _, err := s.Send(w, httptest.NewRequest("GET", "/", nil), fileBody{f}, &Transfer{Engine: EngineIOUring}, 0, size); err != nil || !bytes.Equal(w.Body.Bytes(), wants[i]) {
 			t.Fatalf("file %d: %v, %d bytes", i, err, w.Body.Len())
 		}
 	}

@@ -3,10 +3,11 @@
 package transmit
 
 import (
+	"github.com/flashserve/caddy-flash-serve/internal/proctest"
+
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -25,7 +26,7 @@ import (
 func TestSharedRingLifecycle(t *testing.T) {
 	f, want := testFile(t, 1<<20)
 	runtime.GC()
-	fds, goroutines := countFDs(t), runtime.NumGoroutine()
+	fds, goroutines := proctest.FDs(t), runtime.NumGoroutine()
 	for round := range 10 {
 		first := AcquireRing(4, false, zap.NewNop())
 		if first == nil {
@@ -94,14 +95,6 @@ func TestSharedRingLifecycle(t *testing.T) {
 			t.Errorf("%d %s after the last release, %d before", n, what, was)
 		}
 	}
-	eventually("descriptors", func() int { return countFDs(t) }, fds)
+	eventually("descriptors", func() int { return proctest.FDs(t) }, fds)
 	eventually("goroutines", runtime.NumGoroutine, goroutines)
-}
-
-func countFDs(t *testing.T) int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
 }

@@ -18,9 +18,9 @@ import (
 	"github.com/flashserve/caddy-flash-serve/statacc"
 )
 
-// reviewProvision provisions a handler that warms only its hot set (a
+// provisionHotSetSite provisions a handler that warms only its hot set (a
 // pattern that matches nothing), for the hot-set identity tests.
-func reviewProvision(t *testing.T, root string, statWorkers int) *FlashServe {
+func provisionHotSetSite(t *testing.T, root string, statWorkers int) *FlashServe {
 	t.Helper()
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	t.Cleanup(cancel)
@@ -31,7 +31,7 @@ func reviewProvision(t *testing.T, root string, statWorkers int) *FlashServe {
 	return fsrv
 }
 
-func reviewHit(t *testing.T, fsrv *FlashServe, p string, n int) {
+func hitHotSetSite(t *testing.T, fsrv *FlashServe, p string, n int) {
 	t.Helper()
 	for range n {
 		e, err := fsrv.cache.GetConfined(context.Background(), "", statacc.SymlinksFollow, p)
@@ -68,12 +68,12 @@ func TestHotSetOfTwoCachesWithOneRoot(t *testing.T) {
 	os.WriteFile(a, []byte("a"), 0o644)
 	os.WriteFile(b, []byte("b"), 0o644)
 	t.Setenv("XDG_DATA_HOME", t.TempDir())
-	siteA, siteB := reviewProvision(t, root, 2), reviewProvision(t, root, 3)
+	siteA, siteB := provisionHotSetSite(t, root, 2), provisionHotSetSite(t, root, 3)
 	if siteA.shared == siteB.shared {
 		t.Fatal("the two tunings share a cache: the test would prove nothing")
 	}
-	reviewHit(t, siteA, a, 5)
-	reviewHit(t, siteB, b, 5)
+	hitHotSetSite(t, siteA, a, 5)
+	hitHotSetSite(t, siteB, b, 5)
 	// Caddy stops: each cache's last user goes and its saver saves.
 	if err := siteA.Cleanup(); err != nil {
 		t.Fatal(err)
@@ -87,7 +87,7 @@ func TestHotSetOfTwoCachesWithOneRoot(t *testing.T) {
 	}
 	t.Logf("site A's saver wrote %s holding %+v (site B's: %s)", filepath.Base(siteA.shared.hot.Path()), hs.Files, filepath.Base(siteB.shared.hot.Path()))
 	// The restart: site A (stat_workers 2) warms what its file says.
-	again := reviewProvision(t, root, 2)
+	again := provisionHotSetSite(t, root, 2)
 	defer again.Cleanup()
 	got := hotTargetsOf(t, again)
 	if !got[a] {
@@ -108,22 +108,22 @@ func TestHotSetOfASharedCacheFollowsItsSite(t *testing.T) {
 	for _, restart := range []string{"site A removed", "sites in the other order"} {
 		t.Run(restart, func(t *testing.T) {
 			t.Setenv("XDG_DATA_HOME", t.TempDir())
-			siteA, siteB := reviewProvision(t, rootA, 2), reviewProvision(t, rootB, 2)
+			siteA, siteB := provisionHotSetSite(t, rootA, 2), provisionHotSetSite(t, rootB, 2)
 			if siteA.shared != siteB.shared {
 				t.Fatal("the sites do not share a cache: the test would prove nothing")
 			}
-			reviewHit(t, siteB, b, 5) // only site B's clients came
+			hitHotSetSite(t, siteB, b, 5) // only site B's clients came
 			siteA.Cleanup()
 			siteB.Cleanup() // the last user: the hot set is saved
 			var next *FlashServe
 			switch restart {
 			case "site A removed":
-				next = reviewProvision(t, rootB, 2)
+				next = provisionHotSetSite(t, rootB, 2)
 				defer next.Cleanup()
 			default:
-				next = reviewProvision(t, rootB, 2)
+				next = provisionHotSetSite(t, rootB, 2)
 				defer next.Cleanup()
-				other := reviewProvision(t, rootA, 2)
+				other := provisionHotSetSite(t, rootA, 2)
 				defer other.Cleanup()
 			}
 			if got := hotTargetsOf(t, next); !got[b] {

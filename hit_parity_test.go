@@ -44,8 +44,8 @@ func rawTry(port int, target string) (int, http.Header, string, error) {
 	return resp.StatusCode, resp.Header, string(b), err
 }
 
-// revhitTree writes a site tree under dir.
-func revhitTree(t *testing.T, dir string) {
+// hitParityTree writes a site tree under dir.
+func hitParityTree(t *testing.T, dir string) {
 	for _, name := range []string{"a.txt", "Caddyfile", "secret.txt", "old.bak", ".env", "sub/x.txt", "sub/secret.txt",
 		"sub/index.html", "private/k.txt", "a*b", "axb", "[x].txt", "x.txt", "one/a.txt", "two/a.txt", "one/sub/x.txt", "\xff.txt", "sub\\x.txt", ".../a.txt", ".a/b.txt", "%2e/c.txt", "sp ace.txt", "sub/index.txt/x", "a.txt.gz", "sub/x.txt.gz", "sub/x.txt.br"} {
 		p := filepath.Join(dir, filepath.FromSlash(name))
@@ -58,7 +58,7 @@ func revhitTree(t *testing.T, dir string) {
 	}
 }
 
-var revhitPaths = []string{
+var hitParityPaths = []string{
 	"/", "/a.txt", "//a.txt", "/./a.txt", "/sub/../a.txt", "/../a.txt", "/sub", "/sub/", "/sub//", "/a.txt/",
 	"/%2e%2e/a.txt", "/sub/%2e%2e/a.txt", "/sub%2fx.txt", "/sub%2Fx.txt", "/sub\\x.txt", "/a.txt%00", "/%ff", "/\xff",
 	"/" + strings.Repeat("a/", 2000) + "x", "/C:/a.txt", "/sub/x.txt", "/sub/./x.txt", "/sub//x.txt", "/.env", "/Caddyfile",
@@ -71,14 +71,14 @@ var revhitPaths = []string{
 	"/architecture.md", "/etc/passwd", "/" + memDefaultName, "/mem/" + memDefaultName, "/mem/a.txt",
 }
 
-// revhitCompare loads the sites made by mk for a flash_serve site, a
+// hitParityCompare loads the sites made by mk for a flash_serve site, a
 // second flash_serve site and a file_server site, and compares every path
 // twice.
-func revhitCompare(t *testing.T, globals string, mk func(port int, handler string) string) {
+func hitParityCompare(t *testing.T, globals string, mk func(port int, handler string) string) {
 	flash, flash2, file := freePort(t), freePort(t), freePort(t)
 	sites := mk(flash, "flash_serve") + mk(flash2, "flash_serve") + mk(file, "file_server")
 	loadSites(t, globals, sites)
-	for _, p := range revhitPaths {
+	for _, p := range hitParityPaths {
 		ws, wh, wb := rawGet(t, file, p)
 		for round := range 2 {
 			for _, port := range []int{flash, flash2} {
@@ -108,15 +108,15 @@ func trunc(s string) string {
 	return s
 }
 
-func revhitSite(port int, root string, directives ...string) string {
+func hitParitySite(port int, root string, directives ...string) string {
 	return siteBlock(port, root, directives...)
 }
 
-func TestRevhitParity(t *testing.T) {
+func TestCachedHitsMatchFileServer(t *testing.T) {
 	base := t.TempDir()
-	revhitTree(t, base)
+	hitParityTree(t, base)
 	for _, d := range []string{"one", "two"} {
-		revhitTree(t, filepath.Join(base, d))
+		hitParityTree(t, filepath.Join(base, d))
 	}
 	cwd, _ := os.Getwd()
 	rel, err := filepath.Rel(cwd, base)
@@ -129,89 +129,89 @@ func TestRevhitParity(t *testing.T) {
 	}
 	hides := "hide " + filepath.Join(base, "private") + " secret.txt *.bak .env"
 	cases := map[string]func(port int, h string) string{
-		"literal":       func(p int, h string) string { return revhitSite(p, base, block(h, hides)) },
-		"trailingslash": func(p int, h string) string { return revhitSite(p, base+"/", block(h, hides)) },
-		"dotdot":        func(p int, h string) string { return revhitSite(p, base+"/sub/../", block(h, hides)) },
-		"dot":           func(p int, h string) string { return revhitSite(p, base+"/./", block(h, hides)) },
+		"literal":       func(p int, h string) string { return hitParitySite(p, base, block(h, hides)) },
+		"trailingslash": func(p int, h string) string { return hitParitySite(p, base+"/", block(h, hides)) },
+		"dotdot":        func(p int, h string) string { return hitParitySite(p, base+"/sub/../", block(h, hides)) },
+		"dot":           func(p int, h string) string { return hitParitySite(p, base+"/./", block(h, hides)) },
 		"doubleslash": func(p int, h string) string {
-			return revhitSite(p, strings.Replace(base, "/", "//", 2), block(h, hides))
+			return hitParitySite(p, strings.Replace(base, "/", "//", 2), block(h, hides))
 		},
-		"relative":    func(p int, h string) string { return revhitSite(p, rel, block(h, hides)) },
-		"relativedot": func(p int, h string) string { return revhitSite(p, "./"+rel+"/", block(h, hides)) },
-		"symlink":     func(p int, h string) string { return revhitSite(p, link, block(h, hides)) },
+		"relative":    func(p int, h string) string { return hitParitySite(p, rel, block(h, hides)) },
+		"relativedot": func(p int, h string) string { return hitParitySite(p, "./"+rel+"/", block(h, hides)) },
+		"symlink":     func(p int, h string) string { return hitParitySite(p, link, block(h, hides)) },
 		"vars": func(p int, h string) string {
-			return revhitSite(p, "{http.vars.r}", "vars r "+base+"/", block(h, hides))
+			return hitParitySite(p, "{http.vars.r}", "vars r "+base+"/", block(h, hides))
 		},
 		"perrequest": func(p int, h string) string {
-			return revhitSite(p, base+"/{http.request.uri.path.0}", block(h, hides))
+			return hitParitySite(p, base+"/{http.request.uri.path.0}", block(h, hides))
 		},
 		"map": func(p int, h string) string {
-			return revhitSite(p, "{myroot}", block("map {path} {myroot}", "~^/one/ "+base+"/two", "default "+base), block(h, hides))
+			return hitParitySite(p, "{myroot}", block("map {path} {myroot}", "~^/one/ "+base+"/two", "default "+base), block(h, hides))
 		},
 		"handlepath": func(p int, h string) string {
-			return revhitSite(p, "", block("handle_path /p/*", "root * "+base+"/sub", block(h, hides)), block("handle", "root * "+base, block(h, hides)))
+			return hitParitySite(p, "", block("handle_path /p/*", "root * "+base+"/sub", block(h, hides)), block("handle", "root * "+base, block(h, hides)))
 		},
 		"rewrite": func(p int, h string) string {
-			return revhitSite(p, base, "rewrite /x.txt /a.txt", block(h, hides))
+			return hitParitySite(p, base, "rewrite /x.txt /a.txt", block(h, hides))
 		},
 		"hideglob": func(p int, h string) string {
-			return revhitSite(p, base, block(h, `hide a\*b [x].txt `+base+"/one/*", "hide x?t.txt"))
+			return hitParitySite(p, base, block(h, `hide a\*b [x].txt `+base+"/one/*", "hide x?t.txt"))
 		},
 		"hiderelative": func(p int, h string) string {
-			return revhitSite(p, base, block(h, "hide sub/x.txt ./a.txt "+rel+"/one"))
+			return hitParitySite(p, base, block(h, "hide sub/x.txt ./a.txt "+rel+"/one"))
 		},
 		"hidedir": func(p int, h string) string {
-			return revhitSite(p, base, block(h, "hide "+base+"/sub "+base+"/one/"))
+			return hitParitySite(p, base, block(h, "hide "+base+"/sub "+base+"/one/"))
 		},
 		"hideplaceholder": func(p int, h string) string {
-			return revhitSite(p, base, block(h, "hide "+base+"/{http.request.uri.path.0} {http.request.uri.path.1}"))
+			return hitParitySite(p, base, block(h, "hide "+base+"/{http.request.uri.path.0} {http.request.uri.path.1}"))
 		},
 		"route": func(p int, h string) string {
-			return revhitSite(p, "", block("route /p/*", "uri strip_prefix /p", "root * "+base+"/sub", block(h, hides)), block("route", "root * "+base, block(h, hides)))
+			return hitParitySite(p, "", block("route /p/*", "uri strip_prefix /p", "root * "+base+"/sub", block(h, hides)), block("route", "root * "+base, block(h, hides)))
 		},
 		"precompressed": func(p int, h string) string {
-			return revhitSite(p, base, block(h, "precompressed br gzip", "hide *.gz"))
+			return hitParitySite(p, base, block(h, "precompressed br gzip", "hide *.gz"))
 		},
 		"precompressedhidedir": func(p int, h string) string {
-			return revhitSite(p, base, block(h, "precompressed gzip br", "hide x.txt.br "+base+"/a.txt.gz"))
+			return hitParitySite(p, base, block(h, "precompressed gzip br", "hide x.txt.br "+base+"/a.txt.gz"))
 		},
 		"hideindex": func(p int, h string) string {
-			return revhitSite(p, base, block(h, "hide index.html", "index index.html x.txt"))
+			return hitParitySite(p, base, block(h, "hide index.html", "index index.html x.txt"))
 		},
 		"hideempty": func(p int, h string) string {
-			return revhitSite(p, base, block(h, `hide ""`))
+			return hitParitySite(p, base, block(h, `hide ""`))
 		},
 	}
 	for name, mk := range cases {
-		t.Run(name, func(t *testing.T) { revhitCompare(t, "", mk) })
+		t.Run(name, func(t *testing.T) { hitParityCompare(t, "", mk) })
 	}
 }
 
-// TestRevhitFSPerRequest: the fs directive under a matcher, and fs from a
+// TestCachedHitsMatchFileServerWithFSPerRequest: the fs directive under a matcher, and fs from a
 // vars directive, set per request.
-func TestRevhitFSPerRequest(t *testing.T) {
+func TestCachedHitsMatchFileServerWithFSPerRequest(t *testing.T) {
 	base := t.TempDir()
-	revhitTree(t, base)
+	hitParityTree(t, base)
 	cases := map[string]func(port int, h string) string{
 		"matcher": func(p int, h string) string {
-			return revhitSite(p, base, "@m path /"+memDefaultName, "root @m .", "fs @m memfs", block(h, "hide secret.txt"))
+			return hitParitySite(p, base, "@m path /"+memDefaultName, "root @m .", "fs @m memfs", block(h, "hide secret.txt"))
 		},
 		"vars": func(p int, h string) string {
-			return revhitSite(p, base, "@m path /"+memDefaultName, "root @m .", "vars @m myfs memfs", block(h, "fs {http.vars.myfs}"))
+			return hitParitySite(p, base, "@m path /"+memDefaultName, "root @m .", "vars @m myfs memfs", block(h, "fs {http.vars.myfs}"))
 		},
 	}
 	for name, mk := range cases {
-		t.Run(name, func(t *testing.T) { revhitCompare(t, "filesystem memfs headers_test_mem", mk) })
+		t.Run(name, func(t *testing.T) { hitParityCompare(t, "filesystem memfs headers_test_mem", mk) })
 	}
 }
 
-// TestRevhitReload: a reload that changes the root and the hide list on
+// TestCachedHitsMatchFileServerAcrossReload: a reload that changes the root and the hide list on
 // the same ports answers as file_server under the new config.
-func TestRevhitReload(t *testing.T) {
+func TestCachedHitsMatchFileServerAcrossReload(t *testing.T) {
 	base := t.TempDir()
-	revhitTree(t, base)
+	hitParityTree(t, base)
 	for _, d := range []string{"one", "two"} {
-		revhitTree(t, filepath.Join(base, d))
+		hitParityTree(t, filepath.Join(base, d))
 	}
 	flash, file := freePort(t), freePort(t)
 	configs := [][2]string{
@@ -224,7 +224,7 @@ func TestRevhitReload(t *testing.T) {
 	for i, cfg := range configs {
 		sites := ""
 		for _, s := range [][2]any{{flash, "flash_serve"}, {file, "file_server"}} {
-			sites += revhitSite(s[0].(int), cfg[0], "vars r "+base+"/one", block(s[1].(string), cfg[1]))
+			sites += hitParitySite(s[0].(int), cfg[0], "vars r "+base+"/one", block(s[1].(string), cfg[1]))
 		}
 		loadSites(t, "", sites)
 		// The servers of the previous config close the connections they
@@ -233,7 +233,7 @@ func TestRevhitReload(t *testing.T) {
 		for _, port := range []int{flash, file} {
 			eventually(t, 10*time.Second, func() error { _, _, _, err := rawTry(port, "/"); return err })
 		}
-		for _, p := range revhitPaths {
+		for _, p := range hitParityPaths {
 			ws, _, wb := reloadedGet(t, file, p)
 			gs, _, gb := reloadedGet(t, flash, p)
 			// Caddy's Stop returns once the old servers' shutdowns have
@@ -259,7 +259,7 @@ func TestRevhitReload(t *testing.T) {
 }
 
 // reloadedGet is rawGet just after a reload: a connection the old
-// server accepted as it stopped (see TestRevhitReload) can be reset before it answers (the fresh
+// server accepted as it stopped (see TestCachedHitsMatchFileServerAcrossReload) can be reset before it answers (the fresh
 // clone's CI saw it once for flash_serve, the first in 19 runs; the test
 // passed 8 times alone after). That is no answer of either config, so it
 // is asked again, up to twice, and logged; every answer is compared.
@@ -277,12 +277,12 @@ func reloadedGet(t *testing.T, port int, target string) (int, http.Header, strin
 	}
 }
 
-// TestRevhitRootEmptyPlaceholder: file_server expands its root with "."
+// TestEmptyRootPlaceholderMatchesFileServer: file_server expands its root with "."
 // for an empty placeholder (repl.ReplaceAll(fsrv.Root, ".")), so a root
 // `{env.UNSET}/docs` is ./docs under the working directory; flash_serve
 // must serve the same directory, not /docs.
-func TestRevhitRootEmptyPlaceholder(t *testing.T) {
-	const unset = "FLASHSERVE_REVHIT_UNSET"
+func TestEmptyRootPlaceholderMatchesFileServer(t *testing.T) {
+	const unset = "FLASHSERVE_HITPARITY_UNSET"
 	if _, ok := os.LookupEnv(unset); ok {
 		t.Fatalf("%s is set", unset)
 	}
@@ -291,7 +291,7 @@ func TestRevhitRootEmptyPlaceholder(t *testing.T) {
 	}
 	for _, root := range []string{"{env." + unset + "}/docs", "{http.vars.nope}/docs", "{http.vars.nope}docs", "{http.vars.nope}/"} {
 		t.Run(root, func(t *testing.T) {
-			revhitCompare(t, "", func(p int, h string) string {
+			hitParityCompare(t, "", func(p int, h string) string {
 				return siteBlock(p, "", block(h, "root "+root))
 			})
 		})

@@ -28,7 +28,7 @@ func TestPartlyCachedSmallBodyCountsCold(t *testing.T) {
 	f, want := testFile(t, size)
 	fd := int(f.Fd())
 	s := ringSender(t)
-	body := reviewBody{f}
+	body := fileBody{f}
 	// seed reads the first pages in through a descriptor of its own that
 	// reads what it asks for and no more (FADV_RANDOM), and reports
 	// whether mincore then sees only them.
@@ -95,7 +95,7 @@ func TestResidentRangeStartingReadaheadIsNotCold(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := ringSender(t)
-	body := reviewBody{f}
+	body := fileBody{f}
 	evict(t, f)
 	buf := make([]byte, rng)
 	var cold, resident, counted int

@@ -5,28 +5,12 @@ package transmit
 import (
 	"bytes"
 	"errors"
-	"io"
 	"net/http/httptest"
 	"os"
 	"testing"
 
 	"go.uber.org/zap"
 )
-
-// reviewBody is a Body over one open file, for Send's own tests.
-type reviewBody struct{ f *os.File }
-
-func (b reviewBody) File() io.ReaderAt    { return b.f }
-func (b reviewBody) Path() string         { return b.f.Name() }
-func (b reviewBody) FD() int              { return int(b.f.Fd()) }
-func (b reviewBody) Size() int64          { fi, _ := b.f.Stat(); return fi.Size() }
-func (b reviewBody) Data() []byte         { return nil }
-func (b reviewBody) Hold()                {}
-func (b reviewBody) Release()             {}
-func (b reviewBody) FileID() uint64       { return 0 }
-func (b reviewBody) NoBlockDevice() bool  { return false }
-func (b reviewBody) MincoreTrusted() bool { return true }
-func (b reviewBody) MarkResident()        {}
 
 // TestRingSendTruncatedAndFailing: through the ring's engine, plain and
 // file_server-shaped, a file cut short under the transfer ends the body
@@ -42,7 +26,7 @@ func TestRingSendTruncatedAndFailing(t *testing.T) {
 	}
 	defer r.close()
 	s := &Sender{Ring: r, RingOnly: true, Logger: zap.NewNop()}
-	body := reviewBody{f}
+	body := fileBody{f}
 	for _, fsw := range []bool{false, true} {
 		// The ring failing every read: the same bytes, all by copy.
 		r.injectFailures(1 << 20)

@@ -3,10 +3,11 @@
 package transmit
 
 import (
+	"github.com/flashserve/caddy-flash-serve/internal/proctest"
+
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -16,15 +17,6 @@ import (
 
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
-
-func threads(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
 
 // TestRingCyclesLeaveNothing: 20 rings made, used (reads that complete and
 // reads whose context ends while they are queued or in the kernel) and
@@ -42,7 +34,7 @@ func TestRingCyclesLeaveNothing(t *testing.T) {
 		<-r.torndown()
 	}
 	runtime.GC()
-	baseG, baseFDs, baseT := runtime.NumGoroutine(), ringFDs(t), threads(t)
+	baseG, baseFDs, baseT := runtime.NumGoroutine(), ringFDs(t), proctest.Threads(t)
 	for cycle := range 20 {
 		r, err := newRing(ringOptions{Entries: 8, Workers: 2})
 		if err != nil {
@@ -78,9 +70,9 @@ func TestRingCyclesLeaveNothing(t *testing.T) {
 		}
 	}
 	ok := waitFor(10*time.Second, func() bool {
-		return runtime.NumGoroutine() <= baseG && ringFDs(t) <= baseFDs && threads(t) <= baseT+10
+		return runtime.NumGoroutine() <= baseG && ringFDs(t) <= baseFDs && proctest.Threads(t) <= baseT+10
 	})
-	t.Logf("goroutines %d→%d, ring fds %d→%d, threads %d→%d", baseG, runtime.NumGoroutine(), baseFDs, ringFDs(t), baseT, threads(t))
+	t.Logf("goroutines %d→%d, ring fds %d→%d, threads %d→%d", baseG, runtime.NumGoroutine(), baseFDs, ringFDs(t), baseT, proctest.Threads(t))
 	if !ok {
 		t.Fatal("20 ring cycles left goroutines, descriptors or threads behind")
 	}

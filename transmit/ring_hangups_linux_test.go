@@ -15,7 +15,7 @@ import (
 
 // heldBody counts its holds and releases.
 type heldBody struct {
-	reviewBody
+	fileBody
 	holds, releases *atomic.Int64
 }
 
@@ -39,7 +39,7 @@ func TestRingFirstStormOfHangups(t *testing.T) {
 	var holds, releases atomic.Int64
 	for i := range files {
 		f, w := testFile(t, size)
-		files[i], wants[i] = heldBody{reviewBody{f}, &holds, &releases}, w
+		files[i], wants[i] = heldBody{fileBody{f}, &holds, &releases}, w
 	}
 	g0 := runtime.NumGoroutine()
 	var completed, hungUp, ringFirst atomic.Int64
