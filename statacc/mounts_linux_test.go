@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flashserve/caddy-flash-serve/internal/proctest"
 )
 
 // What the mount tests hold a cache to: a mount or an unmount (none of
@@ -798,13 +800,10 @@ func TestMountWatcherStartsAndStopsCleanly(t *testing.T) {
 // mountinfoFDs counts this process's descriptors of its mount table.
 func mountinfoFDs(t testing.TB) int {
 	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skip("no /proc/self/fd")
-	}
+	proctest.FDs(t) // skips the test where /proc/self/fd cannot be read
 	n := 0
-	for _, e := range ents {
-		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasSuffix(target, "/mountinfo") {
+	for _, fd := range proctest.FDTargets() {
+		if strings.HasSuffix(fd, "/mountinfo") {
 			n++
 		}
 	}
