@@ -36,8 +36,12 @@ import (
 // the process is starved of CPU) shows no change; so does one unmounted
 // and mounted again at the same place with the same mount ID, device and
 // root (both are reused at once by the kernel) between two reads. Entries
-// looked up from such a mount in that window are trusted until
-// revalidate. Without inotify (NoInotify, or inotify unavailable) there
+// looked up from such a mount before the goroutine wakes are trusted until
+// revalidate. From its wake to its read (the gap a storm of changes
+// widens, up to 100 ms) the table is "unread" (mountsChanging): what a
+// lookup finds then is trusted for a second, a directory whose watch is
+// added then is installed again, and a directory listing read then is not
+// kept. Without inotify (NoInotify, or inotify unavailable) there
 // are no watcher nodes to find the entries by, and no watcher of the
 // mount table: every entry is trusted for a second at most anyway.
 
