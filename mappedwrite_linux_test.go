@@ -207,7 +207,7 @@ func TestMappedWriteNeverMixesBodies(t *testing.T) {
 		if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		child := startCaddyProcessAs(t, "nobody", exe, home, &syscall.Credential{Uid: 65534, Gid: 65534}, runArgs(config))
+		child := startCaddyProcessAs(t, "nobody", exe, home, &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}, runArgs(config))
 		waitMappedSites(t, sites)
 		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", child.cmd.Process.Pid))
 		if err != nil || !strings.Contains(string(status), "\nUid:\t65534\t") {

@@ -59,15 +59,15 @@ func runArgs(config string) []string {
 }
 
 // startCaddyProcessAs is startCaddyCommand with the test binary at exe
-// and the home directory home; with a credential (not nil), run as that
-// user, in home.
-func startCaddyProcessAs(t *testing.T, name, exe, home string, cred *syscall.Credential, args []string, env ...string) *caddyProcess {
+// and the home directory home; with process attributes (not nil: a
+// credential on Unix), run with them, in home.
+func startCaddyProcessAs(t *testing.T, name, exe, home string, attr *syscall.SysProcAttr, args []string, env ...string) *caddyProcess {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	cmd := exec.CommandContext(ctx, exe)
-	if cred != nil {
+	if attr != nil {
 		cmd.Dir = home
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		cmd.SysProcAttr = attr
 	}
 	cmd.Env = append(os.Environ(),
 		"FLASH_SERVE_TEST_CADDY_ARGS="+strings.Join(args, "\x1f"),
