@@ -61,7 +61,11 @@ type CacheStats struct {
 	// Expired counts the entries the janitor dropped as stale: not asked
 	// for within revalidate (twice it for a negative entry of a watched
 	// directory).
-	Expired       int64 `json:"expired"`
+	Expired int64 `json:"expired"`
+	// IdleClosed counts the entries holding a descriptor on a filesystem
+	// mounted below their site's root that the janitor dropped because no
+	// request had used them for 2 to 4 s, so that it can be unmounted.
+	IdleClosed    int64 `json:"idle_closed"`
 	Shed          int64 `json:"shed"`
 	QueueFull     int64 `json:"queue_full"`
 	OpenFiles     int64 `json:"open_files"`
@@ -103,6 +107,7 @@ func (s *CacheStats) addCounters(c statacc.Counters) {
 	s.Evictions += c.Evictions
 	s.NegativeEvictions += c.NegativeEvictions
 	s.Expired += c.Expired
+	s.IdleClosed += c.IdleClosed
 	s.Shed += c.Shed
 	s.QueueFull += c.QueueFull
 }
@@ -184,6 +189,7 @@ var (
 	descEvictions     = prometheus.NewDesc(metricsNamespace+"statacc_evictions_total", "Entries evicted to keep under max_open_files.", nil, nil)
 	descNegEvictions  = prometheus.NewDesc(metricsNamespace+"statacc_negative_evictions_total", "Negative entries evicted to keep under negative_cache.", nil, nil)
 	descExpired       = prometheus.NewDesc(metricsNamespace+"statacc_expired_total", "Entries dropped as stale: not asked for within revalidate (twice it for a negative entry of a watched directory).", nil, nil)
+	descIdleClosed    = prometheus.NewDesc(metricsNamespace+"statacc_idle_closed_total", "Descriptors on a filesystem mounted below the site's root closed because no request used them for 2 to 4 s (so that it can be unmounted).", nil, nil)
 	descOpenFiles     = prometheus.NewDesc(metricsNamespace+"statacc_open_files", "Descriptors the caches hold open.", nil, nil)
 	descEntries       = prometheus.NewDesc(metricsNamespace+"statacc_entries", "Entries cached, negative ones included.", nil, nil)
 	descMemoryBytes   = prometheus.NewDesc(metricsNamespace+"statacc_memory_bytes", "Bytes of small files kept in memory.", nil, nil)
@@ -197,7 +203,7 @@ var (
 
 var allDescs = []*prometheus.Desc{descRequests, descBytes, descInFlight, descRejected, descSendfile, descFallbacks, descRefused,
 	descHits, descNegativeHits, descMisses, descMerged, descQueueDepth, descWait, descInvalidations, descFlushes,
-	descEvictions, descNegEvictions, descExpired, descOpenFiles, descEntries, descMemoryBytes, descPrewarmBytes, descPrewarmFiles, descHotSet, descHotResident, descHotUnknown}
+	descEvictions, descNegEvictions, descExpired, descIdleClosed, descOpenFiles, descEntries, descMemoryBytes, descPrewarmBytes, descPrewarmFiles, descHotSet, descHotResident, descHotUnknown}
 
 // Describe implements prometheus.Collector.
 func (metricsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -239,6 +245,7 @@ func (metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descEvictions, float64(st.Evictions))
 	counter(descNegEvictions, float64(st.NegativeEvictions))
 	counter(descExpired, float64(st.Expired))
+	counter(descIdleClosed, float64(st.IdleClosed))
 	gauge(descOpenFiles, float64(st.OpenFiles))
 	gauge(descEntries, float64(st.Entries))
 	gauge(descMemoryBytes, float64(st.MemoryBytes))

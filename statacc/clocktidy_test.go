@@ -7,7 +7,7 @@ import "testing"
 type flagOps struct{}
 
 func (flagOps) gone(e *Entry) bool  { return e.gone.Load() }
-func (flagOps) used(e *Entry) bool  { return e.used.Swap(false) }
+func (flagOps) used(e *Entry) bool  { return e.takeMark(markEvict) }
 func (flagOps) evict(e *Entry) bool { return !e.gone.Swap(true) }
 
 // clockOf is a clock of n entries in room for capacity, the first dead of

@@ -65,10 +65,16 @@ func openConfinedLinked(root, path string, mode Symlinks, want openKinds) (_ fs.
 		switch {
 		case err == nil:
 			f := os.NewFile(uintptr(fd), path)
-			info, err := f.Stat()
-			if err != nil || !info.Mode().IsRegular() {
+			// statx rather than f.Stat's fstat: it also tells a mount root
+			// (mountRootOf).
+			info, err := statFD(fd, path)
+			if err != nil {
 				f.Close()
-				return info, nil, viaLink, err
+				return nil, nil, viaLink, err
+			}
+			if !info.Mode().IsRegular() {
+				f.Close()
+				return info, nil, viaLink, nil
 			}
 			return info, f, viaLink, nil
 		case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) && !openat2Works():

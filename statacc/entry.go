@@ -76,8 +76,11 @@ type Entry struct {
 	// about the file's pages (pagecache.Trusted): it owns the file or may
 	// write it.
 	trusted bool
-	watched bool        // whether inotify watches the entry's directory
-	used    atomic.Bool // CLOCK mark: used since the last eviction sweep
+	watched bool // whether inotify watches the entry's directory
+	// marks are the CLOCK marks a hit sets: markEvict, used since the
+	// eviction sweep last passed; markIdle, used since the janitor's
+	// last pass over the descriptors (Cache.closeIdle).
+	marks atomic.Uint32
 	// gone is set when the entry has left the cache (Cache.drop), so that
 	// an eviction sweep skips it without a lookup in the map.
 	gone     atomic.Bool
@@ -86,6 +89,10 @@ type Entry struct {
 	noBlockDev bool
 	// inMemoryFS is set for a file on tmpfs or ramfs (InMemoryFS).
 	inMemoryFS bool
+	// otherMount is set for a descriptor on another mount than the root
+	// of the site it was looked up for (Cache.onOtherMount): closed once
+	// idle, so that the mount can be unmounted (Cache.closeIdle).
+	otherMount bool
 	modNsec    int32
 }
 
@@ -188,6 +195,18 @@ func (e *Entry) FD() int {
 	return e.fd
 }
 
+// The marks of Entry.marks.
+const (
+	markEvict uint32 = 1 << iota
+	markIdle
+)
+
+// markUsed sets both marks, for a hit: one store, as one flag cost.
+func (e *Entry) markUsed() { e.marks.Store(markEvict | markIdle) }
+
+// takeMark clears mark and reports whether it was set.
+func (e *Entry) takeMark(mark uint32) bool { return e.marks.And(^mark)&mark != 0 }
+
 // acquire takes a reference unless the entry is already being closed.
 func (e *Entry) acquire() bool {
 	if e.file == nil {
@@ -222,6 +241,9 @@ func (e *Entry) Release() {
 		e.file.Close()
 		if e.cache != nil {
 			e.cache.counts.OpenFiles.Add(-1)
+			if e.otherMount {
+				e.cache.otherMountFiles.Add(-1)
+			}
 			if n := len(e.data); n != 0 {
 				e.cache.counts.MemoryBytes.Add(-int64(n))
 			}

@@ -18,6 +18,16 @@ func openRegularFile(path string) (h handle, viaLink bool, err error) {
 // multiplyLinked is false without inotify: see openRegularFile.
 func multiplyLinked(fs.FileInfo) bool { return false }
 
+// mountRootOf is false without inotify: every entry is trusted for a
+// second at most anyway.
+func mountRootOf(fs.FileInfo, string) bool { return false }
+
+// mountOf and mountOfPath tell no mount here: every descriptor is kept
+// as any other (Cache.onOtherMount).
+func mountOf(fs.FileInfo) uint64 { return 0 }
+
+func mountOfPath(string) uint64 { return 0 }
+
 // statHandle describes what h has open.
 func statHandle(h handle) (fs.FileInfo, error) { return statOSFile(h) }
 

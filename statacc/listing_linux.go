@@ -28,7 +28,8 @@ import (
 // It is kept up to date as entries are: the directory's watch reports
 // every name created or moved in (IN_CREATE, IN_MOVED_TO), which joins
 // the listing, and an event on the directory itself (a rename, removal,
-// chmod) drops its node and the listing with it. A name deleted stays
+// chmod) drops its node and the listing with it, as a mount or unmount
+// at or above the directory does (mounts_linux.go). A name deleted stays
 // listed (it is then looked up on disk: harmless, and bounded by the
 // listing's size). It is read after the watch is added, and kept only if
 // no event on the directory was handled while it was read (so no name
@@ -238,7 +239,7 @@ func (w *watcher) noteMissing(path string, t watchTicket, listAfter int) {
 	}
 	n.list = listBusy
 	n.pins++
-	gen, dir := n.gen, n.path
+	gen, dir, mountGen := n.gen, n.path, w.mountGen
 	w.mu.Unlock()
 
 	listedAt := nanotime()
@@ -258,6 +259,11 @@ func (w *watcher) noteMissing(path string, t watchTicket, listAfter int) {
 		// Unreadable now, or changed while it was read: a name created
 		// meanwhile may be missing from it. Tried again after listAfter
 		// more misses.
+	case w.mountGen != mountGen || w.mountsUnread.Load():
+		// The mount table changed while it was read, or changed and is
+		// not read yet: it may be the listing of a mount that has gone
+		// (or is about to), which no read of the table will show
+		// (mounts_linux.go). Tried again after listAfter more misses.
 	default:
 		// The listing keeps the node (and its watch) until it expires
 		// (expireListings) or the node is evicted as any other.

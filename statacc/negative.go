@@ -132,7 +132,7 @@ func (c *Cache) keepsNegative(key lookupKey) bool {
 // that finds the directory watched. It returns nil when the error says
 // nothing about the path (the fd table is full, a permission): the caller
 // then looks it up as any miss.
-func (c *Cache) probeMissing(key lookupKey, dir string) *Entry {
+func (c *Cache) probeMissing(key lookupKey, dir, site string) *Entry {
 	checked := nanotime()
 	info, f, links, err := c.open(key)
 	if err != nil {
@@ -143,7 +143,7 @@ func (c *Cache) probeMissing(key lookupKey, dir string) *Entry {
 	}
 	ticket := c.watch.enter(dir)
 	c.watch.learnFS(ticket, dir)
-	e := c.build(key.path, info, f, nil, true)
+	e := c.build(key.path, site, info, f, nil, true)
 	c.noteLinked(e, links)
 	return c.record(key, ticket, checked, e, admitAsk, true)
 }
@@ -159,6 +159,9 @@ type clock[T comparable] struct {
 	// about to join it, dropped already): Cache.drop adds one, their
 	// removal from the ring takes it back.
 	dead atomic.Int64
+	// compactions counts the compactions, which move the entries: a walk
+	// that lets go of mu in between (Cache.closeIdle) stops when it moved.
+	compactions uint64
 }
 
 // clockOps is what a sweep asks of the entries of its ring.
@@ -236,6 +239,7 @@ func (k *clock[T]) compactLocked(ops clockOps[T]) {
 		live = append(make([]T, 0, 2*max(len(live), compactMin)), live...)
 	}
 	k.ring, k.hand = live, 0
+	k.compactions++
 }
 
 // tidy compacts k if its dead entries are most of it, as ringAdd would:
@@ -302,11 +306,14 @@ func sweep[T comparable](k *clock[T], ops clockOps[T], over func() bool, bound i
 // files than the cache holds (e's wrk list) instead of none. The entry is
 // dropped, or its drop is on its way, so it leaves the dead count. Called
 // with mu held.
-func (k *clock[T]) unring() {
+func (k *clock[T]) unring() { k.removeAt(k.hand) }
+
+// removeAt is unring for the entry at i.
+func (k *clock[T]) removeAt(i int) {
 	var none T
 	k.dead.Add(-1)
 	last := len(k.ring) - 1
-	k.ring[k.hand] = k.ring[last]
+	k.ring[i] = k.ring[last]
 	k.ring[last] = none
 	k.ring = k.ring[:last]
 }
@@ -315,7 +322,7 @@ func (k *clock[T]) unring() {
 type fdOps struct{ c *Cache }
 
 func (o fdOps) gone(e *Entry) bool { return e.gone.Load() }
-func (o fdOps) used(e *Entry) bool { return e.used.Swap(false) }
+func (o fdOps) used(e *Entry) bool { return e.takeMark(markEvict) }
 func (o fdOps) evict(e *Entry) bool {
 	if !o.c.entries.CompareAndDelete(e.path, e) {
 		return false

@@ -6,8 +6,12 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // rawFile is a bare descriptor of a regular file, the handle of the
@@ -61,23 +65,192 @@ func multiplyLinked(info fs.FileInfo) bool {
 // wrapFD makes the handle of a descriptor opened by the caller.
 func wrapFD(fd int, path string) handle { return &rawFile{fd: fd, path: path} }
 
-// statHandle describes what h has open, with one fstat.
+// statHandle describes what h has open, with one statx (as cheap as the
+// fstat it replaces): beside what fstat says, statx tells whether the
+// file is the root of a mount (mountRoot).
 func statHandle(h handle) (fs.FileInfo, error) {
 	r, ok := h.(*rawFile)
 	if !ok {
 		return statOSFile(h)
 	}
-	si := &statInfo{path: r.path}
+	return statFD(r.fd, r.path)
+}
+
+// statFD describes the open descriptor fd of path: statx where the kernel
+// has it (4.11), else fstat.
+func statFD(fd int, path string) (*statInfo, error) {
+	si := &statInfo{path: path}
+	for !noStatx.Load() {
+		var stx unix.Statx_t
+		err := statxFD(fd, &stx)
+		switch {
+		case err == nil:
+			si.fromStatx(&stx)
+			return si, nil
+		case err == unix.EINTR:
+			continue
+		case err == unix.ENOSYS || err == unix.EPERM || err == unix.EINVAL:
+			// No statx (Linux before 4.11, or a seccomp filter): fstat
+			// from now on.
+			noStatx.Store(true)
+		default:
+			return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+		}
+	}
 	for {
-		err := syscall.Fstat(r.fd, &si.st)
+		err := syscall.Fstat(fd, &si.st)
 		if err == nil {
 			return si, nil
 		}
 		if err != syscall.EINTR {
-			return nil, &fs.PathError{Op: "stat", Path: r.path, Err: err}
+			return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
 		}
 	}
 }
+
+// emptyPath is the "" that statx is given with AT_EMPTY_PATH: a static
+// one, since unix.Statx would allocate its copy on every miss.
+var emptyPath = [1]byte{0}
+
+// statxMask is what the cache asks statx: what fstat says, and the mount
+// (Linux 5.8; the mask of the answer says whether it came).
+const statxMask = unix.STATX_BASIC_STATS | unix.STATX_MNT_ID
+
+// statxFD is statx(fd, "", AT_EMPTY_PATH, statxMask).
+func statxFD(fd int, stx *unix.Statx_t) error {
+	_, _, e := unix.Syscall6(unix.SYS_STATX, uintptr(fd), uintptr(unsafe.Pointer(&emptyPath[0])),
+		unix.AT_EMPTY_PATH|unix.AT_STATX_SYNC_AS_STAT, statxMask, uintptr(unsafe.Pointer(stx)), 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// noStatx is set once statx was refused: descriptors are fstat'ed then,
+// and mount roots are told by their device alone (mountRootOf).
+var noStatx atomic.Bool
+
+// fromStatx fills s from what statx said, as fstat would have. The
+// fields of syscall.Stat_t differ in width between architectures, hence
+// setNum.
+func (s *statInfo) fromStatx(x *unix.Statx_t) {
+	st := &s.st
+	setNum(&st.Dev, unix.Mkdev(x.Dev_major, x.Dev_minor))
+	setNum(&st.Ino, x.Ino)
+	setNum(&st.Nlink, x.Nlink)
+	setNum(&st.Mode, x.Mode)
+	st.Uid, st.Gid = x.Uid, x.Gid
+	setNum(&st.Rdev, unix.Mkdev(x.Rdev_major, x.Rdev_minor))
+	setNum(&st.Size, x.Size)
+	setNum(&st.Blksize, x.Blksize)
+	setNum(&st.Blocks, x.Blocks)
+	for _, t := range [...]struct {
+		to   *syscall.Timespec
+		from unix.StatxTimestamp
+	}{{&st.Atim, x.Atime}, {&st.Mtim, x.Mtime}, {&st.Ctim, x.Ctime}} {
+		setNum(&t.to.Sec, t.from.Sec)
+		setNum(&t.to.Nsec, t.from.Nsec)
+	}
+	s.mount = mountOfStatx(x, st.Dev)
+	if x.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+		s.root = rootNo
+		if x.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+			s.root = rootYes
+		}
+	}
+}
+
+// mountOfStatx names the mount a statx answer describes a file on: its mount
+// ID (Linux 5.8), or else its device, which tells filesystems apart but
+// not two mounts of one. The two kinds never compare equal (the ID's has
+// the top bit set); a process gets the same kind for every file.
+func mountOfStatx[D integer](x *unix.Statx_t, dev D) uint64 {
+	if x != nil && x.Mask&unix.STATX_MNT_ID != 0 {
+		return x.Mnt_id | 1<<63
+	}
+	return uint64(dev)
+}
+
+// mountOf is the mountOfStatx of what info describes, 0 if unknown.
+func mountOf(info fs.FileInfo) uint64 {
+	switch s := info.(type) {
+	case nil:
+		return 0
+	case *statInfo:
+		return s.mount
+	default:
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			return uint64(st.Dev)
+		}
+	}
+	return 0
+}
+
+// mountOfPath is the mountOfStatx of the directory path names (through
+// links), 0 if it cannot be told.
+func mountOfPath(path string) uint64 {
+	if !noStatx.Load() {
+		var x unix.Statx_t
+		if unix.Statx(unix.AT_FDCWD, path, unix.AT_STATX_SYNC_AS_STAT, statxMask, &x) == nil {
+			return mountOfStatx(&x, unix.Mkdev(x.Dev_major, x.Dev_minor))
+		}
+	}
+	var st syscall.Stat_t
+	if syscall.Stat(path, &st) != nil {
+		return 0
+	}
+	return uint64(st.Dev)
+}
+
+// integer is every integer type a stat field has on some architecture.
+type integer interface {
+	~int16 | ~uint16 | ~int32 | ~uint32 | ~int64 | ~uint64
+}
+
+// setNum stores v in *to, converted to *to's type.
+func setNum[T, V integer](to *T, v V) { *to = T(v) }
+
+// mountRootOf reports whether info, the description of the regular file
+// at path, is the root of a mount: a file bind-mounted over another
+// (`docker run -v ./env.js:/srv/www/env.js`, a Kubernetes subPath). Such
+// a file is written through its source's name, in a directory that may
+// not be watched, and its own directory gets no event for it. statx says
+// so (Linux 5.8); before that, a file on another device than its
+// directory is one, at the cost of a stat of the directory on each miss
+// (a file bind-mounted from the same filesystem is not told then).
+func mountRootOf(info fs.FileInfo, path string) bool {
+	if info == nil || !info.Mode().IsRegular() {
+		return false
+	}
+	var dev uint64
+	switch s := info.(type) {
+	case *statInfo:
+		if s.root != rootUnknown {
+			return s.root == rootYes
+		}
+		dev = s.st.Dev
+	default:
+		st, ok := info.Sys().(*syscall.Stat_t)
+		if !ok {
+			return false
+		}
+		dev = st.Dev
+	}
+	var dir syscall.Stat_t
+	if err := syscall.Stat(filepath.Dir(path), &dir); err != nil {
+		return false
+	}
+	return dir.Dev != dev
+}
+
+// mountRootState is what statx said about STATX_ATTR_MOUNT_ROOT.
+type mountRootState uint8
+
+const (
+	rootUnknown mountRootState = iota // no statx, or a kernel before 5.8
+	rootNo
+	rootYes
+)
 
 // ReadAt reads len(p) bytes from off with pread, as os.File.ReadAt does:
 // short only at the end of the file (io.EOF) or on an error.
@@ -105,10 +278,13 @@ func (r *rawFile) ReadAt(p []byte, off int64) (int, error) {
 // retried on EINTR: Linux has released the descriptor by then.
 func (r *rawFile) Close() error { return syscall.Close(r.fd) }
 
-// statInfo is the fs.FileInfo of one fstat, as os.File.Stat makes it.
+// statInfo is the fs.FileInfo of one statx or fstat, as os.File.Stat
+// makes it.
 type statInfo struct {
-	path string
-	st   syscall.Stat_t
+	path  string
+	st    syscall.Stat_t
+	mount uint64 // mountOfStatx
+	root  mountRootState
 }
 
 func (s *statInfo) Name() string       { return filepath.Base(s.path) }

@@ -96,7 +96,7 @@ func TestWalkedOpenTellsDanglingLinks(t *testing.T) {
 			if viaLink != c.link {
 				t.Errorf("%v: %s: reported as a link %v, want %v (%v)", mode, c.path, viaLink, c.link, err)
 			}
-			if got := unwatchable(nil, viaLink, err) == symLinked; got != c.link {
+			if got := unwatchable(filepath.Join(root, c.path), nil, viaLink, err) == symLinked; got != c.link {
 				t.Errorf("%v: %s: trusted briefly %v, want %v", mode, c.path, got, c.link)
 			}
 		}
@@ -135,7 +135,7 @@ func TestWalkedOpenTellsEscapingLinks(t *testing.T) {
 		if !errors.Is(err, errEscape) {
 			t.Errorf("%s: %v, want the root's refusal", name, err)
 		}
-		if !viaLink || unwatchable(nil, viaLink, err) != symLinked {
+		if !viaLink || unwatchable(filepath.Join(root, name), nil, viaLink, err) != symLinked {
 			t.Errorf("%s: reported as a link %v: its refusal would be trusted for revalidate", name, viaLink)
 		}
 	}

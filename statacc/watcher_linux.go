@@ -75,6 +75,14 @@ type watcher struct {
 	// node bound; a node past them gets none (mark -1).
 	marks     []atomic.Bool
 	freeMarks []int32
+	// byReal finds the settled nodes by their real path, for the mount
+	// table's changes (mounts_linux.go); nodes of one path are chained by
+	// sameReal. mountGen counts those changes, mountsUnread is set from
+	// the kernel's word that the table changed until it was read: a
+	// lookup that installed nodes meanwhile starts again (ensure).
+	byReal       map[string]*dirNode
+	mountGen     uint64
+	mountsUnread atomic.Bool
 	// listed is the names the directories' listings hold in all
 	// (maxListedNames bounds it), listedNodes the nodes that hold one, by
 	// path (a lookup finds its directory's at once),
@@ -105,6 +113,8 @@ type dirNode struct {
 	// dependents are the link nodes whose target this node is.
 	link       *dirNode
 	dependents map[*dirNode]struct{}
+	// sameReal is the next node in watcher.byReal with the same real path.
+	sameReal *dirNode
 	// entries are the cached entries of the directory, by name: one per
 	// name, since the cache holds one entry per path. A publication
 	// replaces the entry of its name, which has left the cache map by
@@ -621,9 +631,20 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, a
 				w.unpinLocked(n) // kept: it has a child now
 			}
 			n = next
+			mountGen := w.mountGen
 			unlock()
 			again := w.install(n, stack)
 			w.mu.Lock()
+			if !again && !n.dropped && (w.mountGen != mountGen || w.mountsUnread.Load()) {
+				// A mount came or went while n was installed, or the
+				// table changed and is not read yet: its watch may be on
+				// the directory a mount covers now (or uncovered, or on
+				// one that came and went, which no read of the table will
+				// show). Make it again, with what was made below it
+				// meanwhile.
+				w.dropLocked(n, &gone)
+				again = true
+			}
 			if again || n.dropped {
 				w.unpinLocked(n)
 				unlock()
@@ -889,6 +910,7 @@ func (w *watcher) settle(n *dirNode, state nodeState, real string, to *dirNode) 
 		}
 	}
 	n.state, n.real = state, real
+	w.indexRealLocked(n)
 	if state == nodeFailed {
 		n.failedAt = nanotime()
 		w.cache.counts.UnwatchedDirs.Add(1)
@@ -944,6 +966,7 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 	w.dropNegativesLocked(n, gone)
 	w.unlistLocked(n)
 	delete(w.byID, n.id)
+	w.unindexRealLocked(n)
 	if n.mark >= 0 {
 		w.freeMarks = append(w.freeMarks, n.mark)
 		n.mark = -1

@@ -51,6 +51,13 @@ func (w *watcher) watchFD() int { return -1 }
 
 func (w *watcher) close() {}
 
+// mountsChanged has nothing to drop: mounts are not watched here.
+func (w *watcher) mountsChanged([]string) bool { return false }
+
+func (w *watcher) mountsChanging() {}
+
+func (w *watcher) mountsPending() bool { return false }
+
 // listedMissing answers nothing: there are no listings without inotify.
 func (w *watcher) listedMissing(lookupKey, time.Duration) bool { return false }
 

@@ -1,0 +1,448 @@
+//go:build linux && !flashserve_portable
+
+package statacc
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Mounts are invisible to inotify: `mount --bind new.css app.css`, a
+// release image or a tmpfs mounted over a directory, or an unmount that
+// uncovers what was below, change what a path opens without an event. The
+// kernel tells of every change of the process's mount table instead:
+// poll on /proc/self/mountinfo wakes (POLLPRI | POLLERR) when a mount
+// appears, goes (umount, umount -l), moves or changes in the process's
+// mount namespace.
+//
+// One mountWatcher serves the process (caches are per settings, and
+// several can live at once): a goroutine parked on the netpoller, which
+// costs nothing while the table does not change. On a change it reads the
+// table again, compares it with the last one line by line, and tells
+// every cache the mount points of the mounts that appeared or went; each
+// cache drops what it holds at or below them (watcher.mountsChanged). A
+// change elsewhere (a container host's overlay and netns mounts) costs
+// one read of the table and one map lookup per line, and two map lookups
+// per changed mount point in each cache: nothing is flushed.
+//
+// What is left: a mount that appears and goes again between two reads of
+// the table (both within the goroutine's reaction, microseconds unless
+// the process is starved of CPU) shows no change; so does one unmounted
+// and mounted again at the same place with the same mount ID, device and
+// root (both are reused at once by the kernel) between two reads. Entries
+// looked up from such a mount before the goroutine wakes are trusted until
+// revalidate. From its wake to its read (the gap a storm of changes
+// widens, up to 100 ms) the table is "unread" (mountsChanging): what a
+// lookup finds then is trusted for a second, a directory whose watch is
+// added then is installed again, and a directory listing read then is not
+// kept. Without inotify (NoInotify, or inotify unavailable) there
+// are no watcher nodes to find the entries by, and no watcher of the
+// mount table: every entry is trusted for a second at most anyway.
+
+// mountRegistry is the process's set of caches that want mount changes,
+// and the watcher that serves them while there are any.
+type mountRegistry struct {
+	mu     sync.Mutex
+	caches map[*Cache]struct{}
+	w      *mountWatcher
+	// notifying is held while caches are told of a change: a cache that
+	// leaves waits for it, so that no change reaches a closed cache.
+	notifying sync.Mutex
+}
+
+var mountReg = mountRegistry{caches: make(map[*Cache]struct{})}
+
+// watchMounts tells c of the mount table's changes from now on, starting
+// the process's watcher if c is the first cache. Without a readable,
+// pollable /proc/self/mountinfo nothing is watched.
+func watchMounts(c *Cache) {
+	r := &mountReg
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.w == nil {
+		r.w = startMountWatcher(r)
+	}
+	r.caches[c] = struct{}{}
+}
+
+// unwatchMounts ends watchMounts; the watcher stops with its last cache.
+// No change reaches c once it returns.
+func unwatchMounts(c *Cache) {
+	r := &mountReg
+	r.mu.Lock()
+	delete(r.caches, c)
+	var stop *mountWatcher
+	if len(r.caches) == 0 {
+		stop, r.w = r.w, nil
+	}
+	r.mu.Unlock()
+	if stop != nil {
+		stop.close()
+	}
+	// A change being told took its list of caches before c left it.
+	r.notifying.Lock()
+	r.notifying.Unlock()
+}
+
+// each calls f for every cache, while none can leave.
+func (r *mountRegistry) each(f func(c *Cache)) {
+	r.notifying.Lock()
+	defer r.notifying.Unlock()
+	r.mu.Lock()
+	caches := make([]*Cache, 0, len(r.caches))
+	for c := range r.caches {
+		caches = append(caches, c)
+	}
+	r.mu.Unlock()
+	for _, c := range caches {
+		f(c)
+	}
+}
+
+// changing tells every cache that the table changed and is not read yet.
+func (r *mountRegistry) changing() {
+	r.each(func(c *Cache) { c.watch.mountsChanging() })
+}
+
+// read tells every cache of the mount points that changed since the last
+// read of the table (none, if the changes cancelled out), now read.
+func (r *mountRegistry) read(points []string) {
+	r.each(func(c *Cache) {
+		if c.watch.mountsChanged(points) {
+			c.tidyAfterRemovals()
+		}
+	})
+}
+
+// mountWatcher reads /proc/self/mountinfo when the kernel says it changed.
+type mountWatcher struct {
+	reg  *mountRegistry
+	file *os.File
+	fd   int
+	done chan struct{}
+	// buf holds the table read last, grown as needed; table is its
+	// content (a prefix of buf), kept to tell a change that leaves the
+	// table as it was.
+	buf, table []byte
+	// seen holds the key of each line of the table (mount ID, parent ID,
+	// device, root and mount point): a line whose key is new is a mount
+	// that appeared, a key no longer there one that went. The value is
+	// the number of the last read that saw it.
+	seen  map[string]*uint64
+	reads uint64
+}
+
+// mountinfoPath is the table read; tests read it too.
+const mountinfoPath = "/proc/self/mountinfo"
+
+// startMountWatcher reads the table and starts watching it, or returns nil
+// if it cannot: then no cache sees mounts before revalidate.
+func startMountWatcher(r *mountRegistry) *mountWatcher {
+	// O_NONBLOCK, so that os.NewFile registers it with the netpoller:
+	// the goroutine waits there, not in a thread blocked in poll(2).
+	fd, err := unix.Open(mountinfoPath, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	m := &mountWatcher{reg: r, fd: fd, file: os.NewFile(uintptr(fd), mountinfoPath), done: make(chan struct{}),
+		buf: make([]byte, 16<<10), seen: make(map[string]*uint64)}
+	rc, err := m.file.SyscallConn()
+	if err != nil || m.read() != nil {
+		m.file.Close()
+		return nil
+	}
+	m.diff() // the table as it is now: nothing changed yet
+	go m.run(rc)
+	return m
+}
+
+// close stops the watcher and waits for its goroutine.
+func (m *mountWatcher) close() {
+	if m == nil {
+		return
+	}
+	m.file.Close() // ends run's wait
+	<-m.done
+}
+
+// run waits for the table to change and tells the caches. The table is
+// read after the wait is armed (RawRead clears the descriptor's
+// readiness, then calls the function, which reads; a change from then on
+// wakes the wait), so no change falls between a read and the wait.
+func (m *mountWatcher) run(rc syscall.RawConn) {
+	defer close(m.done)
+	var gap time.Duration
+	for {
+		armed := false
+		err := rc.Read(func(uintptr) bool {
+			if armed {
+				return true // woken: the table changed
+			}
+			armed = true
+			start := time.Now()
+			var points []string
+			if m.read() == nil {
+				points = m.diff()
+			}
+			m.reg.read(points)
+			// Under a storm of changes (a container host starting many
+			// at once) the reads are spaced by four times what one took:
+			// at most a fifth of a CPU, whatever the table's size.
+			gap = min(4*time.Since(start), 100*time.Millisecond)
+			return false
+		})
+		if err != nil {
+			return // closed (or not pollable: nothing to wait for)
+		}
+		m.reg.changing()
+		time.Sleep(gap)
+	}
+}
+
+// read reads the whole table into buf and sets table.
+func (m *mountWatcher) read() error {
+	n := 0
+	for {
+		if n == len(m.buf) {
+			m.buf = append(m.buf, make([]byte, len(m.buf))...)
+		}
+		k, err := unix.Pread(m.fd, m.buf[n:], int64(n))
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return err
+		case k == 0:
+			m.table = m.buf[:n]
+			return nil
+		}
+		n += k
+	}
+}
+
+// diff compares the table just read with the last one and returns the
+// mount points of the lines that appeared or went, each once.
+func (m *mountWatcher) diff() []string {
+	m.reads++
+	var points []string
+	matched := 0
+	for rest := m.table; len(rest) > 0; {
+		line := rest
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			line, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = nil
+		}
+		key, point, ok := mountKey(line)
+		if !ok {
+			continue
+		}
+		if r := m.seen[string(key)]; r != nil {
+			if *r != m.reads {
+				*r = m.reads
+				matched++
+			}
+			continue
+		}
+		r := m.reads
+		m.seen[string(key)] = &r
+		if m.reads > 1 {
+			points = append(points, unescapeMountPoint(point))
+		}
+	}
+	if matched+len(points) < len(m.seen) {
+		for key, r := range m.seen {
+			if *r != m.reads {
+				delete(m.seen, key)
+				if _, point, ok := mountKey([]byte(key)); ok {
+					points = append(points, unescapeMountPoint(point))
+				}
+			}
+		}
+	}
+	return dedupe(points)
+}
+
+// mountKey cuts a mountinfo line to its first five fields, which say which
+// mount it is and where (mount ID, parent ID, major:minor, root, mount
+// point), and returns the fifth, still escaped.
+func mountKey(line []byte) (key, point []byte, ok bool) {
+	end := 0
+	for field := 0; field < 5; field++ {
+		if field > 0 {
+			if end >= len(line) || line[end] != ' ' {
+				return nil, nil, false
+			}
+			end++
+		}
+		start := end
+		for end < len(line) && line[end] != ' ' {
+			end++
+		}
+		if end == start {
+			return nil, nil, false
+		}
+		point = line[start:end]
+	}
+	return line[:end], point, true
+}
+
+// unescapeMountPoint undoes the kernel's escapes in a mount point: a
+// space, tab, newline or backslash is written as a backslash and three
+// octal digits.
+func unescapeMountPoint(p []byte) string {
+	if bytes.IndexByte(p, '\\') < 0 {
+		return string(p)
+	}
+	out := make([]byte, 0, len(p))
+	for i := 0; i < len(p); i++ {
+		if p[i] == '\\' && i+3 < len(p) && isOctal(p[i+1]) && isOctal(p[i+2]) && isOctal(p[i+3]) {
+			out = append(out, (p[i+1]-'0')<<6|(p[i+2]-'0')<<3|(p[i+3]-'0'))
+			i += 3
+			continue
+		}
+		out = append(out, p[i])
+	}
+	return string(out)
+}
+
+func isOctal(b byte) bool { return b >= '0' && b <= '7' }
+
+// dedupe removes repeated points (a mount moved, or one replaced at the
+// same place, shows as one that went and one that appeared).
+func dedupe(points []string) []string {
+	if len(points) < 2 {
+		return points
+	}
+	seen := make(map[string]struct{}, len(points))
+	out := points[:0]
+	for _, p := range points {
+		if _, ok := seen[p]; !ok {
+			seen[p] = struct{}{}
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// mountsChanging records that the mount table changed and is not read
+// yet: until it is (mountsChanged), what a lookup finds may be a mount
+// that will be gone before the table is read, and show no change then.
+// Such a lookup's entry is trusted for a second (Cache.record), and nodes
+// made meanwhile are made again (ensure).
+func (w *watcher) mountsChanging() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.mountGen++
+	w.mountsUnread.Store(true)
+	w.mu.Unlock()
+}
+
+// mountsPending reports whether the mount table changed and is not read
+// yet (mountsChanging).
+func (w *watcher) mountsPending() bool { return w != nil && w.mountsUnread.Load() }
+
+// mountsChanged ends what mounts appearing or going at points may have
+// changed, as inotify events would: the nodes of the directories at or
+// below each point, with their entries (positive and negative) and the
+// links that lead through them, and the entries of each point's name in
+// its parent directory (a file bind mount). Nodes are found by their real
+// path (dirNode.real: the mount table names mount points without links),
+// so a point reached through a symlink (the root's `current`) is found
+// too, and a point above the root ends everything below it. A lookup in
+// flight through a dropped node, or in a directory that saw the name
+// event, publishes its entry stale, as it does after an inotify event;
+// one that was installing nodes starts again (ensure). It reports
+// whether anything was dropped.
+func (w *watcher) mountsChanged(points []string) bool {
+	if w == nil {
+		return false
+	}
+	type nameEvent struct {
+		wd   int32
+		name string
+	}
+	var gone []*Entry
+	var events []nameEvent
+	w.mu.Lock()
+	invalidated := w.cache.counts.Invalidations.Load()
+	w.mountGen++
+	w.mountsUnread.Store(false)
+	for _, p := range points {
+		if !filepath.IsAbs(p) {
+			continue
+		}
+		p = filepath.Clean(p)
+		if p == "/" {
+			if w.root != nil {
+				w.root.gen++
+				w.dropLocked(w.root, &gone)
+			}
+			continue
+		}
+		var at []*dirNode
+		for n := w.byReal[p]; n != nil; n = n.sameReal {
+			at = append(at, n)
+		}
+		for _, n := range at {
+			n.gen++
+			w.dropLocked(n, &gone)
+		}
+		// The point's own name in its parent: a file mounted over a
+		// cached file, or a directory's entry. As an event on the
+		// parent's watch names it (handle).
+		for n := w.byReal[filepath.Dir(p)]; n != nil; n = n.sameReal {
+			if n.wd >= 0 {
+				events = append(events, nameEvent{n.wd, filepath.Base(p)})
+			}
+		}
+	}
+	w.mu.Unlock()
+	w.finish(gone)
+	for _, ev := range events {
+		w.handle(ev.wd, unix.IN_CREATE, ev.name)
+	}
+	return w.cache.counts.Invalidations.Load() != invalidated
+}
+
+// indexRealLocked enters a node just settled in byReal, by its real path.
+func (w *watcher) indexRealLocked(n *dirNode) {
+	if n.real == "" {
+		return
+	}
+	if w.byReal == nil {
+		w.byReal = make(map[string]*dirNode)
+	}
+	n.sameReal = w.byReal[n.real]
+	w.byReal[n.real] = n
+}
+
+// unindexRealLocked takes a node that is dropped out of byReal.
+func (w *watcher) unindexRealLocked(n *dirNode) {
+	if n.real == "" {
+		return
+	}
+	if head := w.byReal[n.real]; head == n {
+		if n.sameReal == nil {
+			delete(w.byReal, n.real)
+		} else {
+			w.byReal[n.real] = n.sameReal
+		}
+	} else {
+		for m := head; m != nil; m = m.sameReal {
+			if m.sameReal == n {
+				m.sameReal = n.sameReal
+				break
+			}
+		}
+	}
+	n.sameReal = nil
+}
