@@ -117,6 +117,7 @@ func (fsrv *FlashServe) writeResponse(w http.ResponseWriter, r *http.Request, re
 	}
 	t := transfer{Transfer: fsrv.pickEngine(w, r, res), body: res.body}
 	t.FileServerWrites = !serverWriter(w)
+	t.ContentLength = p.length // what decide put in the header
 	// Counted after the body, by the engine that really sent it.
 	defer func() { counters.requests[t.Engine].Add(1) }()
 	if fsrv.LimitRate != nil && fsrv.LimitRate.Rate > 0 {

@@ -348,7 +348,6 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 		// answers the residency question and reads the data at once. What
 		// it cannot take whole goes the long way below.
 		bufp := smallBuf(length)
-		defer putSmallBuf(bufp)
 		buf := (*bufp)[:length]
 		n, diskRead, err := pagecache.ReadNoWaitMetDisk(fd, buf, start)
 		// The disk read the no-wait read submitted was for this body's own
@@ -364,6 +363,7 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 		if err == nil && n == len(buf) {
 			s.firstReads.saw(counted)
 			k, err := w.Write(buf)
+			putSmallBuf(bufp)
 			sent[EngineCopy] = int64(k)
 			t.Engine = EngineCopy // the ring had nothing to do
 			if err == nil && start == 0 && length == src.Size() {
@@ -371,27 +371,22 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 			}
 			return sent, err
 		}
+		// The long way reads into a buffer of its own and writes from it:
+		// this one goes back now, rather than be held, unused, while that
+		// write waits for the client.
+		putSmallBuf(bufp)
 		missing = n == 0 && errors.Is(err, syscall.EAGAIN)
 		if missing {
 			s.firstReads.saw(true)
 		}
 	}
-	// copyBuf is the response's own copy buffer, taken on first use.
+	// The response's copy buffer comes from copyPool for each copy and
+	// goes back after its write: it is not kept across the writes of
+	// other buffers (a piece, the body's last bytes, a resident run),
+	// which would double what a client that does not read holds.
 	copyPool, pieceMax := &bufPool, int64(copyBufferSize)
 	if r.ProtoMajor >= 2 {
 		copyPool, pieceMax = &smallBufPool, smallCopyBufferSize
-	}
-	var copyBuf *[]byte
-	defer func() {
-		if copyBuf != nil {
-			copyPool.Put(copyBuf)
-		}
-	}()
-	takeCopyBuf := func() []byte {
-		if copyBuf == nil {
-			copyBuf = copyPool.Get().(*[]byte)
-		}
-		return *copyBuf
 	}
 	// The bytes up to windowEnd were read by the ring (windowEng) and
 	// leave from the page cache; windowErr, if set, is where that read
@@ -410,9 +405,11 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 			var err error
 			gone := false
 			if sendfile {
-				n, _, err = s.sendFile(w, r, src, off, windowEnd-off)
+				n, _, err = s.sendFile(w, r, src, t.ContentLength, off, windowEnd-off)
 			} else {
-				n, gone, err = copyCached(w, fd, takeCopyBuf(), off, windowEnd-off)
+				bp := copyPool.Get().(*[]byte)
+				n, gone, err = copyCached(w, fd, *bp, off, windowEnd-off)
+				copyPool.Put(bp)
 			}
 			done += n
 			sent[windowEng] += n
@@ -448,14 +445,14 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 				var n int64
 				if sendfile {
 					var zeroCopy bool
-					n, zeroCopy, err = s.sendFile(w, r, src, off, resident)
+					n, zeroCopy, err = s.sendFile(w, r, src, t.ContentLength, off, resident)
 					if zeroCopy {
 						sent[EngineSendfile] += n
 					} else {
 						sent[EngineCopy] += n
 					}
 				} else {
-					n, err = copyRange(w, file, off, resident)
+					n, err = copyWith(copyPool, w, file, off, resident)
 					sent[EngineCopy] += n
 				}
 				done += n
@@ -523,18 +520,22 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 		// own buffer, so that every window makes progress; the rest leaves
 		// from the page cache, or (not there, for sendfile) is read again in
 		// pieces.
-		k := copy(takeCopyBuf(), buf[:n])
+		bp := copyPool.Get().(*[]byte)
+		k := copy(*bp, buf[:n])
 		cold.giveBack()
 		if sendfile {
 			pieces, windowEnd = true, off+int64(k)
 		}
+		var m int
+		var werr error
 		if k > 0 {
-			m, werr := w.Write((*copyBuf)[:k])
-			done += int64(m)
-			sent[eng] += int64(m)
-			if werr != nil {
-				return sent, werr
-			}
+			m, werr = w.Write((*bp)[:k])
+		}
+		copyPool.Put(bp)
+		done += int64(m)
+		sent[eng] += int64(m)
+		if werr != nil {
+			return sent, werr
 		}
 	}
 	if windowErr != nil {

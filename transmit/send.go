@@ -3,6 +3,7 @@ package transmit
 import (
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -68,6 +69,14 @@ type Transfer struct {
 	// that page, and a sendfile would then block on the rest of the span.
 	MissingAt    int64
 	MissingKnown bool
+	// ContentLength is the length of the whole response body (every
+	// range, every part of a multipart body) that the handler declared in
+	// its Content-Length header; 0 if it declared none. A body sendfile
+	// sends may have its header written first (headerFirst) only while
+	// the header still declares that length: net/http checks what is
+	// written through it against the header, but not what its ReadFrom
+	// hands the connection, and a rule may have rewritten the header.
+	ContentLength int64
 	// throughRing is set once a Send of the transfer went to the ring's
 	// engine: the rest of it goes there too, though Engine, which counts
 	// the request, says copy after a small range read whole from the page
@@ -165,7 +174,7 @@ func (s *Sender) send(w http.ResponseWriter, r *http.Request, body Body, t *Tran
 		n, err = writeCopy(w, body.Data()[start:start+length])
 	case EngineSendfile:
 		var zeroCopy bool
-		n, zeroCopy, err = s.sendFile(w, r, body, start, length)
+		n, zeroCopy, err = s.sendFile(w, r, body, t.ContentLength, start, length)
 		if !zeroCopy {
 			t.Engine = EngineCopy
 		}
@@ -251,9 +260,10 @@ const sniffLen = 512
 
 // sendFile hands the body down the writer chain, which must have
 // ReadFrom (canSendfile), as a *fileSource: the listener wrapper's
-// connection sends it with sendfile. It reports whether the bytes really
-// went with sendfile.
-func (s *Sender) sendFile(w http.ResponseWriter, r *http.Request, body Body, start, length int64) (int64, bool, error) {
+// connection sends it with sendfile. declared is the whole response
+// body's length (Transfer.ContentLength). It reports whether the bytes
+// really went with sendfile.
+func (s *Sender) sendFile(w http.ResponseWriter, r *http.Request, body Body, declared, start, length int64) (int64, bool, error) {
 	rf := w.(io.ReaderFrom)
 	file := body.File()
 	src := sourcePool.Get().(*fileSource)
@@ -266,7 +276,7 @@ func (s *Sender) sendFile(w http.ResponseWriter, r *http.Request, body Body, sta
 		defer restore()
 	}
 	if length > sniffLen {
-		if c := headerFirst(w, r); c != nil {
+		if c := headerFirst(w, r, declared); c != nil {
 			defer c.releaseHead()
 		}
 	}
@@ -311,18 +321,29 @@ func (s *Sender) sendFile(w http.ResponseWriter, r *http.Request, body Body, sta
 // than sniffLen bytes (net/http flushes the header after copying that
 // much anyway; a smaller one it keeps, and derives a Content-Length from
 // it if a rule removed the header's), and a header with its Content-Type
-// (net/http would sniff one from the first bytes) and Content-Length and
-// no Transfer-Encoding (net/http then neither chunks the body nor closes
-// the connection after it). The header is read after WriteHeader, when
+// (net/http would sniff one from the first bytes), no Transfer-Encoding
+// and a Content-Length of the declared body's length (net/http then
+// neither chunks the body nor closes the connection after it). net/http
+// refuses a Write past its Content-Length but not what its ReadFrom hands
+// the connection: under a rule that rewrote the header below the body's
+// length, file_server's 512-byte copy is refused (no body byte, the
+// connection closed), where sendfile would send every byte, and a client
+// that reuses the connection would read those past the header's length
+// as the next response. The header is read after WriteHeader, when
 // Caddy's deferred header rules have run and net/http has its snapshot,
 // so that reading it allocates nothing. The caller must call releaseHead
 // on the connection returned, if any.
-func headerFirst(w http.ResponseWriter, r *http.Request) *conn {
+func headerFirst(w http.ResponseWriter, r *http.Request, declared int64) *conn {
 	h := w.Header()
 	if _, ok := h["Content-Type"]; !ok {
 		return nil
 	}
-	if _, ok := h["Content-Length"]; !ok {
+	// The value net/http reads (the first), parsed as it parses it.
+	cl := h["Content-Length"]
+	if len(cl) == 0 || declared <= 0 {
+		return nil
+	}
+	if v, err := strconv.ParseInt(cl[0], 10, 64); err != nil || v != declared {
 		return nil
 	}
 	if _, ok := h["Transfer-Encoding"]; ok {
