@@ -386,7 +386,7 @@ func newDesc(name, help string, labels ...string) *prometheus.Desc {
 
 var (
 	descRequests  = newDesc("requests_total", "Responses with a body, by the engine that sent it.", "engine")
-	descBytes     = newDesc("bytes_total", "Body bytes sent, by engine.", "engine")
+	descBytesSent = newDesc("bytes_sent_total", "Body bytes sent, by the engine that sent them.", "engine")
 	descInFlight  = newDesc("transfers_in_flight", "Bodies holding a max_transfers place.")
 	descRejected  = newDesc("rejected_total", "503 answers, by cause: max_transfers, stat_queue, fd_exhaustion.", "cause")
 	descSendfile  = newDesc("sendfile_calls_total", "sendfile(2) calls made by the listener wrapper.")
@@ -420,11 +420,13 @@ var (
 	descHotUnknown   = newDesc("hot_set_unknown_bytes", "Bytes of the last saved hot set whose residency the server cannot know (files it neither owns nor may write).")
 )
 
-// statacc* are the names of 0.1.0 for what the lookups_total and cache_*
-// metrics say now, exported with the same values for one more release.
+// bytes_total and statacc_* are the names of 0.1.0 for what
+// bytes_sent_total, lookups_* and cache_* say now, exported with the same
+// values for one more release.
 //
 // Deprecated: they go in the release after next.
 var (
+	descBytes         = newDesc("bytes_total", "Deprecated: bytes_sent_total.", "engine")
 	descHits          = newDesc("statacc_hits_total", "Deprecated: lookups_total{result=\"hit\"}.")
 	descNegativeHits  = newDesc("statacc_negative_hits_total", "Deprecated: lookups_total{result=\"negative_hit\"}.")
 	descMisses        = newDesc("statacc_misses_total", "Deprecated: lookups_total{result=\"miss\"}.")
@@ -444,6 +446,7 @@ var (
 // deprecatedMetrics maps each deprecated name to the series that replaces
 // it: its name and labels, as the docs and the tests spell them.
 var deprecatedMetrics = map[*prometheus.Desc]string{
+	descBytes:         `bytes_sent_total`,
 	descHits:          `lookups_total{result="hit"}`,
 	descNegativeHits:  `lookups_total{result="negative_hit"}`,
 	descMisses:        `lookups_total{result="miss"}`,
@@ -460,12 +463,12 @@ var deprecatedMetrics = map[*prometheus.Desc]string{
 	descMemoryBytes:   `cache_memory_bytes`,
 }
 
-var allDescs = []*prometheus.Desc{descRequests, descBytes, descInFlight, descRejected, descSendfile, descFallbacks, descRefused,
+var allDescs = []*prometheus.Desc{descRequests, descBytesSent, descInFlight, descRejected, descSendfile, descFallbacks, descRefused,
 	descLookups, descLookupQueue, descLookupWait, descCacheInvalidated, descCacheFlushes, descCacheEvictions, descCacheExpirations,
 	descCacheOpenFiles, descCacheOpenLimit, descCacheEntries, descCacheNegatives, descCacheListings, descCacheMemory,
 	descCacheMemoryLimit, descCacheWatched, descCacheWatchedLimit, descColdBuffers, descColdBufferLimit, descRingReads,
 	descPrewarmBytes, descPrewarmFiles, descHotSet, descHotResident, descHotUnknown,
-	descHits, descNegativeHits, descMisses, descMerged, descQueueDepth, descWait, descInvalidations, descFlushes,
+	descBytes, descHits, descNegativeHits, descMisses, descMerged, descQueueDepth, descWait, descInvalidations, descFlushes,
 	descEvictions, descNegEvictions, descExpired, descOpenFiles, descEntries, descMemoryBytes}
 
 // Describe implements prometheus.Collector.
@@ -488,6 +491,7 @@ func (metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	for e := range transmit.NumEngines {
 		name := e.String()
 		counter(descRequests, float64(s.Engines[name].Requests), name)
+		counter(descBytesSent, float64(s.Engines[name].Bytes), name)
 		counter(descBytes, float64(s.Engines[name].Bytes), name)
 	}
 	gauge(descInFlight, float64(s.TransfersInFlight))

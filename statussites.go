@@ -46,12 +46,18 @@ func (s *site) sawRoot(root string) {
 	}
 }
 
-// sites are the handlers provisioned and not yet cleaned up.
+// sites are the handlers provisioned and not yet cleaned up, and the
+// sampler that runs while there is one.
 var sites struct {
 	sync.Mutex
-	list   []*site
-	lastID int64
+	list    []*site
+	lastID  int64
+	sampler *sampler
 }
+
+// samplerTransitions serializes the starts and stops of the sampler, done
+// outside sites' lock: a sample reads the sites under it.
+var samplerTransitions sync.Mutex
 
 // registerSite adds a provisioned handler to the status page. root is its
 // canonical root if static, else "", and rootSetting what it was given.
@@ -62,19 +68,38 @@ func registerSite(root, rootSetting, cacheKey string) *site {
 	} else {
 		s.rootSetting = rootSetting
 	}
+	samplerTransitions.Lock()
+	defer samplerTransitions.Unlock()
 	sites.Lock()
 	sites.lastID++
 	s.id = sites.lastID
 	sites.list = append(sites.list, s)
+	start := sites.sampler == nil
 	sites.Unlock()
+	if start {
+		smp := startSampler()
+		sites.Lock()
+		sites.sampler = smp
+		sites.Unlock()
+	}
 	return s
 }
 
-// unregisterSite removes a handler that is cleaned up.
+// unregisterSite removes a handler that is cleaned up, and stops the
+// sampler with the last one.
 func unregisterSite(s *site) {
+	samplerTransitions.Lock()
+	defer samplerTransitions.Unlock()
 	sites.Lock()
 	sites.list = slices.DeleteFunc(sites.list, func(x *site) bool { return x == s })
+	var stop *sampler
+	if len(sites.list) == 0 {
+		stop, sites.sampler = sites.sampler, nil
+	}
 	sites.Unlock()
+	if stop != nil {
+		stop.halt()
+	}
 }
 
 // siteStats reads the sites' counts, in the order they were provisioned;
