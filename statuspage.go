@@ -8,6 +8,8 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"reflect"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -186,9 +188,12 @@ func figRatio(path string, r *float64) fig {
 }
 
 // percent writes a share as a percentage with one decimal, but never
-// rounds a share below 1 up to "100.0 %".
+// rounds a share below 1 up to "100.0 %", nor one above 0 down to "0.0 %".
 func percent(r float64) string {
 	p := math.Floor(r*1000) / 10
+	if p == 0 && r > 0 {
+		return "< 0.1 %"
+	}
 	return strconv.FormatFloat(p, 'f', 1, 64) + " %"
 }
 
@@ -214,8 +219,9 @@ func newStatusView(s Stats, hist []sample, every time.Duration, refresh int, now
 		SampleEvery: spanText(every),
 		Samples:     len(hist),
 	}
+	bi, _ := debug.ReadBuildInfo()
 	_, caddyVersion := caddy.Version()
-	v.Version = "Caddy " + caddyVersion
+	v.Version = "flash_serve " + moduleVersion(bi, reflect.TypeFor[FlashServe]().PkgPath()) + " · Caddy " + caddyVersion
 
 	l := s.Lookups
 	v.HitRatio = figRatio("lookups.hit_ratio", l.HitRatio)

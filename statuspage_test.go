@@ -113,7 +113,8 @@ var statusFigures = []string{
 
 // twoSites serves two roots, each through its own flash_serve site (with
 // one cache, as their settings are the same), with an admin endpoint and
-// a third site proxying the status page to it as docs/metrics.md says.
+// a third site proxying the status page to it: the one docs/metrics.md
+// gives.
 // It returns the two sites' addresses, the admin endpoint's and the
 // status site's, and the roots.
 func twoSites(t *testing.T) (site1, site2, admin, status, root1, root2 string) {
@@ -129,15 +130,29 @@ func twoSites(t *testing.T) (site1, site2, admin, status, root1, root2 string) {
 	}
 	adminPort, p1, p2, ps := freePort(t), freePort(t), freePort(t), freePort(t)
 	admin = fmt.Sprintf("127.0.0.1:%d", adminPort)
-	statusSite := siteBlock(ps, "",
-		block("@status", "method GET HEAD", "path /flash_serve/ /flash_serve/stats"),
-		block("handle @status", block("reverse_proxy "+admin,
-			"header_up Host {upstream_hostport}", "header_up -Origin", "header_up -Referer", "header_up -Sec-Fetch-Mode")),
-		block("handle", "respond 404"))
+	statusSite := strings.NewReplacer("http://127.0.0.1:8081", fmt.Sprintf("http://127.0.0.1:%d", ps), "localhost:2019", admin).Replace(statusProxyRecipe(t))
 	loadSites(t, "admin "+admin+"\n\tmetrics",
 		siteBlock(p1, root1, flashServe())+siteBlock(p2, root2, flashServe())+statusSite)
 	return fmt.Sprintf("http://127.0.0.1:%d", p1), fmt.Sprintf("http://127.0.0.1:%d", p2), "http://" + admin,
 		fmt.Sprintf("http://127.0.0.1:%d", ps), root1, root2
+}
+
+// statusProxyRecipe is the site of docs/metrics.md that proxies the
+// status page from the admin endpoint: the first caddy block of its
+// "Status page" section.
+func statusProxyRecipe(t *testing.T) string {
+	t.Helper()
+	docs, err := os.ReadFile("docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(docs), "## Status page")
+	_, recipe, ok2 := strings.Cut(section, "```caddy\n")
+	recipe, _, ok3 := strings.Cut(recipe, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/metrics.md has no caddy block in its Status page section")
+	}
+	return recipe
 }
 
 // visitTwoSites makes known lookups on the two sites: on the first, one
