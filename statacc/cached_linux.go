@@ -90,7 +90,7 @@ func localFS(dir string) bool {
 	if err := unix.Statfs(dir, &st); err != nil {
 		return false
 	}
-	return localFSType(st.Type)
+	return localFSType(int64(st.Type)) // int32 on 386 and arm
 }
 
 // localFSType reports whether statfs's f_type names one of localFS's

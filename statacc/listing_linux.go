@@ -372,7 +372,7 @@ func readListing(dir string, seed maphash.Seed) (names map[uint64]struct{}, refu
 	}
 	defer unix.Close(fd)
 	var st unix.Statfs_t
-	if err := unix.Fstatfs(fd, &st); err != nil || !localFSType(st.Type) {
+	if err := unix.Fstatfs(fd, &st); err != nil || !localFSType(int64(st.Type)) {
 		return nil, true
 	}
 	if flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS); err == nil && flags&fsCasefoldFL != 0 {
