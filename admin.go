@@ -21,6 +21,7 @@ func init() {
 
 // AdminAPI adds flash_serve's endpoints to Caddy's admin API:
 //
+//	GET  /flash_serve/         the status page for a browser (Accept: text/html), else the stats
 //	GET  /flash_serve/stats    the module's counters as JSON
 //	POST /flash_serve/purge    {"path": "/srv/www/a.txt"} or {"prefix": "/srv/www/dl/"}
 //	POST /flash_serve/prewarm  {"root": "/srv/www", "paths": ["iso/*"], "budget": "2GiB", "wait": false}
@@ -48,6 +49,7 @@ func (a *AdminAPI) Provision(ctx caddy.Context) error {
 // Routes implements caddy.AdminRouter.
 func (a *AdminAPI) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{
+		{Pattern: "/flash_serve/", Handler: caddy.AdminHandlerFunc(a.statusIndex)},
 		{Pattern: "/flash_serve/stats", Handler: caddy.AdminHandlerFunc(a.stats)},
 		{Pattern: "/flash_serve/purge", Handler: caddy.AdminHandlerFunc(a.purge)},
 		{Pattern: "/flash_serve/prewarm", Handler: caddy.AdminHandlerFunc(a.prewarm)},

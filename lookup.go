@@ -81,13 +81,16 @@ func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Req
 	if fsrv.prewarm != nil {
 		fsrv.prewarm.seeRoot(root)
 	}
+	if fsrv.roots.static == "" && fsrv.site != nil {
+		fsrv.site.sawRoot(root)
+	}
 	filename := joinRequestPath(root, r.URL.Path)
 	if c := fsrv.logger.Check(zapcore.DebugLevel, "sanitized path join"); c != nil {
 		c.Write(zap.String("site_root", root), zap.String("request_path", r.URL.Path), zap.String("result", filename))
 	}
 
 	ctx := r.Context()
-	entry, err := fsrv.cache.GetConfined(ctx, root, fsrv.symlinks, filename)
+	entry, err := fsrv.cache.GetCounted(ctx, fsrv.lookupCounts(), root, fsrv.symlinks, filename)
 	if err != nil {
 		return statError(err)
 	}
@@ -106,7 +109,7 @@ func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Req
 			if fileHidden(indexPath, hide) {
 				continue
 			}
-			ie, err := fsrv.cache.GetConfined(ctx, root, fsrv.symlinks, indexPath)
+			ie, err := fsrv.cache.GetCounted(ctx, fsrv.lookupCounts(), root, fsrv.symlinks, indexPath)
 			if statacc.IsRefused(err) || transientLookupError(err) {
 				// An index the symlinks mode refuses is a 403, as nginx's
 				// disable_symlinks answers: skipping it would hand the
@@ -263,7 +266,7 @@ func (fsrv *FlashServe) selectSidecar(r *http.Request, res *resolved, hide hideL
 		if fileHidden(sidecar, hide) {
 			continue
 		}
-		se, err := fsrv.cache.GetConfined(r.Context(), res.root, fsrv.symlinks, sidecar)
+		se, err := fsrv.cache.GetCounted(r.Context(), fsrv.lookupCounts(), res.root, fsrv.symlinks, sidecar)
 		if err != nil {
 			if !absent(err) {
 				if transientLookupError(err) {
@@ -539,7 +542,7 @@ func serviceUnavailable(err error) error {
 // that exists. Newlines are dropped; the value is sent as the file holds it.
 func (fsrv *FlashServe) etagFromFile(ctx context.Context, root, name string) (string, error) {
 	for _, suffix := range fsrv.EtagFileExtensions {
-		e, err := fsrv.cache.GetConfined(ctx, root, fsrv.symlinks, name+suffix)
+		e, err := fsrv.cache.GetCounted(ctx, fsrv.lookupCounts(), root, fsrv.symlinks, name+suffix)
 		if absent(err) {
 			continue
 		}
@@ -677,4 +680,13 @@ func rejectWindowsPath(p string) error {
 		return caddyhttp.Error(http.StatusBadRequest, errors.New("illegal short name"))
 	}
 	return nil
+}
+
+// lookupCounts are the counts of this handler's lookups, nil for a
+// handler that is not provisioned.
+func (fsrv *FlashServe) lookupCounts() *statacc.LookupCounts {
+	if fsrv.site == nil {
+		return nil
+	}
+	return &fsrv.site.lookups
 }

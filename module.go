@@ -251,8 +251,10 @@ type FlashServe struct {
 	holdsRing bool
 	cache     *statacc.Cache
 	shared    *sharedCache
-	cacheKey  string
-	prewarm   *prewarmRun
+	// site counts this handler's lookups for the status page.
+	site     *site
+	cacheKey string
+	prewarm  *prewarmRun
 	// hide holds Hide with static entries made absolute; hideDynamic is set
 	// when some entry has a placeholder and must be rebuilt per request;
 	// hideList is hide classified, when it is not dynamic.
@@ -388,6 +390,7 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 	if err := fsrv.provisionCache(); err != nil {
 		return err
 	}
+	fsrv.site = registerSite(fsrv.roots.static, fsrv.Root, fsrv.cacheKey)
 	fsrv.provisionSender(fsrv.cache.Options().Workers)
 
 	if len(fsrv.Prewarm) > 0 {
@@ -621,6 +624,9 @@ func (fsrv *FlashServe) Cleanup() error {
 	fsrv.cleanupOnce.Do(func() {
 		if fsrv.prewarm != nil {
 			fsrv.prewarm.stop()
+		}
+		if fsrv.site != nil {
+			unregisterSite(fsrv.site)
 		}
 		if fsrv.cache != nil {
 			_, err = caches.Delete(fsrv.cacheKey)

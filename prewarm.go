@@ -338,7 +338,9 @@ func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, bud
 		}
 		logger.Info("prewarm progress", fields...)
 	}
+	handlerWarmups.Add(1)
 	p, err := w.Run(ctx, targets)
+	handlerWarmups.Add(-1)
 	if err != nil && ctx.Err() == nil {
 		logger.Warn("prewarm stopped early", zap.String("pass", pass), zap.Error(err))
 	}

@@ -187,12 +187,28 @@ type Counters struct {
 	// one (openat2 with RESOLVE_CACHED, in a watched directory on a local
 	// filesystem), which cannot wait for a disk.
 	SlotLookups, CachedLookups int64
+	// Watches is the number of inotify watches held; WatchedDirs the
+	// directories the watcher keeps (several can share one watch), which
+	// MaxWatches bounds.
+	Watches, WatchedDirs int64
+	// Listings is the number of directories listed now, ListedMisses the
+	// lookups answered "no such file" from a listing (also counted in
+	// NegativeHits).
+	Listings, ListedMisses int64
 }
 
 // Snapshot reads the cache's counters now. It walks the map to count the
 // entries, so it is meant for the metrics and the admin API, not for the
 // request path.
 func (c *Cache) Snapshot() Counters {
+	s := c.Counts()
+	s.Entries = int64(c.entryCount())
+	return s
+}
+
+// Counts is Snapshot without Entries (left 0), and so without its walk of
+// the map: cheap enough for a sampler that reads it every few seconds.
+func (c *Cache) Counts() Counters {
 	m := &c.counts
 	return Counters{
 		Hits:              m.Hits.Load(),
@@ -210,13 +226,16 @@ func (c *Cache) Snapshot() Counters {
 		IdleClosed:        m.IdleClosed.Load(),
 		OpenFiles:         m.OpenFiles.Load(),
 		NegativeEntries:   m.NegativeCount.Load(),
-		Entries:           int64(c.entryCount()),
 		QueueDepth:        int64(c.queueDepth()),
 		MemoryBytes:       m.MemoryBytes.Load(),
 		UnwatchedDirs:     m.UnwatchedDirs.Load(),
 		WatchRefused:      m.WatchRefused.Load(),
 		SlotLookups:       m.SlotLookups.Load(),
 		CachedLookups:     m.CachedLookups.Load(),
+		Watches:           m.Watches.Load(),
+		WatchedDirs:       m.WatchNodes.Load(),
+		Listings:          m.Listings.Load(),
+		ListedMisses:      m.ListedMisses.Load(),
 	}
 }
 
@@ -730,6 +749,12 @@ func (c *Cache) refuseQueued() {
 // root or mode resolves it again, so that one site's confinement answer is
 // never handed to another.
 func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, path string) (*Entry, error) {
+	return c.GetCounted(ctx, nil, root, mode, path)
+}
+
+// GetCounted is GetConfined that also counts the lookup in counts, the
+// lookups of one caller (a site), unless counts is nil.
+func (c *Cache) GetCounted(ctx context.Context, counts *LookupCounts, root string, mode Symlinks, path string) (*Entry, error) {
 	site := root
 	if mode == SymlinksFollow {
 		root = ""
@@ -743,17 +768,29 @@ func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, pat
 			}
 			e.hot.Hit()
 			c.counts.Hits.Add(1)
+			if counts != nil {
+				counts.Hits.Add(1)
+			}
 			return e, nil
 		}
 	}
 	key := lookupKey{path: path, root: root, mode: mode}
 	if err, ok := c.negativeHit(key); ok {
+		if counts != nil {
+			counts.NegativeHits.Add(1)
+		}
 		return nil, err
 	}
 	if c.opts.listAfter > 0 && c.watch.listedMissing(lookupKey{path: path, root: root, mode: mode}, c.opts.Revalidate) {
 		c.counts.NegativeHits.Add(1)
 		c.counts.ListedMisses.Add(1)
+		if counts != nil {
+			counts.NegativeHits.Add(1)
+		}
 		return nil, negErrors[negNotExist]
+	}
+	if counts != nil {
+		counts.Misses.Add(1)
 	}
 	for range 3 {
 		e, err := c.miss(ctx, key, site)
