@@ -775,19 +775,24 @@ func (c *Cache) GetCounted(ctx context.Context, counts *LookupCounts, root strin
 		}
 	}
 	key := lookupKey{path: path, root: root, mode: mode}
-	if err, ok := c.negativeHit(key); ok {
-		if counts != nil {
-			counts.NegativeHits.Add(1)
+	// Before "no such file" is answered from memory, every event queued
+	// by now is handled: one may be the path's creation. If that cannot be
+	// done at once, the lookup goes to the filesystem.
+	if c.watch.catchUp(ctx) {
+		if err, ok := c.negativeHit(key); ok {
+			if counts != nil {
+				counts.NegativeHits.Add(1)
+			}
+			return nil, err
 		}
-		return nil, err
-	}
-	if c.opts.listAfter > 0 && c.watch.listedMissing(lookupKey{path: path, root: root, mode: mode}, c.opts.Revalidate) {
-		c.counts.NegativeHits.Add(1)
-		c.counts.ListedMisses.Add(1)
-		if counts != nil {
-			counts.NegativeHits.Add(1)
+		if c.opts.listAfter > 0 && c.watch.listedMissing(key, c.opts.Revalidate) {
+			c.counts.NegativeHits.Add(1)
+			c.counts.ListedMisses.Add(1)
+			if counts != nil {
+				counts.NegativeHits.Add(1)
+			}
+			return nil, negErrors[negNotExist]
 		}
-		return nil, negErrors[negNotExist]
 	}
 	if counts != nil {
 		counts.Misses.Add(1)

@@ -376,3 +376,31 @@ func TestDirectoriesMissedInTurnAreAllListed(t *testing.T) {
 		t.Errorf("%d of %d missing names then looked up in the filesystem, want none", m, len(paths))
 	}
 }
+
+// TestListedDirectoryServesANameMadeJustBefore: a file written and closed
+// in a listed directory is served by the next lookup, made right after
+// the close, as by a client told of the file at once (an upload, then a
+// redirect to it): the kernel queues the file's event before the close
+// returns, but the watcher may not have read it yet, and while an event
+// is unread or being handled the listing is not trusted.
+func TestListedDirectoryServesANameMadeJustBefore(t *testing.T) {
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	t.Cleanup(func() { c.Close() })
+	site := t.TempDir()
+	write(t, filepath.Join(site, "index.html"), "home")
+	listDirectory(t, c, site)
+	missed := 0
+	for i := range 500 {
+		p := filepath.Join(site, fmt.Sprintf("made-%03d.html", i))
+		write(t, p, "new")
+		if got := describe(t, c, p); got != "3:new" {
+			missed++
+		}
+	}
+	if missed > 0 {
+		t.Errorf("%d of 500 files made in a listed directory were not found by a lookup right after they were made", missed)
+	}
+	if got := describe(t, c, filepath.Join(site, "never-made.html")); got != "missing" {
+		t.Errorf("a name never made: %q, want missing", got)
+	}
+}

@@ -3,6 +3,8 @@
 package statacc
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -101,5 +103,38 @@ func TestExistingFileMissWhenFullIsWatched(t *testing.T) {
 	}
 	if n := c.counts.Invalidations.Load() - inv0; n != 0 {
 		t.Errorf("%d invalidations, though nothing changed on disk since the cache was made", n)
+	}
+}
+
+// TestMissedNameMadeJustBeforeIsServed: a name looked up twice while
+// missing (so that its negative entry is kept), then made, is served by
+// the next lookup, made right after the file is closed, as a client
+// polling for a file (a thumbnail being rendered) would ask: its event is
+// queued before the close returns, and the lookup handles it before it
+// trusts the negative entry.
+func TestMissedNameMadeJustBeforeIsServed(t *testing.T) {
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	t.Cleanup(func() { c.Close() })
+	site := t.TempDir()
+	missed := 0
+	for i := range 300 {
+		p := filepath.Join(site, fmt.Sprintf("d%d", i%5), fmt.Sprintf("made-%03d.html", i))
+		if i%5 == i {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 2 {
+			if got := describe(t, c, p); got != "missing" {
+				t.Fatalf("%s before it is made: %q", p, got)
+			}
+		}
+		write(t, p, "new")
+		if got := describe(t, c, p); got != "3:new" {
+			missed++
+		}
+	}
+	if missed > 0 {
+		t.Errorf("%d of 300 files looked up missing, then made, were not found by the lookup right after", missed)
 	}
 }

@@ -3,6 +3,7 @@
 package statacc
 
 import (
+	"context"
 	"errors"
 	"hash/maphash"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -52,7 +54,15 @@ type watcher struct {
 	cache *Cache
 	file  *os.File // the inotify descriptor, read through the netpoller
 	fd    int
-	limit int // the most nodes
+	raw   syscall.RawConn // file's, to wait for events without reading them
+	// drainTurn (a semaphore of one) is held while the descriptor is read
+	// and what was read is handled, by the watcher's goroutine or by a
+	// lookup about to answer "no such file" from memory (catchUp);
+	// draining is set while it is.
+	drainTurn chan struct{}
+	draining  atomic.Bool
+	buf       []byte // events read; guarded by drainTurn
+	limit     int    // the most nodes
 
 	mu   sync.Mutex
 	root *dirNode
@@ -197,21 +207,29 @@ func newWatcher(c *Cache, limit int) *watcher {
 		return nil // no inotify: entries fall back to the short TTL
 	}
 	w := &watcher{
-		cache: c,
-		file:  os.NewFile(uintptr(fd), "inotify"),
-		fd:    fd,
-		limit: limit,
-		byWD:  make(map[int32][]*dirNode),
-		dead:  make(map[int32]int64),
-		done:  make(chan struct{}),
-		byID:  make(map[uint64]*dirNode),
-		marks: make([]atomic.Bool, min(limit, maxMarks)),
+		cache:     c,
+		file:      os.NewFile(uintptr(fd), "inotify"),
+		fd:        fd,
+		buf:       make([]byte, 64<<10),
+		drainTurn: make(chan struct{}, 1),
+		limit:     limit,
+		byWD:      make(map[int32][]*dirNode),
+		dead:      make(map[int32]int64),
+		done:      make(chan struct{}),
+		byID:      make(map[uint64]*dirNode),
+		marks:     make([]atomic.Bool, min(limit, maxMarks)),
 	}
 	w.nameSeed, w.listedNodes = maphash.MakeSeed(), make(map[string]*dirNode)
 	for i := len(w.marks) - 1; i >= 0; i-- {
 		w.freeMarks = append(w.freeMarks, int32(i))
 	}
 	w.lru.prev, w.lru.next = &w.lru, &w.lru
+	raw, err := w.file.SyscallConn()
+	if err != nil {
+		w.file.Close()
+		return nil
+	}
+	w.raw = raw
 	go w.read()
 	return w
 }
@@ -1059,30 +1077,117 @@ func (w *watcher) close() {
 }
 
 // read handles events until the descriptor is closed. The descriptor is
-// non-blocking, so the read parks on the netpoller instead of a thread.
+// non-blocking, so the wait parks on the netpoller instead of a thread.
 func (w *watcher) read() {
 	defer close(w.done)
-	buf := make([]byte, 64<<10)
 	for {
-		n, err := w.file.Read(buf)
-		if err != nil {
-			return
-		}
-		invalidated := w.cache.counts.Invalidations.Load()
-		for off := 0; off+unix.SizeofInotifyEvent <= n; {
-			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
-			nameBytes := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
-			name := strings.TrimRight(string(nameBytes), "\x00")
-			off += unix.SizeofInotifyEvent + int(ev.Len)
-			w.handle(ev.Wd, ev.Mask, name)
-		}
-		if w.cache.counts.Invalidations.Load() != invalidated {
-			// Events take entries out one at a time, a deleted directory
-			// many at once: what a purge of it would give back is given
-			// back here, once per batch of events.
-			w.cache.tidyAfterRemovals()
+		// Wait until the kernel holds events, reading none: drain reads
+		// them, here or in a lookup that got there first.
+		err := w.raw.Read(func(fd uintptr) bool {
+			n, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD, by its Linux name
+			return err != nil || n > 0
+		})
+		if err != nil || !w.drain() {
+			return // closed
 		}
 	}
+}
+
+// drain reads and handles every event the kernel holds, until it holds
+// none; it reports false once the descriptor is closed.
+func (w *watcher) drain() bool {
+	w.drainTurn <- struct{}{}
+	return w.drainHeld()
+}
+
+// drainHeld is drain with the turn taken; it gives it back.
+func (w *watcher) drainHeld() bool {
+	w.draining.Store(true)
+	defer func() {
+		w.draining.Store(false)
+		<-w.drainTurn
+	}()
+	for {
+		var n int
+		var rerr error
+		// Control, not Read: the watcher's goroutine may be parked in
+		// raw.Read, which holds the descriptor's read lock while it waits.
+		err := w.raw.Control(func(fd uintptr) {
+			for {
+				if n, rerr = unix.Read(int(fd), w.buf); rerr != unix.EINTR {
+					return
+				}
+			}
+		})
+		switch {
+		case err != nil:
+			return false
+		case rerr == unix.EAGAIN:
+			return true
+		case rerr != nil || n <= 0:
+			return false
+		}
+		w.handleBatch(w.buf[:n])
+	}
+}
+
+// handleBatch handles the events of one read.
+func (w *watcher) handleBatch(buf []byte) {
+	invalidated := w.cache.counts.Invalidations.Load()
+	for off := 0; off+unix.SizeofInotifyEvent <= len(buf); {
+		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+		nameBytes := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
+		name := strings.TrimRight(string(nameBytes), "\x00")
+		off += unix.SizeofInotifyEvent + int(ev.Len)
+		w.handle(ev.Wd, ev.Mask, name)
+	}
+	if w.cache.counts.Invalidations.Load() != invalidated {
+		// Events take entries out one at a time, a deleted directory
+		// many at once: what a purge of it would give back is given
+		// back here, once per batch of events.
+		w.cache.tidyAfterRemovals()
+	}
+}
+
+// catchUpWait bounds how long a lookup waits for the batch of events
+// the watcher's goroutine is handling before it looks in the filesystem
+// instead of trusting what the cache says is missing.
+const catchUpWait = 50 * time.Millisecond
+
+// catchUp reports whether every event queued before it was called is
+// handled when it returns. A lookup calls it before it answers "no such
+// file" from memory: a file made and closed just before the request had
+// its event queued before the close returned, and until the watcher's
+// goroutine got its turn the cache would still say the name is missing
+// (a 404 where file_server finds the file; at once for every name of a
+// listed directory). When the kernel holds no event and none is being
+// handled, the usual case, it costs one ioctl; otherwise the lookup
+// handles the events itself, or waits for the batch being handled, up to
+// catchUpWait or ctx's end, and reports false if it is not done by then
+// (the lookup then goes to the filesystem). The order (the kernel's count,
+// then draining) leaves no gap: an event the count missed was read
+// already, by a drain that is still going or is done.
+func (w *watcher) catchUp(ctx context.Context) bool {
+	if w == nil {
+		return true
+	}
+	if n, err := unix.IoctlGetInt(w.fd, unix.TIOCINQ); err == nil && n == 0 && !w.draining.Load() {
+		return true
+	}
+	select {
+	case w.drainTurn <- struct{}{}:
+	default:
+		t := time.NewTimer(catchUpWait)
+		defer t.Stop()
+		select {
+		case w.drainTurn <- struct{}{}:
+		case <-t.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return w.drainHeld()
 }
 
 const selfEvents = unix.IN_ATTRIB | unix.IN_MOVE_SELF | unix.IN_DELETE_SELF | unix.IN_IGNORED
