@@ -48,7 +48,7 @@ type Options struct {
 	// recently hit (negative.go). A watched directory in which eight
 	// names were found missing is listed (listing_linux.go, at most 16,384
 	// names, 2^18 in all): its other missing names, and every path below
-	// them, are then answered with no system call and no entry. Default:
+	// them, are then answered with no filesystem call and no entry. Default:
 	// 65536, about 16 MiB with 100-byte paths, 8 MiB of paths at most. A
 	// negative value disables negative caching, listings included.
 	NegativeEntries int
@@ -739,7 +739,8 @@ func (c *Cache) refuseQueued() {
 // mode says, with a reference that the caller must give back with
 // Release. A path that does not exist gives its error (fs.ErrNotExist and
 // the like) and no entry. On a fresh hit it makes no system call and takes
-// no lock (a negative hit: one shard's read lock); the error of a negative
+// no lock; a negative hit makes one poll(2) of the inotify descriptor
+// (catchUp) and takes one shard's read lock; the error of a negative
 // hit of a missing path is the same value for every path (negErrors), so
 // that it allocates nothing, and a refusal's is made again as its miss
 // returned it (hitError). With SymlinksFollow, root does not confine the

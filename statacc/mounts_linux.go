@@ -178,10 +178,21 @@ func (m *mountWatcher) close() {
 func (m *mountWatcher) run(rc syscall.RawConn) {
 	defer close(m.done)
 	var gap time.Duration
+	first := true
 	for {
 		armed := false
 		err := rc.Read(func(uintptr) bool {
 			if armed {
+				if first {
+					// The first wake may be the readiness epoll reports for
+					// any file when it is registered (EPOLLIN; /proc files
+					// are always readable), delivered after RawRead cleared
+					// it: not a change unless the table shows one.
+					first = false
+					if prev := string(m.table); m.read() == nil && string(m.table) == prev {
+						return false
+					}
+				}
 				return true // woken: the table changed
 			}
 			armed = true
@@ -374,7 +385,13 @@ func (w *watcher) mountsChanged(points []string) bool {
 	var events []nameEvent
 	w.mu.Lock()
 	invalidated := w.cache.counts.Invalidations.Load()
-	w.mountGen++
+	// A read that follows no change (the watcher's first, at its start)
+	// changes nothing: bumping the generation then would make every
+	// lookup installing a directory at that moment start again, up to
+	// giving up its watch.
+	if len(points) > 0 || w.mountsUnread.Load() {
+		w.mountGen++
+	}
 	w.mountsUnread.Store(false)
 	for _, p := range points {
 		if !filepath.IsAbs(p) {

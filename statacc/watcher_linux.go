@@ -61,8 +61,9 @@ type watcher struct {
 	// draining is set while it is.
 	drainTurn chan struct{}
 	draining  atomic.Bool
-	buf       []byte // events read; guarded by drainTurn
-	limit     int    // the most nodes
+	closing   atomic.Bool // set by close before the descriptor closes
+	buf       []byte      // events read; guarded by drainTurn
+	limit     int         // the most nodes
 
 	mu   sync.Mutex
 	root *dirNode
@@ -1072,8 +1073,13 @@ func (w *watcher) close() {
 	if w == nil {
 		return
 	}
+	w.closing.Store(true)
 	w.file.Close() // ends read
 	<-w.done
+	// A lookup may still be handling events it read (catchUp): wait for
+	// it, so that no event is handled after the cache's last flush.
+	w.drainTurn <- struct{}{}
+	<-w.drainTurn
 }
 
 // read handles events until the descriptor is closed. The descriptor is
@@ -1083,10 +1089,7 @@ func (w *watcher) read() {
 	for {
 		// Wait until the kernel holds events, reading none: drain reads
 		// them, here or in a lookup that got there first.
-		err := w.raw.Read(func(fd uintptr) bool {
-			n, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD, by its Linux name
-			return err != nil || n > 0
-		})
+		err := w.raw.Read(func(fd uintptr) bool { return eventsQueued(int(fd)) })
 		if err != nil || !w.drain() {
 			return // closed
 		}
@@ -1151,8 +1154,20 @@ func (w *watcher) handleBatch(buf []byte) {
 
 // catchUpWait bounds how long a lookup waits for the batch of events
 // the watcher's goroutine is handling before it looks in the filesystem
-// instead of trusting what the cache says is missing.
-const catchUpWait = 50 * time.Millisecond
+// instead of trusting what the cache says is missing: short, since the
+// filesystem's answer costs a few microseconds, and under a storm of
+// events (a deploy) waiting would buy nothing.
+const catchUpWait = 5 * time.Millisecond
+
+// eventsQueued reports whether the kernel holds events on the inotify
+// descriptor fd (or cannot tell). poll, not FIONREAD: the kernel answers
+// it by looking whether its queue is empty, where FIONREAD walks the
+// whole queue under the lock every event producer takes.
+func eventsQueued(fd int) bool {
+	fds := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds[:], 0)
+	return err != nil || n > 0
+}
 
 // catchUp reports whether every event queued before it was called is
 // handled when it returns. A lookup calls it before it answers "no such
@@ -1161,7 +1176,7 @@ const catchUpWait = 50 * time.Millisecond
 // goroutine got its turn the cache would still say the name is missing
 // (a 404 where file_server finds the file; at once for every name of a
 // listed directory). When the kernel holds no event and none is being
-// handled, the usual case, it costs one ioctl; otherwise the lookup
+// handled, the usual case, it costs one poll(2); otherwise the lookup
 // handles the events itself, or waits for the batch being handled, up to
 // catchUpWait or ctx's end, and reports false if it is not done by then
 // (the lookup then goes to the filesystem). The order (the kernel's count,
@@ -1171,7 +1186,10 @@ func (w *watcher) catchUp(ctx context.Context) bool {
 	if w == nil {
 		return true
 	}
-	if n, err := unix.IoctlGetInt(w.fd, unix.TIOCINQ); err == nil && n == 0 && !w.draining.Load() {
+	if w.closing.Load() {
+		return false // its descriptor's number may be another file's now
+	}
+	if !eventsQueued(w.fd) && !w.draining.Load() {
 		return true
 	}
 	select {
