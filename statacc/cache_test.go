@@ -20,7 +20,13 @@ import (
 // "missing".
 func describe(t testing.TB, c *Cache, path string) string {
 	t.Helper()
-	e, err := c.Get(context.Background(), path)
+	return describeConfined(t, c, "", SymlinksFollow, path)
+}
+
+// describeConfined is describe for a lookup confined below root.
+func describeConfined(t testing.TB, c *Cache, root string, mode Symlinks, path string) string {
+	t.Helper()
+	e, err := c.GetConfined(context.Background(), root, mode, path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "missing"
 	}

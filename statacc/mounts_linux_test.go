@@ -4,11 +4,8 @@ package statacc
 
 import (
 	"bufio"
-	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,27 +79,6 @@ func (l *localLooker) get(t *testing.T, root, path string) string {
 func (l *localLooker) watched(_ *testing.T, path string) bool { return l.c.cachedWatched(path) }
 func (l *localLooker) openFiles(*testing.T) int64             { return l.c.counts.OpenFiles.Load() }
 func (l *localLooker) listings(*testing.T) int64              { return l.c.counts.Listings.Load() }
-
-// describeConfined is describe for a lookup confined below root.
-func describeConfined(t testing.TB, c *Cache, root string, mode Symlinks, path string) string {
-	t.Helper()
-	e, err := c.GetConfined(context.Background(), root, mode, path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "missing"
-	}
-	if err != nil {
-		return "error: " + err.Error()
-	}
-	defer e.Release()
-	if e.IsDir() {
-		return "dir"
-	}
-	b, err := e.ReadAll()
-	if err != nil {
-		return "read error: " + err.Error()
-	}
-	return fmt.Sprintf("%d:%s", e.size, b)
-}
 
 // childLooker is a looker of a cache in a child process of another user:
 // the same test binary, running serveMountLookups.
