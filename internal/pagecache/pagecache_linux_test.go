@@ -32,6 +32,16 @@ func testFile(t *testing.T, size int) *os.File {
 	return f
 }
 
+// onOneThread keeps the test's goroutine on its thread until the test
+// ends, so that a no-wait probe's counts of blocks read in compare: a
+// goroutine moved between them counts the span missing, as it should
+// (TestNoWaitProbeWithADiskReadIsMissing), and a probe of a resident file
+// then fails the test (TestProbeWithoutMincore once in CI).
+func onOneThread(t *testing.T) {
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
+}
+
 // writeSynced writes size random bytes to path and flushes them to the
 // disk, so that eviction can drop them.
 func writeSynced(t *testing.T, path string, size int) {
@@ -87,6 +97,7 @@ func residentBut(t *testing.T, f *os.File, size, hole, gap int64) {
 // file is resident, by every probe; after a read of its first part
 // exactly that part is, and after a read of all of it all of it is.
 func TestResidencyAfterEvictAndRead(t *testing.T) {
+	onOneThread(t)
 	const size = 1<<20 + 100
 	f := testFile(t, size)
 	fd := int(f.Fd())
@@ -165,6 +176,7 @@ func TestResidencyAfterEvictAndRead(t *testing.T) {
 // tells the truth) is asked before every no-wait read of the same pages,
 // since such a read of a missing page brings it in.
 func TestProbeWithoutMincore(t *testing.T) {
+	onOneThread(t)
 	const span = 2 << 20
 	size := int64(3*span + 100)
 	f := testFile(t, int(size))
@@ -305,6 +317,7 @@ func foreignFile(t *testing.T, name string, size int) string {
 // that are not), and the no-wait probe sees the file cold after an
 // eviction and warm after a read.
 func TestNonOwnerProbesWithoutMincore(t *testing.T) {
+	onOneThread(t)
 	const size = 1 << 20
 	p := foreignFile(t, "cold.bin", size)
 	f, err := os.Open(p)
@@ -521,6 +534,7 @@ func TestNoWaitProbeWithADiskReadIsMissing(t *testing.T) {
 // attempt after which mincore no longer sees the first 2 MiB (another
 // process dropped the caches meanwhile) proves nothing and is made again.
 func TestNoWaitSpanBeforeAnEvictedOneIsResident(t *testing.T) {
+	onOneThread(t)
 	const span = 2 << 20
 	const size = 2 * span
 	f := testFile(t, size)
