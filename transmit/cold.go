@@ -339,7 +339,7 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 	// no-wait half (firstReads).
 	ringFirst := false
 	switch {
-	case s.RingOnly || length > NoWaitMax:
+	case s.ringOnly() || length > NoWaitMax:
 	case s.firstReads.ringFirst() && s.Ring.NoWaitFirst() && !src.NoBlockDevice():
 		ringFirst = true
 		stats.ringFirstBodies.Add(1)
@@ -437,7 +437,7 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 				span = t.MissingAt - off
 			}
 		}
-		if !s.RingOnly && !knownCold && !ringFirst {
+		if !s.ringOnly() && !knownCold && !ringFirst {
 			stats.residencyProbes.Add(1)
 			resident, err := probe.Resident(off, span)
 			knownCold = err == nil && resident == 0

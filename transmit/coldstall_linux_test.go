@@ -86,7 +86,7 @@ func TestColdTokensNotHeldAcrossClientWrites(t *testing.T) {
 		for _, proto := range []int{1, 2} {
 			name := fmt.Sprintf("%s, HTTP/%d", c.name, proto)
 			evict(t, c.body.f)
-			s.RingOnly = c.ringOnly
+			s.setRingOnly(c.ringOnly)
 			s.firstReads.score = 0
 			if c.ringFirst {
 				s.firstReads.score = firstReadsMax
@@ -123,7 +123,7 @@ func TestColdTokensNotHeldAcrossClientWrites(t *testing.T) {
 			}
 		}
 	}
-	s.RingOnly = false
+	s.setRingOnly(false)
 }
 
 // fuseFileBody is a fileBody of a file without a block device.
@@ -147,7 +147,7 @@ func TestFileServerWritesLetGoOfStalledReads(t *testing.T) {
 		name := map[bool]string{false: "auto.bin", true: "ring.bin"}[ringOnly]
 		hang := files[name]
 		f := openFUSE(t, mnt, name)
-		s.RingOnly = ringOnly
+		s.setRingOnly(ringOnly)
 		ctx, cancel := context.WithCancel(context.Background())
 		r := httptest.NewRequest("GET", "/", nil).WithContext(ctx)
 		w := httptest.NewRecorder()
@@ -177,7 +177,7 @@ func TestFileServerWritesLetGoOfStalledReads(t *testing.T) {
 			t.Errorf("ring only %v: after the read completed: %d operations, %d files, %d tokens", ringOnly, ops, files, len(coldBudget))
 		}
 	}
-	s.RingOnly = false
+	s.setRingOnly(false)
 }
 
 // TestEmptyBodyThroughTheRing: an empty file (or range) sent by the ring's
@@ -187,7 +187,7 @@ func TestEmptyBodyThroughTheRing(t *testing.T) {
 	s := ringSender(t)
 	for _, ringOnly := range []bool{false, true} {
 		for _, fsw := range []bool{false, true} {
-			s.RingOnly = ringOnly
+			s.setRingOnly(ringOnly)
 			w := httptest.NewRecorder()
 			sent, err := s.Send(w, httptest.NewRequest("GET", "/", nil), fileBody{f}, &Transfer{Engine: EngineIOUring, FileServerWrites: fsw}, 0, 0)
 			if err != nil || w.Body.Len() != 0 || sent != (Counts{}) {
@@ -195,7 +195,7 @@ func TestEmptyBodyThroughTheRing(t *testing.T) {
 			}
 		}
 	}
-	s.RingOnly = false
+	s.setRingOnly(false)
 }
 
 // heapInUse is the heap in use after two collections: the second frees

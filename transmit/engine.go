@@ -1,8 +1,21 @@
 package transmit
 
 import (
+	"io"
+	"net/http"
 	"sync/atomic"
 	"time"
+
+	"go.uber.org/zap"
+)
+
+// The transmit policies, the values of the handler's transmit option:
+// auto, or the engine every body is sent with.
+const (
+	PolicyAuto     = "auto"
+	PolicySendfile = "sendfile"
+	PolicyCopy     = "copy"
+	PolicyIOUring  = "io_uring"
 )
 
 // Engine is a way a body's bytes leave: the handler picks one per
@@ -92,4 +105,83 @@ func Snapshot() Stats {
 		LastColdBody:      stats.lastColdBody.Load(),
 		RingFirstBodies:   stats.ringFirstBodies.Load(),
 	}
+}
+
+// Open sets the sender up for its Policy (auto if empty): with a
+// reference to the process's io_uring where the policy may use it, which
+// Close gives back.
+func (s *Sender) Open(workers int, logger *zap.Logger) {
+	if s.Policy == "" {
+		s.Policy = PolicyAuto
+	}
+	s.Logger = logger
+	if s.Policy == PolicyAuto || s.Policy == PolicyIOUring {
+		s.Ring = AcquireRing(workers, s.Policy == PolicyIOUring, logger)
+		s.holdsRing = true
+	}
+}
+
+// Close gives back the ring reference Open took, if any.
+func (s *Sender) Close() {
+	if s.holdsRing {
+		s.holdsRing = false
+		ReleaseRing()
+	}
+}
+
+// Choose picks the engine of one response body under the sender's policy:
+//   - memory: a small file kept in memory, one Write (with the headers,
+//     which net/http still holds in its buffer);
+//   - sendfile: cleartext HTTP/1.x through the listener wrapper;
+//   - copy: pread into pooled buffers, for TLS, HTTP/2, HTTP/3 and encode;
+//   - io_uring: data not known to be in the page cache (a file on tmpfs
+//     always is); what is resident leaves as above, the rest is read
+//     through the ring.
+func (s *Sender) Choose(w http.ResponseWriter, r *http.Request, body Body) Transfer {
+	if body.Data() != nil && s.Policy == PolicyAuto {
+		return Transfer{Engine: EngineMemory}
+	}
+	if s.Ring != nil && body.FD() >= 0 && (!body.InMemoryFS() || s.Policy == PolicyIOUring) {
+		t := Transfer{Engine: EngineIOUring}
+		// A small body is not probed here: its one RWF_NOWAIT read is the
+		// probe and the read at once.
+		if s.Policy == PolicyIOUring || (!body.RecentlyResident() && (body.Size() <= NoWaitMax || !probeWhole(body, &t))) {
+			return t
+		}
+	}
+	if s.Policy != PolicyCopy && canSendfile(w, r, body) {
+		return Transfer{Engine: EngineSendfile}
+	}
+	return Transfer{Engine: EngineCopy}
+}
+
+// canSendfile reports whether the response may be handed to the writer
+// chain for sendfile: cleartext HTTP/1.x, a writer with ReadFrom, a file.
+func canSendfile(w http.ResponseWriter, r *http.Request, body Body) bool {
+	_, ok := w.(io.ReaderFrom)
+	return ok && r.ProtoMajor == 1 && r.TLS == nil && body.FD() >= 0
+}
+
+// wholeProbeMax is the largest file probed whole (mincore's vector is a
+// byte per page); larger files are probed span by span as they are sent.
+const wholeProbeMax = 1 << 30
+
+// probeWhole looks for the whole body in the page cache, at most once a
+// second per file, and reports whether it is all there: a hot file then
+// leaves without a probe per request. Where it is not, t learns where its
+// data stops being there (Transfer.MissingAt).
+func probeWhole(body Body, t *Transfer) bool {
+	if body.Size() > wholeProbeMax || !body.ClaimProbe() {
+		return false
+	}
+	off, ok := firstMissing(body)
+	if !ok {
+		return false
+	}
+	if off < body.Size() {
+		t.MissingAt, t.MissingKnown = off, true
+		return false
+	}
+	body.MarkResident()
+	return true
 }

@@ -36,7 +36,7 @@ func (s *Sender) sendLikeFileServer(w http.ResponseWriter, r *http.Request, body
 	if eng == EngineIOUring {
 		rr := ringReaderPool.Get().(*ringReader)
 		*rr = ringReader{s: s, ctx: r.Context(), src: body, fd: body.FD(), off: start, n: length, eng: EngineCopy,
-			askCache: !s.RingOnly, opts: readOptions{NoBlockDevice: body.NoBlockDevice(), File: body.FileID()}}
+			askCache: !s.ringOnly(), opts: readOptions{NoBlockDevice: body.NoBlockDevice(), File: body.FileID()}}
 		n, err := io.CopyN(w, rr, length)
 		eng := rr.eng
 		rr.release()

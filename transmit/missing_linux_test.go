@@ -106,13 +106,13 @@ func TestCachedSpanBeforeAColdOneLeavesAsResidentData(t *testing.T) {
 		if n := cachedPrefix(); n != span {
 			t.Fatalf("set up: mincore sees the first %d bytes cached, want %d: the test would prove nothing", n, span)
 		}
-		at, ok := FirstMissing(body)
+		at, ok := firstMissing(body)
 		if cachedPrefix() < span && try < 3 {
 			t.Logf("attempt %d: the first span was evicted under the probe; again", try)
 			continue
 		}
 		if at != span || !ok {
-			t.Errorf("first 2 MiB cached, the rest not: FirstMissing = %d, %v; want %d, true", at, ok, span)
+			t.Errorf("first 2 MiB cached, the rest not: firstMissing = %d, %v; want %d, true", at, ok, span)
 		}
 		w := httptest.NewRecorder()
 		tr := &Transfer{Engine: EngineIOUring, MissingAt: at, MissingKnown: ok && at < size}

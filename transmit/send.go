@@ -42,8 +42,16 @@ type Body interface {
 	// MincoreTrusted reports whether mincore(2) tells this process the
 	// truth about the file's pages (it owns the file or may write it).
 	MincoreTrusted() bool
-	// MarkResident records that the whole file is in the page cache now.
+	// MarkResident records that the whole file is in the page cache now;
+	// RecentlyResident reports whether that was within the last second;
+	// ClaimProbe is true for one caller a second, who may look for the
+	// whole file in the page cache.
 	MarkResident()
+	RecentlyResident() bool
+	ClaimProbe() bool
+	// InMemoryFS reports a file on tmpfs or ramfs, always in the page
+	// cache.
+	InMemoryFS() bool
 }
 
 // Transfer is one response body on its way out, over the Send calls of
@@ -85,13 +93,14 @@ type Transfer struct {
 }
 
 // Sender sends the bodies of one handler's responses. Its fields are set
-// at provision and not changed after.
+// at provision (Open) and not changed after.
 type Sender struct {
+	// Policy is the handler's transmit option (PolicyAuto, or the engine
+	// it forces). With PolicyIOUring every byte of an EngineIOUring body
+	// is read through the ring, without asking the page cache first.
+	Policy string
 	// Ring reads data not in the page cache; nil without io_uring.
 	Ring *Ring
-	// RingOnly reads every byte of an EngineIOUring body through the
-	// ring, without asking the page cache first (`transmit io_uring`).
-	RingOnly bool
 	// SendfileMaxChunk is the most bytes one turn of the listener
 	// wrapper's connection sends (sendfile_max_chunk).
 	SendfileMaxChunk int
@@ -104,9 +113,12 @@ type Sender struct {
 	// a writer or wrapper hides the connection.
 	Copied func(*http.Request)
 
-	// firstReads chooses how small bodies are first read (cold.go).
-	firstReads firstReads
+	holdsRing  bool       // Open took a ring reference
+	firstReads firstReads // how small bodies are first read (cold.go)
 }
+
+// ringOnly: every byte of an EngineIOUring body goes through the ring.
+func (s *Sender) ringOnly() bool { return s.Policy == PolicyIOUring }
 
 // Send sends length bytes of body from offset start to w with t.Engine,
 // and returns how many of them each engine sent. The response's status
@@ -216,13 +228,6 @@ func unbufferedBottom(w http.ResponseWriter) http.Flusher {
 	}
 	f, _ := w.(http.Flusher)
 	return f
-}
-
-// canSendfile reports whether the response may be handed to the writer
-// chain for sendfile: cleartext HTTP/1.x, a writer with ReadFrom, a file.
-func canSendfile(w http.ResponseWriter, r *http.Request, body Body) bool {
-	_, ok := w.(io.ReaderFrom)
-	return ok && r.ProtoMajor == 1 && r.TLS == nil && body.FD() >= 0
 }
 
 // memChunk is the most bytes of a memory-cached body copied per Write: a

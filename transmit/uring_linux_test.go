@@ -43,17 +43,20 @@ func ringFDs(t *testing.T) int {
 // fileBody is a Body over one open file, for Send's own tests.
 type fileBody struct{ f *os.File }
 
-func (b fileBody) File() io.ReaderAt    { return b.f }
-func (b fileBody) Path() string         { return b.f.Name() }
-func (b fileBody) FD() int              { return int(b.f.Fd()) }
-func (b fileBody) Size() int64          { fi, _ := b.f.Stat(); return fi.Size() }
-func (b fileBody) Data() []byte         { return nil }
-func (b fileBody) Hold()                {}
-func (b fileBody) Release()             {}
-func (b fileBody) FileID() uint64       { return 0 }
-func (b fileBody) NoBlockDevice() bool  { return false }
-func (b fileBody) MincoreTrusted() bool { return true }
-func (b fileBody) MarkResident()        {}
+func (b fileBody) File() io.ReaderAt      { return b.f }
+func (b fileBody) Path() string           { return b.f.Name() }
+func (b fileBody) FD() int                { return int(b.f.Fd()) }
+func (b fileBody) Size() int64            { fi, _ := b.f.Stat(); return fi.Size() }
+func (b fileBody) Data() []byte           { return nil }
+func (b fileBody) Hold()                  {}
+func (b fileBody) Release()               {}
+func (b fileBody) FileID() uint64         { return 0 }
+func (b fileBody) NoBlockDevice() bool    { return false }
+func (b fileBody) MincoreTrusted() bool   { return true }
+func (b fileBody) MarkResident()          {}
+func (b fileBody) RecentlyResident() bool { return false }
+func (b fileBody) ClaimProbe() bool       { return false }
+func (b fileBody) InMemoryFS() bool       { return false }
 
 func testFile(t *testing.T, size int) (*os.File, []byte) {
 	t.Helper()
