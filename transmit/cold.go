@@ -292,260 +292,285 @@ func copyCached(w io.Writer, fd int, buf []byte, off, n int64) (sent int64, miss
 // page cache. Resident runs leave as they would without io_uring (sendfile
 // on cleartext HTTP/1.x, pread otherwise); the rest is read through the
 // ring, so that the goroutine parks while the disk answers instead of
-// holding an OS thread in a blocking read. With RingOnly every byte is
-// read through the ring.
+// holding an OS thread. With the io_uring policy every byte is read
+// through the ring.
 //
-// Nothing shared is held across a write to the client, which may wait for
-// as long as the client likes (a client that never reads, an HTTP/2
-// stream at a zero window): a ring read's token of the budget goes back
-// when the read completes. A small body (or what is left of one, at most
-// NoWaitMax) is read into a buffer of its own size and written from it. A
-// larger one is read a window (coldChunk) at a time into a chunk of the
-// budget, which goes back at once: the window's first bytes are copied to
-// the response's own copy buffer (bufPool's, smallBufPool's on HTTP/2 and
-// HTTP/3) and written, and the rest of it leaves from the page cache, where
-// the ring read has just put it: by sendfile on cleartext HTTP/1.x, else
-// by no-wait reads into that buffer, a page evicted meanwhile going back
-// to the ring. A file whose data the page cache cannot be asked for (FUSE)
-// is read in pieces of the copy buffer's size, each written from its own
-// buffer.
+// Nothing shared is held across a write to the client, which may take as
+// long as the client likes: a ring read's token of the budget goes back
+// when the read completes. A small body (at most NoWaitMax left) is read
+// into a buffer of its own size and written from it. A larger one is read
+// a window (coldChunk) at a time into a chunk of the budget, which goes
+// back at once: the window's first bytes are copied to the response's own
+// copy buffer and written, and the rest leaves from the page cache, where
+// the ring read has just put it (sendfile, or no-wait reads, a page
+// evicted meanwhile going back to the ring). A file whose data the page
+// cache cannot be asked for (FUSE) is read in pieces of the copy buffer's
+// size, each written from its own buffer.
 func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Body, t *Transfer, start, length int64) (Counts, error) {
-	var sent Counts
-	file, fd := src.File(), src.FD()
-	sendfile := canSendfile(w, r, src)
-	// Ring reads end with the request: a client that leaves, a cancelled
-	// context or an unloaded config lets go of a read a stalled device
-	// holds.
-	ctx := r.Context()
-	opts := readOptions{NoBlockDevice: src.NoBlockDevice(), File: src.FileID()}
-	var done int64
-	probe := newProbe(src)
-	// missing is set when a no-wait read found the next page missing:
-	// that answers what a residency probe would ask (the kernel has also
-	// started reading it ahead), so the chunk goes to the ring without the
-	// probe's mmap, mincore and munmap, a visible share of the CPU of a
-	// cold small-file tree (bench/RESULTS.md).
-	//
-	// A cold small body is read here, through the ring, rather than by
-	// the miss that opened the file with a blocking pread while it holds
-	// its slot, as nginx's aio thread would: a goroutine blocked in a read
-	// keeps its P until the runtime hands it off, and with the server on
-	// one CPU every other request waits meanwhile (bench/RESULTS.md).
-	missing := false
-	// counted is set once this body is counted as one that met the disk
-	// (coldBody): the no-wait read or a probe found its data missing.
-	counted := false
-	// ringFirst: this small body's first read is the ring's, with a
-	// no-wait half (firstReads).
-	ringFirst := false
-	switch {
-	case s.ringOnly() || length > NoWaitMax:
-	case s.firstReads.ringFirst() && s.Ring.NoWaitFirst() && !src.NoBlockDevice():
-		ringFirst = true
-		stats.ringFirstBodies.Add(1)
-	default:
-		// A small body: one read that takes only what the page cache holds
-		// answers the residency question and reads the data at once. What
-		// it cannot take whole goes the long way below.
-		bufp := smallBuf(length)
-		buf := (*bufp)[:length]
-		n, diskRead, err := pagecache.ReadNoWaitMetDisk(fd, buf, start)
-		// The disk read the no-wait read submitted was for this body's own
-		// pages when the read came back short (it stopped at the first one
-		// missing) or when the body ends the file (there is nothing after
-		// it to read ahead). After a whole range inside the file it may be
-		// only the kernel's readahead of what follows, which nobody waits
-		// for: not counted.
-		if diskRead && (n < len(buf) || start+length == src.Size()) {
-			counted = true
-			coldBody()
-		}
-		if err == nil && n == len(buf) {
-			s.firstReads.saw(counted)
-			k, err := w.Write(buf)
-			putSmallBuf(bufp)
-			sent[EngineCopy] = int64(k)
-			t.Engine = EngineCopy // the ring had nothing to do
-			if err == nil && start == 0 && length == src.Size() {
-				src.MarkResident()
-			}
-			return sent, err
-		}
-		// The long way reads into a buffer of its own and writes from it:
-		// this one goes back now, rather than be held, unused, while that
-		// write waits for the client.
-		putSmallBuf(bufp)
-		missing = n == 0 && errors.Is(err, syscall.EAGAIN)
-		if missing {
-			s.firstReads.saw(true)
-		}
-	}
-	// The response's copy buffer comes from copyPool for each copy and
-	// goes back after its write: it is not kept across the writes of
-	// other buffers (a piece, the body's last bytes, a resident run),
-	// which would double what a client that does not read holds.
-	copyPool, pieceMax := &bufPool, int64(copyBufferSize)
+	rs := ringSend{s: s, w: w, r: r, ctx: r.Context(), src: src, t: t, fd: src.FD(),
+		sendfile: canSendfile(w, r, src), probe: newProbe(src),
+		opts:     readOptions{NoBlockDevice: src.NoBlockDevice(), File: src.FileID()},
+		copyPool: &bufPool, pieceMax: copyBufferSize}
+	// The copy buffer is taken for each copy and given back after its
+	// write, never kept across other writes: that would double what a
+	// client that does not read holds.
 	if r.ProtoMajor >= 2 {
-		copyPool, pieceMax = &smallBufPool, smallCopyBufferSize
+		rs.copyPool, rs.pieceMax = &smallBufPool, smallCopyBufferSize
 	}
-	// The bytes up to windowEnd were read by the ring (windowEng) and
-	// leave from the page cache; windowErr, if set, is where that read
-	// stopped, returned once they are sent.
-	var windowEnd int64
-	var windowEng Engine
-	var windowErr error
-	// pieces is set for a file whose data the page cache cannot be asked
-	// for: ring reads of pieceMax, each written from its buffer. asked is
-	// set once that is known.
-	pieces, asked := false, false
-	for done < length {
-		off := start + done
-		if off < windowEnd {
-			var n int64
-			var err error
-			gone := false
-			if sendfile {
-				n, _, err = s.sendFile(w, r, src, t.ContentLength, off, windowEnd-off)
-			} else {
-				bp := copyPool.Get().(*[]byte)
-				n, gone, err = copyCached(w, fd, *bp, off, windowEnd-off)
-				copyPool.Put(bp)
-			}
-			done += n
-			sent[windowEng] += n
-			if err != nil {
-				return sent, err
-			}
-			if gone {
-				// Evicted since the ring read it: the ring reads it again.
-				windowEnd, missing = 0, true
-			}
-			continue
-		}
-		if windowErr != nil {
-			return sent, windowErr
-		}
-		span := min(length-done, residencyProbe)
-		knownCold := missing
-		if t.MissingKnown && !missing {
-			// What the handler's probe has just found missing is not asked
-			// again (Transfer.MissingAt); what comes before it is.
-			switch {
-			case off >= t.MissingAt && off < t.MissingAt+residencyProbe:
-				knownCold, t.MissingKnown = true, false
-			case off < t.MissingAt && t.MissingAt < off+span:
-				span = t.MissingAt - off
+	if done, err := rs.firstRead(start, length); done {
+		return rs.sent, err
+	}
+	for rs.done < length {
+		off := start + rs.done
+		var err error
+		switch {
+		case off < rs.windowEnd:
+			err = rs.sendWindow(off)
+		case rs.windowErr != nil:
+			return rs.sent, rs.windowErr
+		default:
+			var sent bool
+			if sent, err = rs.sendResident(off, length-rs.done); !sent && err == nil {
+				err = rs.readCold(off, length-rs.done)
 			}
 		}
-		if !s.ringOnly() && !knownCold && !ringFirst {
-			stats.residencyProbes.Add(1)
-			resident, err := probe.Resident(off, span)
-			knownCold = err == nil && resident == 0
-			if err == nil && resident > 0 {
-				var n int64
-				if sendfile {
-					var zeroCopy bool
-					n, zeroCopy, err = s.sendFile(w, r, src, t.ContentLength, off, resident)
-					if zeroCopy {
-						sent[EngineSendfile] += n
-					} else {
-						sent[EngineCopy] += n
-					}
-				} else {
-					n, err = copyWith(copyPool, w, file, off, resident)
-					sent[EngineCopy] += n
-				}
-				done += n
-				if err != nil {
-					return sent, err
-				}
-				continue
-			}
-		}
-		if knownCold && !counted {
-			counted = true
-			coldBody()
-		}
-		missing = false // past this read, probe again
-		left := length - done
-		want, direct := min(left, coldChunk), left <= NoWaitMax
-		if !direct && !asked {
-			asked = true
-			pieces = !noWaitWorks(fd, off)
-		}
-		if pieces {
-			want, direct = min(left, pieceMax), true
-		}
-		opts.NoWaitFirst = ringFirst
-		var cold coldRead
-		buf, n, eng, err := s.ringRead(ctx, src, &opts, &cold, off, want)
-		if ringFirst {
-			// Its no-wait half said whether the data was in the page cache.
-			ringFirst = false
-			s.firstReads.saw(opts.MetDisk)
-			if opts.MetDisk && !counted {
-				counted = true
-				coldBody()
-			}
-		}
-		if buf == nil {
-			return sent, err
-		}
-		if direct {
-			// Written from its own buffer: what a client that does not
-			// read holds is this buffer of the body's size.
-			var k int
-			var werr error
-			if n > 0 {
-				k, werr = w.Write(buf[:n])
-			}
-			cold.giveBack()
-			done += int64(k)
-			sent[eng] += int64(k)
-			if werr != nil {
-				return sent, werr
-			}
-			if err != nil {
-				return sent, err
-			}
-			continue
-		}
-		windowEnd, windowEng, windowErr = off+int64(n), eng, err
-		if sendfile && (n == 0 || cachedByte(fd, off+int64(n)-1)) {
-			// The whole window leaves by sendfile, from the page cache.
-			cold.giveBack()
-			continue
-		}
-		// Its first bytes are copied out and written from the response's
-		// own buffer, so that every window makes progress; the rest leaves
-		// from the page cache, or (not there, for sendfile) is read again in
-		// pieces.
-		bp := copyPool.Get().(*[]byte)
-		k := copy(*bp, buf[:n])
-		cold.giveBack()
-		if sendfile {
-			pieces, windowEnd = true, off+int64(k)
-		}
-		var m int
-		var werr error
-		if k > 0 {
-			m, werr = w.Write((*bp)[:k])
-		}
-		copyPool.Put(bp)
-		done += int64(m)
-		sent[eng] += int64(m)
-		if werr != nil {
-			return sent, werr
+		if err != nil {
+			return rs.sent, err
 		}
 	}
-	if windowErr != nil {
-		return sent, windowErr
+	if rs.windowErr != nil {
+		return rs.sent, rs.windowErr
 	}
 	if start == 0 && length == src.Size() {
 		// All of it was resident or has just been read: it is now.
 		src.MarkResident()
 	}
-	return sent, nil
+	return rs.sent, nil
+}
+
+// ringSend is one sendThroughRing call's state.
+type ringSend struct {
+	s        *Sender
+	w        http.ResponseWriter
+	r        *http.Request
+	ctx      context.Context // ring reads end with the request
+	src      Body
+	t        *Transfer
+	fd       int
+	sendfile bool
+	probe    pagecache.Probe
+	opts     readOptions
+	copyPool *sync.Pool
+	pieceMax int64
+
+	sent Counts
+	done int64
+	// missing: a no-wait read found the next page missing, which answers
+	// what a residency probe would ask, so the next read goes to the ring
+	// unprobed.
+	missing bool
+	// counted: the body is counted as one that met the disk (coldBody).
+	counted bool
+	// ringFirst: this small body's first read is the ring's, with a
+	// no-wait half (firstReads).
+	ringFirst bool
+	// pieces: the page cache cannot be asked for the file's data, so ring
+	// reads are of pieceMax, each written from its buffer; asked is set
+	// once that is known.
+	pieces, asked bool
+	// The bytes up to windowEnd were read by the ring (windowEng) and
+	// leave from the page cache; windowErr, if set, is where that read
+	// stopped, returned once they are sent.
+	windowEnd int64
+	windowEng Engine
+	windowErr error
+}
+
+func (rs *ringSend) countCold() {
+	if !rs.counted {
+		rs.counted = true
+		coldBody()
+	}
+}
+
+// firstRead makes the first read of a small body and reports whether it
+// sent the whole body. Unless the ring goes first (firstReads), it is one
+// read that takes only what the page cache holds: it answers the
+// residency question and reads the data at once. A cold small body is
+// then read through the ring rather than with a blocking pread, which
+// would keep its P until the runtime hands it off.
+func (rs *ringSend) firstRead(start, length int64) (bool, error) {
+	s, src := rs.s, rs.src
+	switch {
+	case s.ringOnly() || length > NoWaitMax:
+		return false, nil
+	case s.firstReads.ringFirst() && s.Ring.NoWaitFirst() && !src.NoBlockDevice():
+		rs.ringFirst = true
+		stats.ringFirstBodies.Add(1)
+		return false, nil
+	}
+	bufp := smallBuf(length)
+	buf := (*bufp)[:length]
+	n, diskRead, err := pagecache.ReadNoWaitMetDisk(rs.fd, buf, start)
+	// The disk read it started was for this body's own pages when it came
+	// back short or the body ends the file; otherwise it may be only the
+	// kernel's readahead of what follows, which nobody waits for.
+	if diskRead && (n < len(buf) || start+length == src.Size()) {
+		rs.countCold()
+	}
+	if err == nil && n == len(buf) {
+		s.firstReads.saw(rs.counted)
+		k, err := rs.w.Write(buf)
+		putSmallBuf(bufp)
+		rs.sent[EngineCopy] = int64(k)
+		rs.t.Engine = EngineCopy // the ring had nothing to do
+		if err == nil && start == 0 && length == src.Size() {
+			src.MarkResident()
+		}
+		return true, err
+	}
+	// Given back now rather than held, unused, while the long way's write
+	// waits for the client.
+	putSmallBuf(bufp)
+	rs.missing = n == 0 && errors.Is(err, syscall.EAGAIN)
+	if rs.missing {
+		s.firstReads.saw(true)
+	}
+	return false, nil
+}
+
+// sendWindow sends the rest of the window the ring just read from off,
+// from the page cache.
+func (rs *ringSend) sendWindow(off int64) error {
+	var n int64
+	var err error
+	gone := false
+	if rs.sendfile {
+		n, _, err = rs.s.sendFile(rs.w, rs.r, rs.src, rs.t.ContentLength, off, rs.windowEnd-off)
+	} else {
+		bp := rs.copyPool.Get().(*[]byte)
+		n, gone, err = copyCached(rs.w, rs.fd, *bp, off, rs.windowEnd-off)
+		rs.copyPool.Put(bp)
+	}
+	rs.done += n
+	rs.sent[rs.windowEng] += n
+	if gone {
+		// Evicted since the ring read it: the ring reads it again.
+		rs.windowEnd, rs.missing = 0, true
+	}
+	return err
+}
+
+// sendResident probes the span from off and sends what of it is resident,
+// reporting whether it sent anything; a span known to be cold counts the
+// body as one that met the disk.
+func (rs *ringSend) sendResident(off, left int64) (bool, error) {
+	span := min(left, residencyProbe)
+	knownCold := rs.missing
+	if t := rs.t; t.MissingKnown && !rs.missing {
+		// What the handler's probe has just found missing is not asked
+		// again (Transfer.MissingAt); what comes before it is.
+		switch {
+		case off >= t.MissingAt && off < t.MissingAt+residencyProbe:
+			knownCold, t.MissingKnown = true, false
+		case off < t.MissingAt && t.MissingAt < off+span:
+			span = t.MissingAt - off
+		}
+	}
+	if !rs.s.ringOnly() && !knownCold && !rs.ringFirst {
+		stats.residencyProbes.Add(1)
+		resident, err := rs.probe.Resident(off, span)
+		knownCold = err == nil && resident == 0
+		if err == nil && resident > 0 {
+			var n int64
+			if rs.sendfile {
+				var zeroCopy bool
+				n, zeroCopy, err = rs.s.sendFile(rs.w, rs.r, rs.src, rs.t.ContentLength, off, resident)
+				if zeroCopy {
+					rs.sent[EngineSendfile] += n
+				} else {
+					rs.sent[EngineCopy] += n
+				}
+			} else {
+				n, err = copyWith(rs.copyPool, rs.w, rs.src.File(), off, resident)
+				rs.sent[EngineCopy] += n
+			}
+			rs.done += n
+			return true, err
+		}
+	}
+	if knownCold {
+		rs.countCold()
+	}
+	rs.missing = false // past this read, probe again
+	return false, nil
+}
+
+// readCold reads from off through the ring and writes what it read: a
+// small rest or a piece from its own buffer, a window's first bytes from
+// the response's copy buffer (the rest of the window then leaves from the
+// page cache, sendWindow).
+func (rs *ringSend) readCold(off, left int64) error {
+	want, direct := min(left, coldChunk), left <= NoWaitMax
+	if !direct && !rs.asked {
+		rs.asked = true
+		rs.pieces = !noWaitWorks(rs.fd, off)
+	}
+	if rs.pieces {
+		want, direct = min(left, rs.pieceMax), true
+	}
+	rs.opts.NoWaitFirst = rs.ringFirst
+	var cold coldRead
+	buf, n, eng, err := rs.s.ringRead(rs.ctx, rs.src, &rs.opts, &cold, off, want)
+	if rs.ringFirst {
+		// Its no-wait half said whether the data was in the page cache.
+		rs.ringFirst = false
+		rs.s.firstReads.saw(rs.opts.MetDisk)
+		if rs.opts.MetDisk {
+			rs.countCold()
+		}
+	}
+	if buf == nil {
+		return err
+	}
+	if direct {
+		var k int
+		var werr error
+		if n > 0 {
+			k, werr = rs.w.Write(buf[:n])
+		}
+		cold.giveBack()
+		rs.done += int64(k)
+		rs.sent[eng] += int64(k)
+		if werr != nil {
+			return werr
+		}
+		return err
+	}
+	rs.windowEnd, rs.windowEng, rs.windowErr = off+int64(n), eng, err
+	if rs.sendfile && (n == 0 || cachedByte(rs.fd, off+int64(n)-1)) {
+		// The whole window leaves by sendfile, from the page cache.
+		cold.giveBack()
+		return nil
+	}
+	// Its first bytes are written from the response's own buffer, so that
+	// every window makes progress; the rest leaves from the page cache,
+	// or (not there, for sendfile) is read again in pieces.
+	bp := rs.copyPool.Get().(*[]byte)
+	k := copy(*bp, buf[:n])
+	cold.giveBack()
+	if rs.sendfile {
+		rs.pieces, rs.windowEnd = true, off+int64(k)
+	}
+	var m int
+	var werr error
+	if k > 0 {
+		m, werr = rs.w.Write((*bp)[:k])
+	}
+	rs.copyPool.Put(bp)
+	rs.done += int64(m)
+	rs.sent[eng] += int64(m)
+	return werr
 }
 
 // preadIfRingFailed is the one fallback of ring reads, for the bodies
