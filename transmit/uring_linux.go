@@ -174,25 +174,32 @@ type Ring struct {
 	event       *os.File      // the eventfd, on the netpoller
 	reaped      chan struct{} // closed once the ring is torn down
 	closeWait   time.Duration
-	wantWorkers atomic.Int32 // the cap asked for last, for tests
-
-	// enters counts the io_uring_enter calls that submitted entries,
-	// entered the reads submitted (cancellations not counted), for tests
-	// of the batching; noWaitFirst counts the reads entered with a no-wait
-	// half, metDisk those whose no-wait half failed.
-	enters, entered, noWaitFirst, metDisk, overflows atomic.Int64
+	wantWorkers atomic.Int32 // the io-wq cap asked for last
 
 	// skipCQE: the kernel has IOSQE_CQE_SKIP_SUCCESS, which reads with a
 	// no-wait half need (their first half posts only its failure).
 	skipCQE bool
+}
 
-	// failNext makes the next completions fail with ECANCELED, to test
-	// the fallback.
-	failNext atomic.Int32
-	// shortNext makes the next completions report half their count, as
-	// kernels before 5.9 and some network filesystems do, to test that
-	// reads go on from where they stopped.
-	shortNext atomic.Int32
+// ringEvent is what ringTrace is told of.
+type ringEvent uint8
+
+const (
+	evEnter        ringEvent = iota // an io_uring_enter that submitted entries
+	evEntered                       // reads submitted (cancellations not counted)
+	evNoWaitHalves                  // reads submitted with a no-wait half
+	evMetDisk                       // reads whose no-wait half failed
+	evOverflow                      // completions flushed from the kernel's overflow list
+)
+
+// ringTrace, set only by the tests (export_test.go), counts what the rings
+// do.
+var ringTrace func(r *Ring, ev ringEvent, n int64)
+
+func (r *Ring) trace(ev ringEvent, n int64) {
+	if ringTrace != nil {
+		ringTrace(r, ev, n)
+	}
 }
 
 type ringOp struct {
@@ -464,14 +471,6 @@ func (r *Ring) workerCap() int { return int(r.wantWorkers.Load()) }
 // (readOptions.NoWaitFirst): the kernel has IOSQE_CQE_SKIP_SUCCESS.
 func (r *Ring) NoWaitFirst() bool { return r != nil && r.skipCQE }
 
-// busy reports the operations in flight (submitted, queued or abandoned
-// and not yet completed) and the descriptors with reads in flight.
-func (r *Ring) busy() (ops, files int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.slots), len(r.gates)
-}
-
 // eagerBelow is the number of reads in the kernel under which a new read
 // wakes the submitter at once rather than through the netpoller: with
 // fewer, the disk may be idle while the read waits for the scheduler.
@@ -612,8 +611,8 @@ func (r *Ring) submit() {
 		atomic.StoreUint32(r.sqTail, tail)
 		more := len(r.queue) > 0 || len(r.cancels) > 0
 		r.mu.Unlock()
-		r.entered.Add(int64(reads))
-		r.noWaitFirst.Add(int64(noWait))
+		r.trace(evEntered, int64(reads))
+		r.trace(evNoWaitHalves, int64(noWait))
 		r.enter()
 		if !more {
 			return
@@ -629,7 +628,7 @@ func (r *Ring) enter() {
 		if pending == 0 {
 			return
 		}
-		r.enters.Add(1)
+		r.trace(evEnter, 1)
 		_, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(pending), 0, 0, 0, 0)
 		switch errno {
 		case 0, unix.EINTR:
@@ -641,13 +640,6 @@ func (r *Ring) enter() {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-}
-
-// readAt reads len(buf) bytes of the file fd at off through the ring. The
-// calling goroutine parks until the read completes, holding no thread. A
-// short count is what the kernel returned; readFull goes on after it.
-func (r *Ring) readAt(fd int, buf []byte, off int64) (int, error) {
-	return r.readOnce(context.Background(), fd, buf, off, nil)
 }
 
 // ReadLending reads len(buf) bytes of the file fd at off through the
@@ -685,7 +677,7 @@ func (r *Ring) ReadLending(ctx context.Context, fd int, buf []byte, off int64, h
 func (r *Ring) readFull(ctx context.Context, fd int, buf []byte, off int64, o *readOptions) (int, error) {
 	done := 0
 	for done < len(buf) {
-		n, err := r.readOnce(ctx, fd, buf[done:], off+int64(done), o)
+		n, err := r.read(ctx, fd, buf[done:], off+int64(done), o, nil)
 		done += n
 		if err != nil || n == 0 {
 			return done, err
@@ -728,17 +720,6 @@ func noBlockDevice(fd int) bool {
 	return unix.Major(st.Dev) == 0
 }
 
-// readOnce submits one read of len(buf) bytes at off and waits for it, or
-// for ctx to end. Then a read the submitter has not taken yet is dropped
-// unsent; one the kernel has is cancelled and, with o.Hold, left to the
-// ring (readOnce returns ctx's error at once), or else waited for.
-func (r *Ring) readOnce(ctx context.Context, fd int, buf []byte, off int64, o *readOptions) (int, error) {
-	if len(buf) == 0 {
-		return 0, nil
-	}
-	return r.read(ctx, fd, buf, off, o, nil)
-}
-
 // readLent is readFull into a buffer that lend gives only once the read
 // has its turn (its file's bound and a slot of the ring): readers
 // waiting for a stalled file hold no buffer. It returns that buffer,
@@ -758,6 +739,11 @@ func (r *Ring) readLent(ctx context.Context, fd int, off int64, o *readOptions, 
 	return buf, n + m, err
 }
 
+// read submits one read at off, into buf or, if lend is set, into the
+// buffer lend gives once the read has its turn, and waits for it or for
+// ctx to end. Then a read the submitter has not taken yet is dropped
+// unsent; one the kernel has is cancelled and, with o.Hold, left to the
+// ring (read returns ctx's error at once), or else waited for.
 func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *readOptions, lend func(context.Context) ([]byte, error)) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -949,7 +935,7 @@ func (r *Ring) drain() bool {
 			if atomic.LoadUint32(r.sqFlags)&iouringSQCQOverflow == 0 {
 				break
 			}
-			r.overflows.Add(1)
+			r.trace(evOverflow, 1)
 			unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), 0, 0, iouringEnterGetEvents, 0, 0)
 			if atomic.LoadUint32(r.cqTail) == tail {
 				break // nothing moved in: the next wake tries again
@@ -971,18 +957,12 @@ func (r *Ring) drain() bool {
 				// The no-wait half failed: the read itself follows.
 				if !op.metDisk {
 					op.metDisk = true
-					r.metDisk.Add(1)
+					r.trace(evMetDisk, 1)
 				}
 				continue
 			}
 			r.inKernel--
-			res := c.res
-			if r.failNext.Load() > 0 && r.failNext.Add(-1) >= 0 {
-				res = -int32(unix.ECANCELED)
-			}
-			if res > 1 && r.shortNext.Load() > 0 && r.shortNext.Add(-1) >= 0 {
-				res /= 2
-			}
+			res := injectedFault(c.res)
 			if op.abandoned {
 				if op.release != nil {
 					releases = append(releases, op.release)
@@ -1013,14 +993,6 @@ func (r *Ring) teardown() {
 	r.unmap()
 	close(r.reaped)
 }
-
-// injectFailures makes the next n reads fail as if the kernel had
-// cancelled them, for tests of the fallback.
-func (r *Ring) injectFailures(n int) { r.failNext.Store(int32(n)) }
-
-// injectShortReads makes the next n reads report half the bytes they
-// read, for tests of short reads.
-func (r *Ring) injectShortReads(n int) { r.shortNext.Store(int32(n)) }
 
 // close cancels the reads in flight and waits for their completions, at
 // most CloseWait; then the ring is torn down. Reads after close fail with
@@ -1065,9 +1037,6 @@ func (r *Ring) close() error {
 	r.mu.Unlock()
 	return fmt.Errorf("%w: %d still there after %v", errRingAbandoned, n, r.closeWait)
 }
-
-// torndown is closed once a closed ring is torn down.
-func (r *Ring) torndown() <-chan struct{} { return r.reaped }
 
 // ringSupported is true where the io_uring engine is compiled in.
 const ringSupported = true

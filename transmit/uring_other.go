@@ -39,11 +39,6 @@ func newRing(ringOptions) (*Ring, error) {
 	return nil, errors.New("io_uring: only on Linux")
 }
 
-// readFull is never called: there is no Ring here.
-func (r *Ring) readFull(context.Context, int, []byte, int64, *readOptions) (int, error) {
-	return 0, errRingClosed
-}
-
 // readLent is never called: there is no Ring here.
 func (r *Ring) readLent(context.Context, int, int64, *readOptions, func(context.Context) ([]byte, error)) ([]byte, int, error) {
 	return nil, 0, errRingClosed
