@@ -3,10 +3,60 @@ package transmit
 import (
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 )
+
+// ringOptions size a Ring.
+type ringOptions struct {
+	// Entries is the number of reads in flight at most. Default: 256.
+	Entries int
+	// Workers caps the io-wq workers that block on the disk, for the
+	// whole ring; a quarter of it (at least 2) is the most reads of one
+	// file in flight. Default: 16.
+	Workers int
+	// CloseWait is how long close waits for reads in the kernel before it
+	// abandons the ring. Default: 3 s.
+	CloseWait time.Duration
+	// For tests: the completion ring's size (default: 4 times Entries)
+	// and the most reads in flight (default: a third of it, at most
+	// Entries).
+	cqEntries, inFlight int
+}
+
+// readOptions say how a read may be let go and how to submit it.
+type readOptions struct {
+	// Hold, if set, lets a read whose context ends return at once while
+	// the kernel still has it: Hold is called then (under the ring's lock:
+	// it must not call the ring) and must keep the buffer and descriptor
+	// from reuse; the func it returns is called at the completion. Without
+	// Hold, a cancelled read waits for its completion.
+	Hold func() (release func())
+	// NoBlockDevice marks a file without a block device (FUSE, NFS): its
+	// reads go straight to an io-wq worker (IOSQE_ASYNC), since one tried
+	// inline can block the submitting thread.
+	NoBlockDevice bool
+	// File identifies the file for the bound on its reads in flight, where
+	// several descriptors may be open on it; 0: the descriptor is the file.
+	File uint64
+	// NoWaitFirst asks, where the ring can (Ring.NoWaitFirst), that the
+	// next read be preceded in the same submission by a hard-linked
+	// RWF_NOWAIT read of the same range: its failure says the data was
+	// not all in the page cache, and the disk read it starts is plugged
+	// with the batch, so that one enter signals the disk once. It applies
+	// to one read and is cleared by it; MetDisk is then set if the no-wait
+	// half failed.
+	NoWaitFirst, MetDisk bool
+}
+
+// errRingClosed is returned by reads on a closed Ring.
+var errRingClosed = errors.New("io_uring: ring closed")
+
+// errRingAbandoned is returned by close when reads were still in the
+// kernel after CloseWait.
+var errRingAbandoned = errors.New("io_uring: ring abandoned with reads in the kernel")
 
 // rings holds the process's io_uring across config reloads: a reload
 // provisions the new handlers before it cleans up the old ones, so the

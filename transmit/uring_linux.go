@@ -18,8 +18,7 @@ import (
 )
 
 // The io_uring ABI (include/uapi/linux/io_uring.h), as much as the Ring
-// uses: two opcodes, IOSQE_ASYNC, the eventfd, the probe and the io-wq
-// limit.
+// uses.
 const (
 	iouringOffSQRing = 0
 	iouringOffCQRing = 0x8000000
@@ -91,19 +90,16 @@ type cqe struct {
 }
 
 // A read's user_data is its slot index in the low 32 bits and the slot's
-// generation above them, so that a cancellation meant for a read that has
-// completed meanwhile cannot hit the next read of the same slot. The top
-// bit marks the completions of the cancellations themselves (and of the
-// no-ops that pad a batch, which post none unless they fail); the next
-// one the failure of a read's no-wait first half (readOptions.NoWaitFirst).
+// generation above them, so that a late cancellation cannot hit the next
+// read of the same slot. cancelTag marks the completions of cancellations
+// (and of padding no-ops), noWaitTag the failure of a no-wait first half.
 const (
 	cancelTag = 1 << 63
 	noWaitTag = 1 << 62
 	genMask   = 1<<30 - 1
 )
 
-// resClosed is the result handed to a read the ring never submitted
-// because it was closed.
+// resClosed is the result of a read never submitted: the ring closed.
 const resClosed = -1 << 31
 
 // An operation's state, guarded by Ring.mu.
@@ -118,29 +114,21 @@ const (
 // handlers share one, from AcquireRing.
 //
 // One goroutine, locked to its OS thread, makes every submission, so the
-// io-wq that does the blocking reads is that one thread's: its cap
-// (Workers, IORING_REGISTER_IOWQ_MAX_WORKERS, which the kernel counts per
-// submitting task) bounds the whole ring, not each goroutine's thread.
-// While the kernel has few reads (eagerBelow), a reader wakes it through
-// a channel, and it runs next: the disk must not idle. With more in the
-// kernel, readers wake it through the netpoller (an eventfd and a relay
-// goroutine): it runs when the scheduler polls the network, that is once
-// the requests already runnable have queued their reads, and enters them
-// together. Woken by a channel every time, each read had its own
-// io_uring_enter and its own two thread hand-offs (the submitter's thread
-// is locked); the block layer plugs per enter, so a batch also signals
-// the disk once. No read waits for company: the submitter enters what is
-// queued when it gets to it.
-// Completions are reaped by a goroutine that waits on an eventfd through
-// the netpoller. A goroutine waiting for a read parks on a channel, so a
-// read from a cold disk holds no OS thread.
+// io-wq cap (IORING_REGISTER_IOWQ_MAX_WORKERS, counted per submitting
+// task) bounds the whole ring. While the kernel has few reads
+// (eagerBelow), a reader wakes the submitter through a channel so that
+// the disk does not idle; with more, through the netpoller (an eventfd
+// and relay), so that it runs once the runnable requests have queued
+// their reads and enters them together: one io_uring_enter, one plug of
+// the block layer, no thread hand-offs per read. No read waits for
+// company. Completions are reaped by a goroutine waiting on an eventfd
+// through the netpoller; a reader parks on a channel and holds no thread.
 //
-// A read can be let go: when its context ends it is dropped if the
-// submitter has not taken it yet, and otherwise cancelled with
-// IORING_OP_ASYNC_CANCEL; its buffer and descriptor stay the operation's
-// until the kernel's completion arrives (see readOptions.Hold). At most
-// max(2, Workers/4) reads of one descriptor are in flight, so a file that
-// hangs cannot take every slot.
+// A read can be let go: when its context ends it is dropped if not yet
+// submitted, else cancelled with IORING_OP_ASYNC_CANCEL, its buffer and
+// descriptor staying the operation's until the completion arrives
+// (readOptions.Hold). At most max(2, Workers/4) reads of one file are in
+// flight, so a file that hangs cannot take every slot.
 type Ring struct {
 	fd     int
 	sqRing []byte
@@ -226,69 +214,8 @@ type fileGate struct {
 	users int // readers waiting or holding a token, and abandoned reads
 }
 
-// ringOptions size a Ring.
-type ringOptions struct {
-	// Entries is the number of reads in flight at most. Default: 256.
-	Entries int
-	// Workers caps the kernel's io-wq workers that block on the disk
-	// (IORING_REGISTER_IOWQ_MAX_WORKERS), for the whole ring; a quarter
-	// of it (at least 2) is the most reads of one file in flight.
-	// Default: 16.
-	Workers int
-	// CloseWait is how long close waits for reads in the kernel before it
-	// abandons the ring. Default: 3 s.
-	CloseWait time.Duration
-	// cqEntries and inFlight are for the tests: the completion ring's
-	// size (default: 4 times Entries) and the most reads in flight
-	// (default: what the completion ring holds three completions each
-	// of, at most Entries).
-	cqEntries, inFlight int
-}
-
-// readOptions say how a read may be let go and how to submit it.
-type readOptions struct {
-	// Hold, if set, lets a read whose context ends return at once while
-	// the kernel still has it: Hold is called then (with the ring's lock
-	// held: it must not call the ring) and must keep the buffer and the
-	// descriptor from being reused or closed, for example by taking a
-	// reference on the cache entry that owns the descriptor; the func it
-	// returns is called once the kernel's completion arrives. Without
-	// Hold, a cancelled read waits for that completion.
-	Hold func() (release func())
-	// NoBlockDevice marks a file on a filesystem without a block device
-	// (FUSE, NFS, see NoBlockDevice): its reads go straight to an io-wq
-	// worker (IOSQE_ASYNC), since such a read tried inline can block the
-	// submitting thread, and short reads of it are finished with pread.
-	NoBlockDevice bool
-	// File identifies the file for the bound on reads of one file in
-	// flight (its device and inode, say), where several descriptors may
-	// be open on it; 0 means the descriptor is the file.
-	File uint64
-	// NoWaitFirst asks, where the ring can (Ring.NoWaitFirst), that the
-	// next read be preceded in the same submission by a no-wait read of
-	// the same range (RWF_NOWAIT, hard-linked): its failure says that the
-	// data was not all in the page cache, and the disk read it starts is
-	// plugged with the rest of the batch, so that one enter signals the
-	// disk once for every read in it. The read itself follows, from the
-	// page cache or waiting for the disk. It applies to one read only and
-	// is cleared by it.
-	NoWaitFirst bool
-	// MetDisk is set by a read with NoWaitFirst whose no-wait half failed:
-	// the read waited for the disk (or for a read of it already started).
-	MetDisk bool
-}
-
-// errRingClosed is returned by reads on a closed Ring.
-var errRingClosed = errors.New("io_uring: ring closed")
-
-// errRingAbandoned is returned by close when reads were still in the
-// kernel after CloseWait: the ring is left mapped, with the buffers of
-// those reads, and goes away when their completions arrive.
-var errRingAbandoned = errors.New("io_uring: ring abandoned with reads in the kernel")
-
-// newRing sets up a ring and probes what it needs. The error says why
-// io_uring cannot be used here: an old kernel, kernel.io_uring_disabled, a
-// seccomp filter, or too little locked memory.
+// newRing sets up a ring and probes what it needs; the error says why
+// io_uring cannot be used here.
 func newRing(o ringOptions) (*Ring, error) {
 	if o.Entries <= 0 {
 		o.Entries = 256
@@ -302,8 +229,8 @@ func newRing(o ringOptions) (*Ring, error) {
 	if o.cqEntries <= 0 {
 		o.cqEntries = 4 * o.Entries
 	}
-	// The completion ring holds three completions for every read in
-	// flight: a read, its no-wait half that failed, and a cancellation.
+	// Room for three completions a read: the read, a failed no-wait
+	// half, a cancellation.
 	p := iouringParams{flags: iouringSetupCQSize, cqEntries: uint32(o.cqEntries)}
 	fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, uintptr(o.Entries), uintptr(unsafe.Pointer(&p)), 0)
 	if errno == unix.EINVAL {
@@ -340,11 +267,8 @@ func newRing(o ringOptions) (*Ring, error) {
 		return nil, fmt.Errorf("io_uring: eventfd: %w", err)
 	}
 	r.lazyKick = os.NewFile(uintptr(kfd), "io_uring-submit-eventfd")
-	// Reads in flight are bounded by the submission ring, and so that
-	// every read, its no-wait half and a cancellation for each fit in the
-	// completion ring. Should more come (a cancellation that finds its
-	// read already done, and a reaper that lags), the kernel keeps them
-	// on its overflow list, and drain flushes it.
+	// Should more completions come than fit (a reaper that lags), the
+	// kernel keeps them on its overflow list, which drain flushes.
 	n := int(min(p.sqEntries, p.cqEntries/3))
 	if o.inFlight > 0 {
 		n = o.inFlight
@@ -414,8 +338,7 @@ func (r *Ring) mapRings(p *iouringParams) error {
 	return nil
 }
 
-// probe checks that the kernel knows IORING_OP_READ (and so, older,
-// IORING_OP_ASYNC_CANCEL).
+// probe checks that the kernel has IORING_OP_READ and ASYNC_CANCEL.
 func (r *Ring) probe() error {
 	var buf [16 + 256*8]byte
 	if _, _, errno := unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), iouringRegisterProbe, uintptr(unsafe.Pointer(&buf[0])), 256, 0, 0); errno != 0 {
@@ -446,8 +369,8 @@ func (r *Ring) unmap() {
 	unix.Close(r.fd)
 }
 
-// setWorkers changes the io-wq cap (and with it the reads of one file in
-// flight at most), as a reload with another stat_workers does.
+// setWorkers changes the io-wq cap (and the reads of one file in flight
+// at most): a reload with another stat_workers.
 func (r *Ring) setWorkers(n int) {
 	if n <= 0 {
 		return
@@ -472,8 +395,8 @@ func (r *Ring) workerCap() int { return int(r.wantWorkers.Load()) }
 func (r *Ring) NoWaitFirst() bool { return r != nil && r.skipCQE }
 
 // eagerBelow is the number of reads in the kernel under which a new read
-// wakes the submitter at once rather than through the netpoller: with
-// fewer, the disk may be idle while the read waits for the scheduler.
+// wakes the submitter at once: with fewer, the disk may idle while the
+// read waits for the scheduler.
 const eagerBelow = 4
 
 // wake makes the submitter look at the queues at once.
@@ -485,9 +408,8 @@ func (r *Ring) wake() {
 }
 
 // wakeForRead wakes the submitter for a read just queued: at once if the
-// kernel has few reads (inKernel, read under r.mu by the caller), or else
-// through the netpoller. Only the first reader since the submitter last
-// woke writes the eventfd; the others' reads are in the queue it takes.
+// kernel has few reads, else through the netpoller, where only the first
+// reader since the last wake writes the eventfd.
 func (r *Ring) wakeForRead(inKernel int) {
 	if inKernel < eagerBelow {
 		r.wake()
@@ -499,25 +421,22 @@ func (r *Ring) wakeForRead(inKernel int) {
 	}
 }
 
-// relay waits on the eventfd through the netpoller and wakes the
-// submitter, until the ring is torn down (which closes the eventfd).
+// relay wakes the submitter for each lazy kick, until teardown closes
+// the eventfd.
 func (r *Ring) relay() {
 	var b [8]byte
 	for {
 		if _, err := r.lazyKick.Read(b[:]); errors.Is(err, os.ErrClosed) {
 			return
 		} else if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			// The eventfd cannot fail while the ring is open; should it,
-			// wake the submitter anyway rather than leave reads queued.
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // cannot happen; do not spin
 		}
 		r.wake()
 	}
 }
 
-// submitter makes every submission from one OS thread. It never unlocks
-// the thread: when it returns (after the ring is torn down, nothing in
-// flight) the thread exits, and its io-wq with it.
+// submitter makes every submission from one locked OS thread, which
+// exits, with its io-wq, when it returns after teardown.
 func (r *Ring) submitter() {
 	runtime.LockOSThread()
 	defer close(r.submitted)
@@ -526,9 +445,8 @@ func (r *Ring) submitter() {
 	for {
 		select {
 		case <-r.kick:
-			// Cleared before the queues are taken: a reader that queues
-			// after this writes the eventfd again, one that queued before
-			// is taken.
+			// Cleared before the queues are taken, so no queued read is
+			// missed.
 			r.kicked.Store(false)
 			r.submit()
 		case <-r.stopSubmit:
@@ -545,9 +463,7 @@ func (r *Ring) submit() {
 		if w := r.workers; w > 0 {
 			r.workers = 0
 			r.mu.Unlock()
-			// Best effort: Linux before 5.15 has no io-wq limit, and reads
-			// still work. Registered from this thread, the limit is its
-			// io-wq's (and, since 5.15, the ring's for any later task).
+			// Best effort: Linux before 5.15 has no io-wq limit.
 			limits := [2]uint32{uint32(w), uint32(w)}
 			unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), iouringRegisterIOWQMaxWorker, uintptr(unsafe.Pointer(&limits)), 2, 0, 0)
 			r.mu.Lock()
@@ -593,11 +509,10 @@ func (r *Ring) submit() {
 		}
 		if noWait > 0 {
 			// The kernel plugs the block layer for a submission of more
-			// than two entries: the disk reads the no-wait halves start wait
-			// in the plug until the whole batch is in, so each half fails
-			// (its data is locked, not read yet) rather than race a fast
-			// disk and return the data unnoticed, and the disk is signalled
-			// once. No-ops that post nothing make up a short batch.
+			// than two entries: the disk reads the no-wait halves start
+			// wait in the plug, so each half fails rather than race a fast
+			// disk unnoticed, and the disk is signalled once. Silent no-ops
+			// pad a short batch.
 			for n := tail - atomic.LoadUint32(r.sqHead); n < 3 && space > 0; n++ {
 				put(sqe{opcode: iouringOpNop, flags: iosqeCQESkipSuccess, fd: -1, userData: cancelTag})
 			}
@@ -620,8 +535,7 @@ func (r *Ring) submit() {
 	}
 }
 
-// enter hands the kernel what the submission ring holds. Entries it does
-// not take stay there for the next call.
+// enter hands the kernel what the submission ring holds.
 func (r *Ring) enter() {
 	for tries := 0; tries < 1000; tries++ {
 		pending := atomic.LoadUint32(r.sqTail) - atomic.LoadUint32(r.sqHead)
@@ -633,8 +547,7 @@ func (r *Ring) enter() {
 		switch errno {
 		case 0, unix.EINTR:
 		case unix.EAGAIN, unix.EBUSY:
-			// Out of memory for requests, or completions not reaped yet:
-			// the reaper runs meanwhile.
+			// Completions not reaped yet: the reaper runs meanwhile.
 			time.Sleep(time.Millisecond)
 		default:
 			time.Sleep(10 * time.Millisecond)
@@ -642,13 +555,11 @@ func (r *Ring) enter() {
 	}
 }
 
-// ReadLending reads len(buf) bytes of the file fd at off through the
-// ring, in the shape of prewarm.ReaderAt: it goes on after short reads
-// and stops short, with a nil error, only at the end of the file. If ctx
-// ends while the kernel has the read, hold is called (see
-// readOptions.Hold) and ReadLending returns at once, leaving buf to the
-// ring. A read that the ring fails for its own reasons is done with
-// pread instead (preadIfRingFailed).
+// ReadLending reads len(buf) bytes of the file fd at off through the ring
+// (prewarm.ReaderAt): it stops short, with a nil error, only at the end of
+// the file. If ctx ends while the kernel has the read, hold is called
+// (readOptions.Hold) and buf is left to the ring. A read the ring fails
+// for its own reasons is done with pread (preadIfRingFailed).
 func (r *Ring) ReadLending(ctx context.Context, fd int, buf []byte, off int64, hold func() (release func())) (int, error) {
 	o := readOptions{NoBlockDevice: noBlockDevice(fd)}
 	lent := false
@@ -666,14 +577,11 @@ func (r *Ring) ReadLending(ctx context.Context, fd int, buf []byte, off int64, h
 	return n, err
 }
 
-// readFull reads len(buf) bytes at off, going on after a short read from
-// where it stopped. It stops short only where a read returns 0 bytes (the
-// end of the file, or of what is left of it) or fails; whether that is
-// truncation is the caller's to say, who knows the size. A short read of
-// a file without a block device is finished with pread: on Linux 6.18 the
-// kernel retries a short direct-I/O FUSE read through io_uring into the
-// rest of the buffer from the starting offset (so the buffer would repeat
-// the start of the span) and does not report it short.
+// readFull reads len(buf) bytes at off, going on after short reads; it
+// stops short only at a read of 0 bytes or an error. A short read of a
+// file without a block device is finished with pread: the kernel retries
+// a short direct-I/O FUSE read through io_uring from the starting offset
+// into the rest of the buffer, which would repeat the span's start.
 func (r *Ring) readFull(ctx context.Context, fd int, buf []byte, off int64, o *readOptions) (int, error) {
 	done := 0
 	for done < len(buf) {
@@ -690,8 +598,8 @@ func (r *Ring) readFull(ctx context.Context, fd int, buf []byte, off int64, o *r
 	return done, nil
 }
 
-// preadFull reads with pread until buf is full, the end of the file, or
-// an error.
+// preadFull reads with pread until buf is full, the end of the file or an
+// error.
 func preadFull(fd int, buf []byte, off int64) (int, error) {
 	done := 0
 	for done < len(buf) {
@@ -720,11 +628,9 @@ func noBlockDevice(fd int) bool {
 	return unix.Major(st.Dev) == 0
 }
 
-// readLent is readFull into a buffer that lend gives only once the read
-// has its turn (its file's bound and a slot of the ring): readers
-// waiting for a stalled file hold no buffer. It returns that buffer,
-// whose first n bytes were read, or nil if lend was not called or
-// failed.
+// readLent is readFull into a buffer that lend gives once the read has
+// its turn, so that readers waiting for a stalled file hold none. It
+// returns that buffer (nil if lend was not called or failed).
 func (r *Ring) readLent(ctx context.Context, fd int, off int64, o *readOptions, lend func(context.Context) ([]byte, error)) ([]byte, int, error) {
 	var buf []byte
 	n, err := r.read(ctx, fd, nil, off, o, func(ctx context.Context) ([]byte, error) {
@@ -764,8 +670,8 @@ func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *readO
 	}
 	g.users++
 	r.mu.Unlock()
-	// The file's bound first, then the ring's: readers of a hung file
-	// wait at their file's gate and leave the ring's slots to others.
+	// The file's bound first: readers of a hung file leave the ring's
+	// slots to others.
 	var err error
 	select {
 	case g.sem <- struct{}{}:
@@ -900,9 +806,8 @@ func (r *Ring) leaveGateLocked(g *fileGate) {
 	}
 }
 
-// reap waits for completions on the eventfd, through the netpoller, and
-// hands each to its waiting reader. Once the ring is closed and nothing is
-// left in the kernel, it tears the ring down.
+// reap hands each completion to its reader, and tears the ring down once
+// it is closed with nothing left in the kernel.
 func (r *Ring) reap() {
 	var b [8]byte
 	for {
@@ -912,9 +817,7 @@ func (r *Ring) reap() {
 			return
 		}
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			// The eventfd cannot fail while the ring is open; should it,
-			// poll rather than leave completions unreaped.
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // cannot happen; do not spin
 		}
 	}
 }
@@ -928,10 +831,8 @@ func (r *Ring) drain() bool {
 		head := atomic.LoadUint32(r.cqHead)
 		tail := atomic.LoadUint32(r.cqTail)
 		if head == tail {
-			// Completions the ring had no room for wait on the kernel's
-			// overflow list, and every later one behind them, until an
-			// enter with GETEVENTS moves them in: without it, their reads
-			// and all that follow would never return.
+			// Completions on the kernel's overflow list, and all later
+			// ones, wait for an enter with GETEVENTS.
 			if atomic.LoadUint32(r.sqFlags)&iouringSQCQOverflow == 0 {
 				break
 			}
@@ -983,8 +884,7 @@ func (r *Ring) drain() bool {
 	return idle
 }
 
-// teardown ends the submitter and frees the ring, once nothing is in the
-// kernel.
+// teardown ends the submitter and frees the ring.
 func (r *Ring) teardown() {
 	close(r.stopSubmit)
 	<-r.submitted
@@ -994,13 +894,11 @@ func (r *Ring) teardown() {
 	close(r.reaped)
 }
 
-// close cancels the reads in flight and waits for their completions, at
-// most CloseWait; then the ring is torn down. Reads after close fail with
-// errRingClosed. If the kernel still has reads after CloseWait (a hung
-// device, a FUSE server that ignores interrupts), close returns
-// errRingAbandoned and leaves the ring mapped, with those reads' buffers
-// and descriptors, rather than unmap memory the kernel may still write;
-// it is torn down when the last of them completes.
+// close cancels the reads in flight and waits at most CloseWait for their
+// completions; then the ring is torn down. If the kernel still has reads
+// (a hung device, a FUSE server that ignores interrupts), it returns
+// errRingAbandoned and leaves the ring mapped, rather than unmap memory
+// the kernel may still write, until the last of them completes.
 func (r *Ring) close() error {
 	r.mu.Lock()
 	if r.closed {
@@ -1022,7 +920,6 @@ func (r *Ring) close() error {
 	}
 	r.mu.Unlock()
 	r.wake()
-	// Wake the reaper, which tears the ring down once it is idle.
 	one := [8]byte{1}
 	r.event.Write(one[:])
 	t := time.NewTimer(r.closeWait)
