@@ -309,14 +309,11 @@ func copyCached(w io.Writer, fd int, buf []byte, off, n int64) (sent int64, miss
 func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Body, t *Transfer, start, length int64) (Counts, error) {
 	rs := ringSend{s: s, w: w, r: r, ctx: r.Context(), src: src, t: t, fd: src.FD(),
 		sendfile: canSendfile(w, r, src), probe: newProbe(src),
-		opts:     readOptions{NoBlockDevice: src.NoBlockDevice(), File: src.FileID()},
-		copyPool: &bufPool, pieceMax: copyBufferSize}
+		opts: readOptions{NoBlockDevice: src.NoBlockDevice(), File: src.FileID()}}
 	// The copy buffer is taken for each copy and given back after its
 	// write, never kept across other writes: that would double what a
 	// client that does not read holds.
-	if r.ProtoMajor >= 2 {
-		rs.copyPool, rs.pieceMax = &smallBufPool, smallCopyBufferSize
-	}
+	rs.copyPool, rs.pieceMax = copyPool(r)
 	if done, err := rs.firstRead(start, length); done {
 		return rs.sent, err
 	}

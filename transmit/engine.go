@@ -1,26 +1,21 @@
+// Package transmit moves the body bytes of a response from a file to the
+// client. A handler's Sender chooses the Engine of each response (Choose,
+// under the handler's transmit policy) and sends the body with it (Send):
+// a memory copy, sendfile through the ListenerWrapper's connections, pread
+// copies, and for data not in the page cache the process's io_uring
+// (AcquireRing) with its one fallback to pread.
 package transmit
 
 import (
 	"io"
 	"net/http"
-	"sync/atomic"
-	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
-// The transmit policies, the values of the handler's transmit option:
-// auto, or the engine every body is sent with.
-const (
-	PolicyAuto     = "auto"
-	PolicySendfile = "sendfile"
-	PolicyCopy     = "copy"
-	PolicyIOUring  = "io_uring"
-)
-
-// Engine is a way a body's bytes leave: the handler picks one per
-// response (its transmit policy), and Send may change it when the body
-// cannot, or need not, leave that way.
+// Engine is a way a body's bytes leave.
 type Engine uint8
 
 // The engines.
@@ -41,75 +36,117 @@ const (
 
 var engineNames = [NumEngines]string{"memory", "sendfile", "io_uring", "copy"}
 
-// String returns the engine's name in the metrics: memory, sendfile,
-// io_uring or copy.
+// String returns the engine's name in the metrics.
 func (e Engine) String() string { return engineNames[e] }
 
 // Counts are body bytes sent, by the engine that sent them.
 type Counts [NumEngines]int64
 
-// Stats are the process-wide counters of package transmit.
-type Stats struct {
-	// SendfileBytes and SendfileCalls count what the listener wrapper's
-	// connections sent with sendfile(2), and in how many calls.
-	SendfileBytes, SendfileCalls int64
-	// SendfileFallbacks counts ReadFrom calls on a wrapped connection that
-	// were not a flash_serve body, or not a file, and were copied.
-	SendfileFallbacks int64
-	// SendfileRefused counts sendfile calls the kernel refused (EINVAL,
-	// ENOSYS, EOPNOTSUPP); the rest of each of those bodies was copied.
-	SendfileRefused int64
-	// RingFallbacks counts io_uring reads that failed for the ring's own
-	// reasons and were done again with pread.
-	RingFallbacks int64
-	// ResidencyProbes counts the spans of EngineIOUring bodies probed for
-	// residency, each a few system calls: tests see which bodies need
-	// none.
-	ResidencyProbes int64
-	// ColdBodies counts the bodies (or ranges of one) that a request read
-	// through the ring because the no-wait read or a residency probe found
-	// their data outside the page cache: requests that waited for the disk
-	// (a sender with RingOnly, which asks neither, counts none), and
-	// LastColdBody is when the last of them was counted (UnixNano, 0 for
-	// none). The warm-up of the hot set reads at full width while they
-	// are recent (prewarm.Warmer.Cold).
-	ColdBodies, LastColdBody int64
-	// RingFirstBodies counts the small bodies whose first read was the
-	// ring's, with a no-wait half in its submission, rather than a no-wait
-	// read of their own: while most first reads meet the disk (a cold tree).
-	RingFirstBodies int64
+// The transmit policies, the values of the handler's transmit option:
+// auto, or the engine every body is sent with.
+const (
+	PolicyAuto     = "auto"
+	PolicySendfile = "sendfile"
+	PolicyCopy     = "copy"
+	PolicyIOUring  = "io_uring"
+)
+
+// Body is a response body's file as the handler's cache shares it between
+// requests (a *statacc.Entry).
+type Body interface {
+	// File is the open file, read at explicit offsets; FD its descriptor;
+	// Path its name, for the logs.
+	File() io.ReaderAt
+	FD() int
+	Path() string
+	Size() int64
+	// Data, if not nil, is the whole file in memory, shared by every
+	// response: Send copies it before a writer sees it, and never sends it
+	// together with bytes read from the file, which may have changed
+	// since, unseen (a write through a shared mapping sends no event).
+	Data() []byte
+	// Hold and Release take and give back a reference on the open file: a
+	// ring read its request let go of keeps the descriptor open.
+	Hold()
+	Release()
+	// FileID identifies the file (device and inode), 0 if unknown: ring
+	// reads in flight are bounded per file.
+	FileID() uint64
+	// NoBlockDevice reports a filesystem without a block device (FUSE,
+	// NFS, tmpfs), whose ring reads are submitted differently.
+	NoBlockDevice() bool
+	// MincoreTrusted reports whether mincore(2) tells this process the
+	// truth about the file's pages (it owns the file or may write it).
+	MincoreTrusted() bool
+	// MarkResident records that the whole file is in the page cache now;
+	// RecentlyResident reports whether that was within the last second;
+	// ClaimProbe is true for one caller a second, who may probe the file.
+	MarkResident()
+	RecentlyResident() bool
+	ClaimProbe() bool
+	// InMemoryFS reports a file on tmpfs or ramfs, always in the page cache.
+	InMemoryFS() bool
 }
 
-// stats are the counters behind Snapshot: atomics, because every body
-// updates them.
-var stats struct {
-	sendfileBytes, sendfileCalls, fallbacks, refused, ringFallbacks, residencyProbes, coldBodies, lastColdBody, ringFirstBodies atomic.Int64
+// Transfer is one response body on its way out, over the Send calls of its
+// ranges and paced chunks.
+type Transfer struct {
+	// Engine is the engine the next bytes leave with: Choose's at first,
+	// then the one that sent the last bytes (sendfile becomes copy where
+	// the writer chain or the kernel does not take it; io_uring becomes
+	// copy when a small body was read whole from the page cache).
+	Engine Engine
+	// FileServerWrites is set under a writer that is not the server's own
+	// (encode, a plugin's wrapper), which may answer differently depending
+	// on how the body is cut into writes: it is then written the way
+	// file_server writes it.
+	FileServerWrites bool
+	// MissingAt, when MissingKnown, is where Choose's probe of the whole
+	// file found its data leave the page cache: that span is read through
+	// the ring unprobed. Probed again with no-wait reads it would seem
+	// resident (the read that found it missing started the kernel reading
+	// it), and a sendfile would block on the rest of the span.
+	MissingAt    int64
+	MissingKnown bool
+	// ContentLength is the whole body's length declared in the
+	// Content-Length header, 0 if none. A sendfile body has its header
+	// written first (headerFirst) only while the header still says so:
+	// net/http checks writes against the header, not what its ReadFrom
+	// hands the connection, and a rule may have rewritten it.
+	ContentLength int64
+	// throughRing: a Send of the transfer went to the ring's engine, so the
+	// rest does too (the next range or paced chunk may be on disk), though
+	// Engine may say copy after a small range read from the page cache.
+	throughRing bool
 }
 
-// coldBody counts a body that met the disk, and when.
-func coldBody() {
-	stats.coldBodies.Add(1)
-	stats.lastColdBody.Store(time.Now().UnixNano())
+// Sender sends the bodies of one handler's responses. Its fields are set
+// at provision (Open) and not changed after.
+type Sender struct {
+	// Policy is the handler's transmit option. With PolicyIOUring every
+	// byte of an EngineIOUring body is read through the ring, without
+	// asking the page cache first.
+	Policy string
+	// Ring reads data not in the page cache; nil without io_uring.
+	Ring *Ring
+	// SendfileMaxChunk is the most bytes one turn of the listener
+	// wrapper's connection sends (sendfile_max_chunk).
+	SendfileMaxChunk int
+	Logger           *zap.Logger
+	// Copied, if set, is called when a cleartext HTTP/1 body handed down
+	// for sendfile was copied although the kernel did not refuse sendfile:
+	// the listener wrapper is missing, or a writer hides the connection.
+	Copied func(*http.Request)
+
+	holdsRing  bool       // Open took a ring reference
+	firstReads firstReads // how small bodies are first read (cold.go)
 }
 
-// Snapshot reads the counters now.
-func Snapshot() Stats {
-	return Stats{
-		SendfileBytes:     stats.sendfileBytes.Load(),
-		SendfileCalls:     stats.sendfileCalls.Load(),
-		SendfileFallbacks: stats.fallbacks.Load(),
-		SendfileRefused:   stats.refused.Load(),
-		RingFallbacks:     stats.ringFallbacks.Load(),
-		ResidencyProbes:   stats.residencyProbes.Load(),
-		ColdBodies:        stats.coldBodies.Load(),
-		LastColdBody:      stats.lastColdBody.Load(),
-		RingFirstBodies:   stats.ringFirstBodies.Load(),
-	}
-}
+func (s *Sender) ringOnly() bool { return s.Policy == PolicyIOUring }
 
-// Open sets the sender up for its Policy (auto if empty): with a
-// reference to the process's io_uring where the policy may use it, which
-// Close gives back.
+// Open sets the sender up for its Policy (auto if empty), with a reference
+// to the process's io_uring where the policy may use it; Close gives it
+// back.
 func (s *Sender) Open(workers int, logger *zap.Logger) {
 	if s.Policy == "" {
 		s.Policy = PolicyAuto
@@ -162,14 +199,31 @@ func canSendfile(w http.ResponseWriter, r *http.Request, body Body) bool {
 	return ok && r.ProtoMajor == 1 && r.TLS == nil && body.FD() >= 0
 }
 
+// residencyProbe is the span probed at a time: what is resident in it
+// leaves with sendfile (or pread), the rest is read through the ring.
+const residencyProbe = 2 << 20
+
 // wholeProbeMax is the largest file probed whole (mincore's vector is a
 // byte per page); larger files are probed span by span as they are sent.
 const wholeProbeMax = 1 << 30
 
+// newProbe returns the page-cache probe of a body: mincore where it tells
+// this process the truth, no-wait reads of each span's ends elsewhere.
+func newProbe(f Body) pagecache.Probe {
+	return pagecache.NewProbe(f.FD(), f.MincoreTrusted(), f.Size())
+}
+
+// firstMissing returns where the file stops being in the page cache: its
+// size when it is all there; ok is false when nothing could be learnt.
+func firstMissing(f Body) (off int64, ok bool) {
+	p := newProbe(f)
+	return p.FirstMissing(f.Size(), residencyProbe)
+}
+
 // probeWhole looks for the whole body in the page cache, at most once a
 // second per file, and reports whether it is all there: a hot file then
 // leaves without a probe per request. Where it is not, t learns where its
-// data stops being there (Transfer.MissingAt).
+// data stops being there.
 func probeWhole(body Body, t *Transfer) bool {
 	if body.Size() > wholeProbeMax || !body.ClaimProbe() {
 		return false
@@ -184,4 +238,39 @@ func probeWhole(body Body, t *Transfer) bool {
 	}
 	body.MarkResident()
 	return true
+}
+
+// Send sends length bytes of body from offset start to w with t.Engine,
+// the status and headers being written already, and returns how many
+// bytes each engine sent. A *ReadError means the file could not be read
+// (truncated, a disk error): the body can no longer be completed honestly.
+// Any other error is the client's.
+func (s *Sender) Send(w http.ResponseWriter, r *http.Request, body Body, t *Transfer, start, length int64) (Counts, error) {
+	var sent Counts
+	var n int64
+	var err error
+	if t.FileServerWrites {
+		n, t.Engine, err = s.sendLikeFileServer(w, r, body, t.Engine, start, length)
+		sent[t.Engine] = n
+		return sent, err
+	}
+	if t.Engine == EngineIOUring || t.throughRing {
+		t.throughRing = true
+		return s.sendThroughRing(w, r, body, t, start, length)
+	}
+	switch t.Engine {
+	case EngineMemory:
+		n, err = writeCopy(w, body.Data()[start:start+length])
+	case EngineSendfile:
+		var zeroCopy bool
+		n, zeroCopy, err = s.sendFile(w, r, body, t.ContentLength, start, length)
+		if !zeroCopy {
+			t.Engine = EngineCopy
+		}
+	default:
+		pool, _ := copyPool(r)
+		n, err = copyWith(pool, w, body.File(), start, length)
+	}
+	sent[t.Engine] = n
+	return sent, err
 }

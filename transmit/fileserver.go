@@ -42,12 +42,8 @@ func (s *Sender) sendLikeFileServer(w http.ResponseWriter, r *http.Request, body
 		rr.release()
 		return n, eng, err
 	}
-	src := sourcePool.Get().(*fileSource)
-	*src = fileSource{File: body.File(), FD: body.FD(), Off: start, N: length}
-	defer func() {
-		*src = fileSource{}
-		sourcePool.Put(src)
-	}()
+	src := getSource(body, start, length)
+	defer putSource(src)
 	n, err := io.CopyN(w, src, length)
 	if err == io.EOF {
 		err = &ReadError{Offset: start + n, Err: errTruncated}

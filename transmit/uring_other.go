@@ -34,3 +34,6 @@ func (r *Ring) NoWaitFirst() bool { return false }
 func (r *Ring) workerCap() int { return 0 }
 
 func (r *Ring) close() error { return nil }
+
+// Reads reports 0, 0: there is no ring here.
+func (r *Ring) Reads() (inFlight, slots int) { return 0, 0 }
