@@ -15,16 +15,14 @@ import (
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
-// coldChunk is the most bytes one io_uring read brings in (a window of
-// the body): large enough for the disk's queue, small enough to start
-// writing soon.
+// coldChunk is the most bytes one ring read brings in (a window): large
+// enough for the disk's queue, small enough to start writing soon.
 const coldChunk = 256 << 10
 
 var coldBufPool = sync.Pool{New: func() any { b := make([]byte, coldChunk); return &b }}
 
-// coldBuf returns a buffer for a ring read of want bytes: a chunk of
-// coldChunk, or for a small body (at most NoWaitMax) a buffer of its size
-// (smallBuf); putColdBuf gives it back to its pool.
+// coldBuf returns a buffer for a ring read of want bytes: a chunk, or for
+// a small body one of its size class; putColdBuf gives it back.
 func coldBuf(want int64) *[]byte {
 	if want <= NoWaitMax {
 		return smallBuf(want)
@@ -40,15 +38,12 @@ func putColdBuf(bufp *[]byte) {
 	coldBufPool.Put(bufp)
 }
 
-// smallBufPools hold the buffers of small bodies by size class: 4, 8,
-// 16, 32 and 64 KiB (NoWaitMax). A small body is read into one of its own
-// size and written from it, so that what a response that waits for its
-// client holds is about its body's size, as file_server's io.Copy buffer
-// is, rather than NoWaitMax.
+// smallBufPools hold the buffers of small bodies by size class, 4 KiB to
+// NoWaitMax: what a response waiting for its client holds is about its
+// body's size, as with file_server's io.Copy buffer.
 var smallBufPools [5]sync.Pool
 
-// smallClass is the size class of a buffer of n bytes, n <= NoWaitMax
-// (an empty body's too).
+// smallClass is the size class of n bytes, n <= NoWaitMax.
 func smallClass(n int64) int {
 	if n <= 4<<10 {
 		return 0
@@ -56,7 +51,6 @@ func smallClass(n int64) int {
 	return bits.Len64(uint64(n-1)) - 12
 }
 
-// smallBuf returns a buffer of at least n bytes, n <= NoWaitMax.
 func smallBuf(n int64) *[]byte {
 	c := smallClass(n)
 	if b, ok := smallBufPools[c].Get().(*[]byte); ok {
@@ -71,41 +65,29 @@ func putSmallBuf(bufp *[]byte) {
 }
 
 // coldBudget bounds the memory of ring reads: a read takes a token for
-// its buffer once it has its turn (its file's gate and a slot of the
-// ring) and gives it back as soon as the read has completed, before any
-// of its bytes is written to the client; a read its request let go of
-// keeps it until the kernel completes it. So at most 64 MiB of buffers
-// are in ring reads at once, however many clients there are, and a client
-// that does not read holds no token: the bytes it waits for are in its
-// response's own buffer or in the page cache.
+// its buffer once it has its turn and gives it back when it completes,
+// before any byte is written to the client (a read let go of keeps it
+// until the kernel is done). A client that does not read holds no token.
 var coldBudget = make(chan struct{}, 64<<20/coldChunk)
 
 // NoWaitMax is the largest EngineIOUring body read with one no-wait read
-// (preadv2 with RWF_NOWAIT) instead of a residency probe: copying it
-// costs less than the probe's two extra system calls and its mmap lock.
-// The handler's policy therefore sends such a body to the ring's engine
-// unprobed: that one read is the probe and the read at once.
+// (preadv2 RWF_NOWAIT) instead of a residency probe: copying it costs less
+// than the probe's extra system calls and its mmap lock.
 const NoWaitMax = 64 << 10
 
 // firstReads chooses how the first read of a small body not known to be
 // resident is made, from how the recent ones went. While most found the
-// page cache warm, a no-wait read (preadv2 with RWF_NOWAIT) is the probe
-// and the read at once, the cheapest read of a warm body (e's files).
-// While most found it cold, each such read started its disk read in its
-// own call, and so signalled the disk on its own (on a VM, an exit to the
-// host, a large part of a cold small-file tree's CPU: bench/RESULTS.md);
-// the body is then read through the ring at once, with a no-wait half in
-// the same batched submission (readOptions.NoWaitFirst), which tells the
-// cold ones as the no-wait read did and starts their disk reads together.
-// Both ways see whether a first read met the disk, so the choice follows
-// the tree.
+// page cache warm, a no-wait read is the probe and the read at once, the
+// cheapest read of a warm body. While most found it cold, each such read
+// signalled the disk on its own (on a VM an exit to the host, a large part
+// of a cold tree's CPU: bench/RESULTS.md), so the body is read through the
+// ring at once, with a no-wait half in the batched submission
+// (readOptions.NoWaitFirst), which tells the cold ones apart just as well.
 type firstReads struct {
-	// score goes up by one for a first read that met the disk and down by
-	// one for one that did not, within [0, firstReadsMax]; the ring goes
-	// first from firstReadsRing up. The updates may lose a step to a
-	// concurrent one: it is a trend, not a count. A plain int32 read and
-	// written with sync/atomic's functions: the handler's module value,
-	// which holds the Sender, is copied before it is provisioned.
+	// score moves up for a first read that met the disk, down for one that
+	// did not, within [0, firstReadsMax]; lost concurrent steps do not
+	// matter. A plain int32 with sync/atomic's functions: the module value
+	// holding the Sender is copied before it is provisioned.
 	score int32
 }
 
@@ -114,10 +96,8 @@ const (
 	firstReadsRing = 16
 )
 
-// ringFirst reports whether most recent first reads met the disk.
 func (f *firstReads) ringFirst() bool { return atomic.LoadInt32(&f.score) >= firstReadsRing }
 
-// saw records how a first read went.
 func (f *firstReads) saw(cold bool) {
 	switch v := atomic.LoadInt32(&f.score); {
 	case cold && v < firstReadsMax:
@@ -127,9 +107,8 @@ func (f *firstReads) saw(cold bool) {
 	}
 }
 
-// coldRead is one ring read's share of the budget: a token, the buffer it
-// reads into, and the body's file, which the ring keeps a reference on if
-// the request lets go of the read while the kernel has it.
+// coldRead is one ring read's share of the budget: a token, its buffer,
+// and the body's file, which the ring holds if the read is let go of.
 type coldRead struct {
 	file  Body
 	bufp  *[]byte
@@ -138,7 +117,7 @@ type coldRead struct {
 }
 
 // hold is readOptions.Hold: the ring owns the buffer, the token and a
-// reference on the open file until the kernel completes the read.
+// reference on the file until the kernel completes the read.
 func (c *coldRead) hold() func() {
 	c.file.Hold()
 	file, bufp := c.file, c.bufp
@@ -150,8 +129,7 @@ func (c *coldRead) hold() func() {
 	}
 }
 
-// borrow takes a token, waiting while the budget is spent, and a buffer
-// of at least want bytes (coldBuf).
+// borrow takes a token, waiting while the budget is spent, and a buffer.
 func (c *coldRead) borrow(ctx context.Context, want int64) error {
 	select {
 	case coldBudget <- struct{}{}:
@@ -162,9 +140,8 @@ func (c *coldRead) borrow(ctx context.Context, want int64) error {
 	return nil
 }
 
-// readDone gives the token back once the read has completed: what is
-// done with its bytes after (a copy, a write to the client) is the
-// response's own business, not the budget's.
+// readDone gives the token back once the read has completed: what is done
+// with its bytes after is the response's business, not the budget's.
 func (c *coldRead) readDone() {
 	if c.token && !c.lent {
 		<-coldBudget
@@ -172,8 +149,7 @@ func (c *coldRead) readDone() {
 	c.token = false
 }
 
-// giveBack returns the token, if the read still has it, and the buffer,
-// unless the ring has them.
+// giveBack returns the token and the buffer, unless the ring has them.
 func (c *coldRead) giveBack() {
 	c.readDone()
 	if c.bufp != nil && !c.lent {
@@ -183,14 +159,11 @@ func (c *coldRead) giveBack() {
 }
 
 // ringRead reads want bytes of src at off through the ring into a buffer
-// of the budget (borrowed once the read has its turn, so that the readers
-// of a stalled file, waiting for it, hold none), and gives the token back
-// once the read is done. It returns the buffer, whose first n bytes were
-// read, for the caller to give back (c.giveBack); nil when the request
-// ended or the budget could not be had (err says why), the buffer then
-// being the ring's if the kernel still has the read. A read the ring
-// failed is done again with pread (eng EngineCopy); err is a *ReadError
-// when the file ended or failed after n bytes.
+// of the budget, borrowed once the read has its turn, and gives the token
+// back once the read is done. It returns the buffer for the caller to give
+// back (c.giveBack); nil when the request ended or no budget could be had.
+// A read the ring failed is done again with pread (eng EngineCopy); err is
+// a *ReadError when the file ended or failed after n bytes.
 func (s *Sender) ringRead(ctx context.Context, src Body, opts *readOptions, c *coldRead, off, want int64) (buf []byte, n int, eng Engine, err error) {
 	fd := src.FD()
 	c.file = src
@@ -204,17 +177,12 @@ func (s *Sender) ringRead(ctx context.Context, src Body, opts *readOptions, c *c
 	})
 	opts.Hold = nil
 	if c.lent {
-		// The read was let go of while in the kernel: the buffer, the
-		// token and a reference on the descriptor are the ring's until it
-		// completes.
-		c.bufp = nil
+		c.bufp = nil // the ring's until the kernel completes the read
 		if ctx.Err() != nil || !errors.Is(err, errRingClosed) {
 			return nil, 0, eng, err // the request went away
 		}
-		// The ring closed under a request that is still there (a reload
-		// whose config holds no ring gave the last reference back): the
-		// read is done again with pread, into a buffer of the request's
-		// own, and the response goes on.
+		// The ring closed under a live request (a reload gave the last
+		// reference back): pread into a buffer of the request's own.
 		if err := c.borrow(ctx, want); err != nil {
 			return nil, 0, eng, err
 		}
@@ -225,47 +193,36 @@ func (s *Sender) ringRead(ctx context.Context, src Body, opts *readOptions, c *c
 		return nil, 0, eng, err
 	}
 	if buf == nil {
-		// The ring failed before lending was asked for (closed).
 		if err := c.borrow(ctx, want); err != nil {
 			return nil, 0, eng, err
 		}
 		buf = (*c.bufp)[:want]
 	}
 	if m, perr, redone := preadIfRingFailed(ctx, fd, buf, off, n, err); redone {
-		// The ring failed, not the disk: this read went on with pread,
-		// and the response does not notice.
 		s.Logger.Debug("io_uring read failed; reading with pread", zap.Error(err))
 		n, err, eng = m, perr, EngineCopy
 	}
 	c.readDone()
 	if err := pagecache.ShortRead(n, len(buf), err); err != nil {
-		// The read went on after short reads: only a read of 0 bytes
-		// before the end stops it, and that is truncation.
 		return buf, n, eng, &ReadError{Offset: off + int64(n), Err: err}
 	}
 	return buf, n, eng, nil
 }
 
-// noWaitWorks reports whether the page cache can be asked for fd's data
-// without waiting (preadv2 with RWF_NOWAIT): not on FUSE, where the data
-// read by the ring may not even stay in the page cache (direct I/O).
-func noWaitWorks(fd int, off int64) bool {
-	var b [1]byte
-	_, err := pagecache.ReadNoWait(fd, b[:], off)
-	return err == nil || errors.Is(err, syscall.EAGAIN)
-}
-
-// cachedByte reports whether the byte of fd at off is in the page cache.
-func cachedByte(fd int, off int64) bool {
+// noWaitByte asks the page cache for fd's byte at off without waiting:
+// cached if it is there; works if the page cache can be asked at all (not
+// on FUSE, whose direct I/O may keep no page).
+func noWaitByte(fd int, off int64) (cached, works bool) {
 	var b [1]byte
 	n, err := pagecache.ReadNoWait(fd, b[:], off)
-	return n == 1 && err == nil
+	return n == 1 && err == nil, err == nil || errors.Is(err, syscall.EAGAIN)
 }
 
+func cached(fd int, off int64) bool { c, _ := noWaitByte(fd, off); return c }
+
 // copyCached writes up to n bytes of fd from off to w through buf, with
-// no-wait reads: only what the page cache holds. It stops at the first
-// byte that is not there (missing), which the caller reads through the
-// ring, so that a page evicted since the ring read it holds no thread.
+// no-wait reads, and stops at the first byte not in the page cache
+// (missing), which the caller reads through the ring.
 func copyCached(w io.Writer, fd int, buf []byte, off, n int64) (sent int64, missing bool, err error) {
 	for sent < n {
 		chunk := buf[:min(int64(len(buf)), n-sent)]
@@ -281,8 +238,6 @@ func copyCached(w io.Writer, fd int, buf []byte, off, n int64) (sent int64, miss
 		if rerr == nil {
 			return sent, false, &ReadError{Offset: off + sent, Err: errTruncated}
 		}
-		// Not in the page cache (EAGAIN), or not to be asked: the ring
-		// reads it, and says if the file failed.
 		return sent, true, nil
 	}
 	return sent, false, nil
@@ -511,7 +466,8 @@ func (rs *ringSend) readCold(off, left int64) error {
 	want, direct := min(left, coldChunk), left <= NoWaitMax
 	if !direct && !rs.asked {
 		rs.asked = true
-		rs.pieces = !noWaitWorks(rs.fd, off)
+		_, works := noWaitByte(rs.fd, off)
+		rs.pieces = !works
 	}
 	if rs.pieces {
 		want, direct = min(left, rs.pieceMax), true
@@ -545,7 +501,7 @@ func (rs *ringSend) readCold(off, left int64) error {
 		return err
 	}
 	rs.windowEnd, rs.windowEng, rs.windowErr = off+int64(n), eng, err
-	if rs.sendfile && (n == 0 || cachedByte(rs.fd, off+int64(n)-1)) {
+	if rs.sendfile && (n == 0 || cached(rs.fd, off+int64(n)-1)) {
 		// The whole window leaves by sendfile, from the page cache.
 		cold.giveBack()
 		return nil
@@ -570,15 +526,11 @@ func (rs *ringSend) readCold(off, left int64) error {
 	return werr
 }
 
-// preadIfRingFailed is the one fallback of ring reads, for the bodies
-// and for prewarm: a read that failed for the ring's own reasons
-// (ringFault: the ring was closed under it, the kernel cancelled it or
-// had no memory for it) is done again, whole, with pread, and redone
-// says so. A failure of the file is returned as it is (n, err): pread
-// would meet the same disk error, holding an OS thread while it does,
-// which is what the ring is there to avoid; and an ended request (ctx's
-// error) wants no bytes at all. A short count from pread, with a nil
-// error, is the end of the file.
+// preadIfRingFailed is the one fallback of ring reads, for bodies and
+// prewarm: a read that failed for the ring's own reasons (ringFault) is
+// done again, whole, with pread, and redone says so. A failure of the file
+// is returned as it is: pread would meet the same disk error, holding a
+// thread; and an ended request wants no bytes at all.
 func preadIfRingFailed(ctx context.Context, fd int, buf []byte, off int64, n int, err error) (int, error, bool) {
 	if err == nil || ctx.Err() != nil || !ringFault(err) {
 		return n, err, false
@@ -588,9 +540,8 @@ func preadIfRingFailed(ctx context.Context, fd int, buf []byte, off int64, n int
 	return m, err, true
 }
 
-// ringFault reports whether a failed ring read is the ring's failure (it
-// was closed, cancelled, refused or out of memory) rather than the file's,
-// so that pread may do it instead.
+// ringFault reports whether a failed ring read is the ring's failure
+// (closed, cancelled, refused, out of memory) rather than the file's.
 func ringFault(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false // the request's end, not the ring's

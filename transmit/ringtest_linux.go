@@ -42,8 +42,7 @@ func (r *Ring) torndown() <-chan struct{} { return r.reaped }
 
 func init() {
 	ringtest.Shared = func() (bool, error) {
-		var h *ringHolder
-		rings.Range(func(_, v any) bool { h = v.(*ringHolder); return false })
+		h := sharedHolder()
 		if h == nil {
 			return false, nil
 		}

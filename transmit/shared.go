@@ -58,9 +58,8 @@ var errRingClosed = errors.New("io_uring: ring closed")
 // kernel after CloseWait.
 var errRingAbandoned = errors.New("io_uring: ring abandoned with reads in the kernel")
 
-// rings holds the process's io_uring across config reloads: a reload
-// provisions the new handlers before it cleans up the old ones, so the
-// ring lives on while any handler holds it.
+// rings holds the process's io_uring across config reloads, which
+// provision the new handlers before they clean up the old ones.
 var rings = caddy.NewUsagePool()
 
 const ringKey = "io_uring"
@@ -73,10 +72,9 @@ type ringHolder struct {
 	logger   *zap.Logger
 }
 
-// Destruct implements caddy.Destructor. Close is bounded: reads that a
-// stalled device or FUSE server never finishes leave the ring abandoned
-// (still mapped, with their buffers), which is said here, and Caddy's
-// cleanup goes on.
+// Destruct implements caddy.Destructor. Close is bounded: reads a stalled
+// device never finishes leave the ring abandoned, which is said here, and
+// Caddy's cleanup goes on.
 func (h *ringHolder) Destruct() error {
 	if h.ring == nil {
 		return nil
@@ -90,15 +88,12 @@ func (h *ringHolder) Destruct() error {
 	return err
 }
 
-// AcquireRing takes a reference to the process's io_uring, shared by
-// every handler across config reloads and made on first use with workers
-// as the cap of its io-wq (IORING_REGISTER_IOWQ_MAX_WORKERS); a later call
-// with another count moves the cap (the last handler provisioned wins).
-// It returns nil where io_uring cannot be used, and then says why at WARN
-// on logger, once per attempt to make the ring, if this build has
-// io_uring or required is set (`transmit io_uring`): bodies are then
-// read with sendfile or pread. Every call, whatever it returned, must be
-// matched by one ReleaseRing.
+// AcquireRing takes a reference to the process's io_uring, made on first
+// use with workers as its io-wq cap; a later call with another count moves
+// the cap (the last handler provisioned wins). It returns nil where
+// io_uring cannot be used, and then says why at WARN, once per attempt to
+// make the ring, if this build has io_uring or required is set. Every
+// call, whatever it returned, must be matched by one ReleaseRing.
 func AcquireRing(workers int, required bool, logger *zap.Logger) *Ring {
 	v, _, _ := rings.LoadOrNew(ringKey, func() (caddy.Destructor, error) {
 		r, err := newRing(ringOptions{Workers: workers})
@@ -120,20 +115,22 @@ func AcquireRing(workers int, required bool, logger *zap.Logger) *Ring {
 	return h.ring
 }
 
-// ReleaseRing gives back a reference that AcquireRing took. The last one
-// closes the ring, waiting at most 3 s for the reads in the kernel: if a
-// stalled device or FUSE server still holds some, the ring is left mapped
-// until they complete, which is said at WARN.
+// ReleaseRing gives back a reference that AcquireRing took; the last one
+// closes the ring (Ring.close).
 func ReleaseRing() { rings.Delete(ringKey) }
 
 // SharedRing returns the ring that AcquireRing made, nil if there is
 // none, without taking a reference: for work that the config holding the
 // ring bounds (the admin API's prewarm, which a reload cancels).
 func SharedRing() *Ring {
+	if h := sharedHolder(); h != nil {
+		return h.ring
+	}
+	return nil
+}
+
+func sharedHolder() *ringHolder {
 	var h *ringHolder
 	rings.Range(func(_, v any) bool { h = v.(*ringHolder); return false })
-	if h == nil {
-		return nil
-	}
-	return h.ring
+	return h
 }
