@@ -20,7 +20,7 @@ func (s *Sender) setRingOnly(on bool) {
 // readAt reads len(buf) bytes of the file fd at off through the ring,
 // once: a short count is what the kernel returned.
 func (r *Ring) readAt(fd int, buf []byte, off int64) (int, error) {
-	return r.readOnce(context.Background(), fd, buf, off, nil)
+	return r.readOnce(context.Background(), fd, buf, off, &readOptions{})
 }
 
 // readOnce submits one read of len(buf) bytes at off and waits for it, or

@@ -98,7 +98,7 @@ func TestNoWaitHalvesOverflowCompletionRing(t *testing.T) {
 			f, _ := testFile(t, 4096)
 			fresh := make(chan error, 1)
 			go func() {
-				_, err := r.readFull(context.Background(), int(f.Fd()), make([]byte, 4096), 0, nil)
+				_, err := r.readFull(context.Background(), int(f.Fd()), make([]byte, 4096), 0, &readOptions{})
 				fresh <- err
 			}()
 			select {

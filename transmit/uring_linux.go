@@ -67,20 +67,15 @@ type iouringParams struct {
 }
 
 type sqe struct {
-	opcode      uint8
-	flags       uint8
-	ioprio      uint16
-	fd          int32
-	off         uint64
-	addr        uint64
-	len         uint32
-	rwFlags     uint32
-	userData    uint64
-	bufIndex    uint16
-	personality uint16
-	spliceFDIn  int32
-	addr3       uint64
-	pad         uint64
+	opcode, flags         uint8
+	ioprio                uint16
+	fd                    int32
+	off, addr             uint64
+	len, rwFlags          uint32
+	userData              uint64
+	bufIndex, personality uint16
+	spliceFDIn            int32
+	addr3, pad            uint64
 }
 
 type cqe struct {
@@ -164,9 +159,7 @@ type Ring struct {
 	closeWait   time.Duration
 	wantWorkers atomic.Int32 // the io-wq cap asked for last
 
-	// skipCQE: the kernel has IOSQE_CQE_SKIP_SUCCESS, which reads with a
-	// no-wait half need (their first half posts only its failure).
-	skipCQE bool
+	skipCQE bool // IOSQE_CQE_SKIP_SUCCESS, which no-wait halves need
 }
 
 // ringEvent is what ringTrace is told of.
@@ -191,12 +184,9 @@ func (r *Ring) trace(ev ringEvent, n int64) {
 }
 
 type ringOp struct {
-	state     uint8
-	flags     uint8
-	abandoned bool // its reader has gone: the reaper finishes it
-	// noWaitFirst: the read goes in as two linked entries, a no-wait read
-	// and the read itself; metDisk is set when the first failed (the data
-	// was not all in the page cache).
+	state, flags uint8
+	abandoned    bool // its reader has gone: the reaper finishes it
+	// noWaitFirst: a linked no-wait read goes first; metDisk: it failed.
 	noWaitFirst, metDisk bool
 	gen                  uint32
 	fd                   int32
@@ -229,8 +219,6 @@ func newRing(o ringOptions) (*Ring, error) {
 	if o.cqEntries <= 0 {
 		o.cqEntries = 4 * o.Entries
 	}
-	// Room for three completions a read: the read, a failed no-wait
-	// half, a cancellation.
 	p := iouringParams{flags: iouringSetupCQSize, cqEntries: uint32(o.cqEntries)}
 	fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, uintptr(o.Entries), uintptr(unsafe.Pointer(&p)), 0)
 	if errno == unix.EINVAL {
@@ -240,59 +228,56 @@ func newRing(o ringOptions) (*Ring, error) {
 	if errno != 0 {
 		return nil, setupError(errno)
 	}
-	r := &Ring{fd: int(fd), reaped: make(chan struct{}), closeWait: o.CloseWait, skipCQE: p.features&iouringFeatCQESkip != 0}
-	if err := r.mapRings(&p); err != nil {
-		r.unmap()
-		return nil, err
-	}
-	if err := r.probe(); err != nil {
-		r.unmap()
-		return nil, err
-	}
-	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-	if err != nil {
-		r.unmap()
-		return nil, fmt.Errorf("io_uring: eventfd: %w", err)
-	}
-	if _, _, errno := unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), iouringRegisterEventFD, uintptr(unsafe.Pointer(&efd)), 1, 0, 0); errno != 0 {
-		unix.Close(efd)
-		r.unmap()
-		return nil, fmt.Errorf("io_uring: registering the eventfd: %w", errno)
-	}
-	r.event = os.NewFile(uintptr(efd), "io_uring-eventfd")
-	kfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-	if err != nil {
-		r.event.Close()
-		r.unmap()
-		return nil, fmt.Errorf("io_uring: eventfd: %w", err)
-	}
-	r.lazyKick = os.NewFile(uintptr(kfd), "io_uring-submit-eventfd")
-	// Should more completions come than fit (a reaper that lags), the
-	// kernel keeps them on its overflow list, which drain flushes.
+	// Room for three completions a read in flight (the read, a failed
+	// no-wait half, a cancellation); more wait on the kernel's overflow
+	// list, which drain flushes.
 	n := int(min(p.sqEntries, p.cqEntries/3))
 	if o.inFlight > 0 {
 		n = o.inFlight
 	}
-	r.ops = make([]ringOp, n)
-	r.free = make([]uint32, n)
+	r := &Ring{fd: int(fd), closeWait: o.CloseWait, skipCQE: p.features&iouringFeatCQESkip != 0,
+		ops: make([]ringOp, n), free: make([]uint32, n), queue: make([]uint32, 0, n),
+		gates: make(map[uint64]*fileGate), slots: make(chan struct{}, n), kick: make(chan struct{}, 1),
+		closing: make(chan struct{}), submitterUp: make(chan struct{}), stopSubmit: make(chan struct{}),
+		submitted: make(chan struct{}), reaped: make(chan struct{})}
 	for i := range n {
 		r.free[i] = uint32(i)
 		r.ops[i].done = make(chan int32, 1)
 	}
-	r.queue = make([]uint32, 0, n)
-	r.gates = make(map[uint64]*fileGate)
-	r.slots = make(chan struct{}, n)
-	r.kick = make(chan struct{}, 1)
-	r.closing = make(chan struct{})
-	r.submitterUp = make(chan struct{})
-	r.stopSubmit = make(chan struct{})
-	r.submitted = make(chan struct{})
+	if err := r.setup(&p); err != nil {
+		r.unmap()
+		return nil, err
+	}
 	r.setWorkersLocked(o.Workers)
 	go r.submitter()
 	go r.relay()
 	<-r.submitterUp // the cap is applied before any read
 	go r.reap()
 	return r, nil
+}
+
+// setup maps the rings, probes the opcodes and makes the eventfds.
+func (r *Ring) setup(p *iouringParams) error {
+	if err := r.mapRings(p); err != nil {
+		return err
+	}
+	if err := r.probe(); err != nil {
+		return err
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("io_uring: eventfd: %w", err)
+	}
+	r.event = os.NewFile(uintptr(efd), "io_uring-eventfd")
+	if _, _, errno := unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), iouringRegisterEventFD, uintptr(unsafe.Pointer(&efd)), 1, 0, 0); errno != 0 {
+		return fmt.Errorf("io_uring: registering the eventfd: %w", errno)
+	}
+	kfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("io_uring: eventfd: %w", err)
+	}
+	r.lazyKick = os.NewFile(uintptr(kfd), "io_uring-submit-eventfd")
+	return nil
 }
 
 // setupError explains why io_uring_setup failed.
@@ -356,7 +341,14 @@ func (r *Ring) probe() error {
 	return nil
 }
 
+// unmap frees the rings and closes their descriptors.
 func (r *Ring) unmap() {
+	if r.event != nil {
+		r.event.Close()
+	}
+	if r.lazyKick != nil {
+		r.lazyKick.Close()
+	}
 	if r.sqes != nil {
 		unix.Munmap(unsafe.Slice((*byte)(unsafe.Pointer(&r.sqes[0])), len(r.sqes)*int(unsafe.Sizeof(sqe{}))))
 	}
@@ -590,7 +582,7 @@ func (r *Ring) readFull(ctx context.Context, fd int, buf []byte, off int64, o *r
 		if err != nil || n == 0 {
 			return done, err
 		}
-		if done < len(buf) && o != nil && o.NoBlockDevice {
+		if done < len(buf) && o.NoBlockDevice {
 			m, err := preadFull(fd, buf[done:], off+int64(done))
 			return done + m, err
 		}
@@ -647,131 +639,51 @@ func (r *Ring) readLent(ctx context.Context, fd int, off int64, o *readOptions, 
 
 // read submits one read at off, into buf or, if lend is set, into the
 // buffer lend gives once the read has its turn, and waits for it or for
-// ctx to end. Then a read the submitter has not taken yet is dropped
-// unsent; one the kernel has is cancelled and, with o.Hold, left to the
-// ring (read returns ctx's error at once), or else waited for.
+// ctx to end (letGo).
 func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *readOptions, lend func(context.Context) ([]byte, error)) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return 0, errRingClosed
-	}
-	key := uint64(fd) | 1<<63
-	if o != nil && o.File != 0 {
-		key = o.File &^ (1 << 63)
-	}
-	g := r.gates[key]
-	if g == nil {
-		g = &fileGate{key: key, sem: make(chan struct{}, r.perFile)}
-		r.gates[key] = g
-	}
-	g.users++
-	r.mu.Unlock()
-	// The file's bound first: readers of a hung file leave the ring's
-	// slots to others.
-	var err error
-	select {
-	case g.sem <- struct{}{}:
-		select {
-		case r.slots <- struct{}{}:
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-r.closing:
-			err = errRingClosed
-		}
-		if err != nil {
-			<-g.sem
-		}
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-r.closing:
-		err = errRingClosed
-	}
+	g, err := r.takeTurn(ctx, fd, o)
 	if err == nil && lend != nil {
 		if buf, err = lend(ctx); err == nil && len(buf) == 0 {
 			err = errors.New("io_uring: lent an empty buffer")
-		}
-		if err != nil {
-			<-g.sem
-			<-r.slots
 		}
 	}
 	r.mu.Lock()
 	if err == nil && r.closed {
 		err = errRingClosed
-		<-g.sem
-		<-r.slots
 	}
 	if err != nil {
-		r.leaveGateLocked(g)
+		if g != nil {
+			<-g.sem
+			<-r.slots
+			r.leaveGateLocked(g)
+		}
 		r.mu.Unlock()
 		return 0, err
 	}
-	idx := r.free[len(r.free)-1]
-	r.free = r.free[:len(r.free)-1]
-	op := &r.ops[idx]
-	op.gen = (op.gen + 1) & genMask
-	op.state = opQueued
-	op.fd, op.off, op.buf, op.gate = int32(fd), uint64(off), buf, g
-	op.flags = 0
-	if o != nil && o.NoBlockDevice {
-		op.flags = iosqeAsync
-	}
-	op.noWaitFirst, op.metDisk = false, false
-	if o != nil && o.NoWaitFirst {
-		o.NoWaitFirst = false
-		op.noWaitFirst = r.skipCQE && !o.NoBlockDevice
-	}
-	r.queue = append(r.queue, idx)
+	idx := r.queueLocked(fd, off, buf, g, o)
 	inKernel := r.inKernel
 	r.mu.Unlock()
 	r.wakeForRead(inKernel)
 
+	op := &r.ops[idx]
 	var res int32
-	var gone error
 	select {
 	case res = <-op.done:
 	case <-ctx.Done():
-		gone = ctx.Err()
+		if res, err = r.letGo(idx, o, ctx.Err()); err != nil {
+			return 0, err
+		}
 	case <-r.closing:
 		// close has cancelled the read: a reader that can let go does.
-		gone = errRingClosed
-	}
-	if gone != nil {
-		r.mu.Lock()
-		switch op.state {
-		case opQueued:
-			// Not submitted yet: it never will be.
-			for i, q := range r.queue {
-				if q == idx {
-					r.queue = append(r.queue[:i], r.queue[i+1:]...)
-					break
-				}
-			}
-			r.freeOpLocked(idx)
-			r.mu.Unlock()
-			return 0, gone
-		case opInKernel:
-			r.cancels = append(r.cancels, uint64(op.gen)<<32|uint64(idx))
-			if o != nil && o.Hold != nil {
-				op.abandoned = true
-				op.release = o.Hold()
-				r.mu.Unlock()
-				r.wake()
-				return 0, gone
-			}
-			r.mu.Unlock()
-			r.wake()
-		default: // opDone: the result is there
-			r.mu.Unlock()
+		if res, err = r.letGo(idx, o, errRingClosed); err != nil {
+			return 0, err
 		}
-		res = <-op.done
 	}
 	r.mu.Lock()
-	if op.metDisk && o != nil {
+	if op.metDisk {
 		o.MetDisk = true
 	}
 	r.freeOpLocked(idx)
@@ -786,6 +698,107 @@ func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *readO
 		return 0, &os.PathError{Op: "io_uring read", Path: fmt.Sprint("fd ", fd), Err: syscall.Errno(-res)}
 	}
 	return int(res), nil
+}
+
+// takeTurn waits for a token of the file's gate, then for a slot of the
+// ring: readers of a hung file wait at its gate and leave the slots to
+// others. On an error the gate is returned only if both were taken (the
+// caller gives them back); otherwise it is left already.
+func (r *Ring) takeTurn(ctx context.Context, fd int, o *readOptions) (*fileGate, error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, errRingClosed
+	}
+	key := uint64(fd) | 1<<63
+	if o.File != 0 {
+		key = o.File &^ (1 << 63)
+	}
+	g := r.gates[key]
+	if g == nil {
+		g = &fileGate{key: key, sem: make(chan struct{}, r.perFile)}
+		r.gates[key] = g
+	}
+	g.users++
+	r.mu.Unlock()
+	var err error
+	select {
+	case g.sem <- struct{}{}:
+		select {
+		case r.slots <- struct{}{}:
+			return g, nil
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-r.closing:
+			err = errRingClosed
+		}
+		<-g.sem
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-r.closing:
+		err = errRingClosed
+	}
+	r.mu.Lock()
+	r.leaveGateLocked(g)
+	r.mu.Unlock()
+	return nil, err
+}
+
+// queueLocked puts a read in a free slot and in the submitter's queue.
+func (r *Ring) queueLocked(fd int, off int64, buf []byte, g *fileGate, o *readOptions) uint32 {
+	idx := r.free[len(r.free)-1]
+	r.free = r.free[:len(r.free)-1]
+	op := &r.ops[idx]
+	op.gen = (op.gen + 1) & genMask
+	op.state = opQueued
+	op.fd, op.off, op.buf, op.gate = int32(fd), uint64(off), buf, g
+	op.flags = 0
+	if o.NoBlockDevice {
+		op.flags = iosqeAsync
+	}
+	op.noWaitFirst, op.metDisk = false, false
+	if o.NoWaitFirst {
+		o.NoWaitFirst = false
+		op.noWaitFirst = r.skipCQE && !o.NoBlockDevice
+	}
+	r.queue = append(r.queue, idx)
+	return idx
+}
+
+// letGo ends the wait of a reader that is going away (gone says why): a
+// read not submitted yet is dropped; one the kernel has is cancelled and,
+// with o.Hold, left to the ring; else its result is waited for, and
+// returned with a nil error.
+func (r *Ring) letGo(idx uint32, o *readOptions, gone error) (int32, error) {
+	op := &r.ops[idx]
+	r.mu.Lock()
+	switch op.state {
+	case opQueued:
+		for i, q := range r.queue {
+			if q == idx {
+				r.queue = append(r.queue[:i], r.queue[i+1:]...)
+				break
+			}
+		}
+		r.freeOpLocked(idx)
+		r.mu.Unlock()
+		return 0, gone
+	case opInKernel:
+		r.cancels = append(r.cancels, uint64(op.gen)<<32|uint64(idx))
+		abandon := o.Hold != nil
+		if abandon {
+			op.abandoned = true
+			op.release = o.Hold()
+		}
+		r.mu.Unlock()
+		r.wake()
+		if abandon {
+			return 0, gone
+		}
+	default: // opDone: the result is there
+		r.mu.Unlock()
+	}
+	return <-op.done, nil
 }
 
 // freeOpLocked gives an operation's slot, its file's token and its ring
@@ -888,9 +901,7 @@ func (r *Ring) drain() bool {
 func (r *Ring) teardown() {
 	close(r.stopSubmit)
 	<-r.submitted
-	r.lazyKick.Close() // ends relay
-	r.event.Close()
-	r.unmap()
+	r.unmap() // closing lazyKick ends relay
 	close(r.reaped)
 }
 
