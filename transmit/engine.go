@@ -1,9 +1,6 @@
-// Package transmit moves the body bytes of a response from a file to the
-// client. A handler's Sender chooses the Engine of each response (Choose,
-// under the handler's transmit policy) and sends the body with it (Send):
-// a memory copy, sendfile through the ListenerWrapper's connections, pread
-// copies, and for data not in the page cache the process's io_uring
-// (AcquireRing) with its one fallback to pread.
+// Package transmit moves a response's body bytes from a file to the
+// client: a handler's Sender chooses the Engine of each response (Choose)
+// and sends the body with it (Send).
 package transmit
 
 import (
@@ -15,22 +12,15 @@ import (
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
-// Engine is a way a body's bytes leave.
+// Engine is a way a body's bytes leave (see Choose).
 type Engine uint8
 
-// The engines.
+// The engines, and their number.
 const (
-	// EngineMemory writes a small file kept in memory.
 	EngineMemory Engine = iota
-	// EngineSendfile hands the file to the listener wrapper's connection,
-	// which sends it with sendfile(2).
 	EngineSendfile
-	// EngineIOUring reads data not in the page cache through io_uring;
-	// what is resident leaves by sendfile or copy.
 	EngineIOUring
-	// EngineCopy reads with pread into pooled buffers and writes them.
 	EngineCopy
-	// NumEngines is the number of engines.
 	NumEngines
 )
 
@@ -51,55 +41,36 @@ const (
 	PolicyIOUring  = "io_uring"
 )
 
-// Body is a response body's file as the handler's cache shares it between
-// requests (a *statacc.Entry).
+// Body is a response body's open file as the handler's cache shares it
+// between requests (a *statacc.Entry, whose methods say what each is).
+// Data, the file in memory, is shared by every response: Send copies it
+// before a writer sees it, and never mixes it with bytes read from the
+// file, which may have changed since unseen. Hold keeps the descriptor
+// open for a ring read its request let go of.
 type Body interface {
-	// File is the open file, read at explicit offsets; FD its descriptor;
-	// Path its name, for the logs.
 	File() io.ReaderAt
 	FD() int
 	Path() string
 	Size() int64
-	// Data, if not nil, is the whole file in memory, shared by every
-	// response: Send copies it before a writer sees it, and never sends it
-	// together with bytes read from the file, which may have changed
-	// since, unseen (a write through a shared mapping sends no event).
 	Data() []byte
-	// Hold and Release take and give back a reference on the open file: a
-	// ring read its request let go of keeps the descriptor open.
 	Hold()
 	Release()
-	// FileID identifies the file (device and inode), 0 if unknown: ring
-	// reads in flight are bounded per file.
 	FileID() uint64
-	// NoBlockDevice reports a filesystem without a block device (FUSE,
-	// NFS, tmpfs), whose ring reads are submitted differently.
 	NoBlockDevice() bool
-	// MincoreTrusted reports whether mincore(2) tells this process the
-	// truth about the file's pages (it owns the file or may write it).
 	MincoreTrusted() bool
-	// MarkResident records that the whole file is in the page cache now;
-	// RecentlyResident reports whether that was within the last second;
-	// ClaimProbe is true for one caller a second, who may probe the file.
 	MarkResident()
 	RecentlyResident() bool
 	ClaimProbe() bool
-	// InMemoryFS reports a file on tmpfs or ramfs, always in the page cache.
 	InMemoryFS() bool
 }
 
 // Transfer is one response body on its way out, over the Send calls of its
 // ranges and paced chunks.
 type Transfer struct {
-	// Engine is the engine the next bytes leave with: Choose's at first,
-	// then the one that sent the last bytes (sendfile becomes copy where
-	// the writer chain or the kernel does not take it; io_uring becomes
-	// copy when a small body was read whole from the page cache).
+	// Engine is Choose's at first, then the one that sent the last bytes.
 	Engine Engine
-	// FileServerWrites is set under a writer that is not the server's own
-	// (encode, a plugin's wrapper), which may answer differently depending
-	// on how the body is cut into writes: it is then written the way
-	// file_server writes it.
+	// FileServerWrites: a writer in front is not the server's own, so the
+	// body is written the way file_server writes it (sendLikeFileServer).
 	FileServerWrites bool
 	// MissingAt, when MissingKnown, is where Choose's probe of the whole
 	// file found its data leave the page cache: that span is read through
@@ -124,18 +95,14 @@ type Transfer struct {
 // at provision (Open) and not changed after.
 type Sender struct {
 	// Policy is the handler's transmit option. With PolicyIOUring every
-	// byte of an EngineIOUring body is read through the ring, without
-	// asking the page cache first.
-	Policy string
-	// Ring reads data not in the page cache; nil without io_uring.
-	Ring *Ring
-	// SendfileMaxChunk is the most bytes one turn of the listener
-	// wrapper's connection sends (sendfile_max_chunk).
-	SendfileMaxChunk int
+	// byte of an EngineIOUring body is read through the ring.
+	Policy           string
+	Ring             *Ring // nil without io_uring
+	SendfileMaxChunk int   // the most one turn of a wrapped connection sends
 	Logger           *zap.Logger
 	// Copied, if set, is called when a cleartext HTTP/1 body handed down
-	// for sendfile was copied although the kernel did not refuse sendfile:
-	// the listener wrapper is missing, or a writer hides the connection.
+	// for sendfile was copied although the kernel did not refuse sendfile
+	// (no listener wrapper, or a writer hides the connection).
 	Copied func(*http.Request)
 
 	holdsRing  bool       // Open took a ring reference
@@ -199,16 +166,15 @@ func canSendfile(w http.ResponseWriter, r *http.Request, body Body) bool {
 	return ok && r.ProtoMajor == 1 && r.TLS == nil && body.FD() >= 0
 }
 
-// residencyProbe is the span probed at a time: what is resident in it
-// leaves with sendfile (or pread), the rest is read through the ring.
-const residencyProbe = 2 << 20
-
-// wholeProbeMax is the largest file probed whole (mincore's vector is a
-// byte per page); larger files are probed span by span as they are sent.
-const wholeProbeMax = 1 << 30
+// residencyProbe is the span probed at a time. wholeProbeMax is the
+// largest file probed whole (mincore's vector is a byte per page).
+const (
+	residencyProbe = 2 << 20
+	wholeProbeMax  = 1 << 30
+)
 
 // newProbe returns the page-cache probe of a body: mincore where it tells
-// this process the truth, no-wait reads of each span's ends elsewhere.
+// this process the truth, no-wait reads elsewhere.
 func newProbe(f Body) pagecache.Probe {
 	return pagecache.NewProbe(f.FD(), f.MincoreTrusted(), f.Size())
 }
