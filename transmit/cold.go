@@ -243,24 +243,18 @@ func copyCached(w io.Writer, fd int, buf []byte, off, n int64) (sent int64, miss
 	return sent, false, nil
 }
 
-// sendThroughRing sends a body of which some data may be missing from the
-// page cache. Resident runs leave as they would without io_uring (sendfile
-// on cleartext HTTP/1.x, pread otherwise); the rest is read through the
-// ring, so that the goroutine parks while the disk answers instead of
-// holding an OS thread. With the io_uring policy every byte is read
-// through the ring.
+// sendThroughRing sends a body some of whose data may be missing from the
+// page cache. Resident runs leave as without io_uring (sendResident); the
+// rest is read through the ring, so that the goroutine parks while the
+// disk answers instead of holding an OS thread (readCold).
 //
 // Nothing shared is held across a write to the client, which may take as
-// long as the client likes: a ring read's token of the budget goes back
-// when the read completes. A small body (at most NoWaitMax left) is read
-// into a buffer of its own size and written from it. A larger one is read
-// a window (coldChunk) at a time into a chunk of the budget, which goes
-// back at once: the window's first bytes are copied to the response's own
-// copy buffer and written, and the rest leaves from the page cache, where
-// the ring read has just put it (sendfile, or no-wait reads, a page
-// evicted meanwhile going back to the ring). A file whose data the page
-// cache cannot be asked for (FUSE) is read in pieces of the copy buffer's
-// size, each written from its own buffer.
+// long as it likes: a ring read's budget token goes back when the read
+// completes. A small rest is read into a buffer of its own size and
+// written from it; a larger one a window at a time, whose first bytes are
+// copied out and written and whose rest leaves from the page cache, where
+// the ring read has just put it (sendWindow). A file whose page cache
+// cannot be asked (FUSE) is read in pieces, each written from its buffer.
 func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Body, t *Transfer, start, length int64) (Counts, error) {
 	rs := ringSend{s: s, w: w, r: r, ctx: r.Context(), src: src, t: t, fd: src.FD(),
 		sendfile: canSendfile(w, r, src), probe: newProbe(src),

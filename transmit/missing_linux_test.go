@@ -24,10 +24,8 @@ func (blindBody) MincoreTrusted() bool { return false }
 // that holds it is read through the ring, without a second probe, and
 // what comes before it is probed and leaves as resident data does. The
 // file here is all resident, so that a second probe would send it all by
-// copy: with no-wait reads it would, a moment after the first probe's
-// read started the kernel reading the page in (CI, as nobody on a cold
-// 256 MiB file: 0 bytes through the ring, the body sent by sendfile calls
-// that blocked on the disk).
+// copy, as no-wait reads would a moment after the first probe's read
+// started the kernel reading the page in.
 func TestMissingSpanIsNotProbedAgain(t *testing.T) {
 	const size = 6<<20 + 100
 	f, want := testFile(t, size)

@@ -138,6 +138,8 @@ func (s *Sender) sendFile(w http.ResponseWriter, r *http.Request, body Body, dec
 	if restore := widenWriteChunk(w, s.SendfileMaxChunk, src); restore != nil {
 		defer restore()
 	}
+	// A body of sniffLen or less net/http keeps whole, and derives a
+	// Content-Length from it if a rule removed the header's.
 	if length > sniffLen {
 		if c := headerFirst(w, r, declared); c != nil {
 			defer c.releaseHead()
@@ -172,20 +174,17 @@ func (s *Sender) sendFile(w http.ResponseWriter, r *http.Request, body Body, dec
 }
 
 // headerFirst writes the response's header to the connection before the
-// body's ReadFrom, the connection holding it until sendfile's first bytes
-// follow (with MSG_MORE, in one segment). net/http, its header written,
-// then hands the whole body to the connection instead of copying its
-// first 512 bytes through its own buffer: no pread for them.
+// body's ReadFrom, held until sendfile's first bytes follow (MSG_MORE, one
+// segment): net/http then hands the whole body to the connection instead
+// of copying its first 512 bytes itself.
 //
-// Only where the client sees no difference: a body over sniffLen (a
-// smaller one net/http keeps, and derives a Content-Length from if a rule
-// removed it), a Content-Type (net/http would sniff one), no
-// Transfer-Encoding, and a Content-Length of the declared length. Under a
-// rule that rewrote it lower, file_server's 512-byte copy is refused while
-// sendfile would send every byte, which a client reusing the connection
-// would read as the next response. The header is read after WriteHeader,
-// once Caddy's deferred rules have run, so reading it allocates nothing.
-// The caller must call releaseHead on the connection returned, if any.
+// Only where the client sees no difference: a Content-Type (else net/http
+// sniffs one), no Transfer-Encoding, and a Content-Length of the declared
+// length: under a rule that rewrote it lower, file_server's 512-byte copy
+// is refused while sendfile would send every byte, which a client reusing
+// the connection would read as the next response. The header is read
+// after WriteHeader, once Caddy's deferred rules have run. The caller
+// must call releaseHead on the connection returned, if any.
 func headerFirst(w http.ResponseWriter, r *http.Request, declared int64) *conn {
 	h := w.Header()
 	if _, ok := h["Content-Type"]; !ok {
@@ -211,13 +210,11 @@ func headerFirst(w http.ResponseWriter, r *http.Request, declared int64) *conn {
 }
 
 // widenWriteChunk raises Caddy's write chunk (max_write_chunk) to the
-// sendfile chunk for this response, so that one turn of the listener
-// wrapper's connection sends up to that much, as nginx's
-// sendfile_max_chunk does, and hands the connection Caddy's write-idle
-// policy to apply within the turn. The rate window is left alone
-// (Override would restart it). Caddy's own chunk stays the bound of a turn
-// copied through its writer (src.ReadTurn), so that its deadline is
-// renewed as often as for file_server.
+// sendfile chunk for this response, as nginx's sendfile_max_chunk, and
+// hands the connection Caddy's write-idle policy to apply within a turn
+// (Override would restart the rate window). Caddy's own chunk stays the
+// bound of a turn copied through its writer (src.ReadTurn), so that its
+// deadline is renewed as often as for file_server.
 func widenWriteChunk(w http.ResponseWriter, chunk int, src *fileSource) (restore func()) {
 	for {
 		if itw, ok := w.(*caddyhttp.IdleTimeoutWriter); ok {
