@@ -24,7 +24,7 @@ var coldBufPool = sync.Pool{New: func() any { b := make([]byte, coldChunk); retu
 // coldBuf returns a buffer for a ring read of want bytes: a chunk, or for
 // a small body one of its size class; putColdBuf gives it back.
 func coldBuf(want int64) *[]byte {
-	if want <= NoWaitMax {
+	if want <= noWaitMax {
 		return smallBuf(want)
 	}
 	return coldBufPool.Get().(*[]byte)
@@ -39,11 +39,11 @@ func putColdBuf(bufp *[]byte) {
 }
 
 // smallBufPools hold the buffers of small bodies by size class, 4 KiB to
-// NoWaitMax: what a response waiting for its client holds is about its
+// noWaitMax: what a response waiting for its client holds is about its
 // body's size, as with file_server's io.Copy buffer.
 var smallBufPools [5]sync.Pool
 
-// smallClass is the size class of n bytes, n <= NoWaitMax.
+// smallClass is the size class of n bytes, n <= noWaitMax.
 func smallClass(n int64) int {
 	if n <= 4<<10 {
 		return 0
@@ -70,10 +70,10 @@ func putSmallBuf(bufp *[]byte) {
 // until the kernel is done). A client that does not read holds no token.
 var coldBudget = make(chan struct{}, 64<<20/coldChunk)
 
-// NoWaitMax is the largest EngineIOUring body read with one no-wait read
+// noWaitMax is the largest EngineIOUring body read with one no-wait read
 // (preadv2 RWF_NOWAIT) instead of a residency probe: copying it costs less
 // than the probe's extra system calls and its mmap lock.
-const NoWaitMax = 64 << 10
+const noWaitMax = 64 << 10
 
 // firstReads chooses how the first read of a small body not known to be
 // resident is made, from how the recent ones went. While most found the
@@ -348,7 +348,7 @@ func (rs *ringSend) countCold() {
 func (rs *ringSend) firstRead(start, length int64) (bool, error) {
 	s, src := rs.s, rs.src
 	switch {
-	case s.ringOnly() || length > NoWaitMax:
+	case s.ringOnly() || length > noWaitMax:
 		return false, nil
 	case s.firstReads.ringFirst() && s.Ring.NoWaitFirst() && !src.NoBlockDevice():
 		rs.ringFirst = true
@@ -413,14 +413,14 @@ func (rs *ringSend) sendWindow(off int64) error {
 func (rs *ringSend) sendResident(off, left int64) (bool, error) {
 	span := min(left, residencyProbe)
 	knownCold := rs.missing
-	if t := rs.t; t.MissingKnown && !rs.missing {
+	if t := rs.t; t.missingKnown && !rs.missing {
 		// What the handler's probe has just found missing is not asked
-		// again (Transfer.MissingAt); what comes before it is.
+		// again (Transfer.missingAt); what comes before it is.
 		switch {
-		case off >= t.MissingAt && off < t.MissingAt+residencyProbe:
-			knownCold, t.MissingKnown = true, false
-		case off < t.MissingAt && t.MissingAt < off+span:
-			span = t.MissingAt - off
+		case off >= t.missingAt && off < t.missingAt+residencyProbe:
+			knownCold, t.missingKnown = true, false
+		case off < t.missingAt && t.missingAt < off+span:
+			span = t.missingAt - off
 		}
 	}
 	if !rs.s.ringOnly() && !knownCold && !rs.ringFirst {
@@ -457,7 +457,7 @@ func (rs *ringSend) sendResident(off, left int64) (bool, error) {
 // the response's copy buffer (the rest of the window then leaves from the
 // page cache, sendWindow).
 func (rs *ringSend) readCold(off, left int64) error {
-	want, direct := min(left, coldChunk), left <= NoWaitMax
+	want, direct := min(left, coldChunk), left <= noWaitMax
 	if !direct && !rs.asked {
 		rs.asked = true
 		_, works := noWaitByte(rs.fd, off)

@@ -59,7 +59,7 @@ func (w *stallingWriter) Write(p []byte) (int, error) {
 // half, a large one a window at a time, every byte through the ring, or
 // written as file_server writes it), over HTTP/1.1 and HTTP/2, a write
 // to a client that does not read holds no token of the cold reads'
-// budget, and what it holds is at most NoWaitMax bytes; once the client
+// budget, and what it holds is at most noWaitMax bytes; once the client
 // reads, the body is exact.
 func TestColdTokensNotHeldAcrossClientWrites(t *testing.T) {
 	small, smallWant := testFile(t, 16<<10)
@@ -115,8 +115,8 @@ func TestColdTokensNotHeldAcrossClientWrites(t *testing.T) {
 			if !bytes.Equal(w.body.Bytes(), c.want) {
 				t.Errorf("%s: %d bytes, not the file's %d", name, w.body.Len(), len(c.want))
 			}
-			if w.largest > NoWaitMax {
-				t.Errorf("%s: a write was handed %d bytes, more than NoWaitMax", name, w.largest)
+			if w.largest > noWaitMax {
+				t.Errorf("%s: a write was handed %d bytes, more than noWaitMax", name, w.largest)
 			}
 			if n := len(coldBudget); n != 0 {
 				t.Errorf("%s: %d tokens still held after the body", name, n)

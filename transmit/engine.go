@@ -72,13 +72,13 @@ type Transfer struct {
 	// FileServerWrites: a writer in front is not the server's own, so the
 	// body is written the way file_server writes it (sendLikeFileServer).
 	FileServerWrites bool
-	// MissingAt, when MissingKnown, is where Choose's probe of the whole
+	// missingAt, when missingKnown, is where Choose's probe of the whole
 	// file found its data leave the page cache: that span is read through
 	// the ring unprobed. Probed again with no-wait reads it would seem
 	// resident (the read that found it missing started the kernel reading
 	// it), and a sendfile would block on the rest of the span.
-	MissingAt    int64
-	MissingKnown bool
+	missingAt    int64
+	missingKnown bool
 	// ContentLength is the whole body's length declared in the
 	// Content-Length header, 0 if none. A sendfile body has its header
 	// written first (headerFirst) only while the header still says so:
@@ -149,7 +149,7 @@ func (s *Sender) Choose(w http.ResponseWriter, r *http.Request, body Body) Trans
 		t := Transfer{Engine: EngineIOUring}
 		// A small body is not probed here: its one RWF_NOWAIT read is the
 		// probe and the read at once.
-		if s.Policy == PolicyIOUring || (!body.RecentlyResident() && (body.Size() <= NoWaitMax || !probeWhole(body, &t))) {
+		if s.Policy == PolicyIOUring || (!body.RecentlyResident() && (body.Size() <= noWaitMax || !probeWhole(body, &t))) {
 			return t
 		}
 	}
@@ -199,7 +199,7 @@ func probeWhole(body Body, t *Transfer) bool {
 		return false
 	}
 	if off < body.Size() {
-		t.MissingAt, t.MissingKnown = off, true
+		t.missingAt, t.missingKnown = off, true
 		return false
 	}
 	body.MarkResident()

@@ -20,7 +20,7 @@ type blindBody struct{ fileBody }
 func (blindBody) MincoreTrusted() bool { return false }
 
 // TestMissingSpanIsNotProbedAgain: where the handler's probe of the whole
-// file has just found its data missing (Transfer.MissingAt), the span
+// file has just found its data missing (Transfer.missingAt), the span
 // that holds it is read through the ring, without a second probe, and
 // what comes before it is probed and leaves as resident data does. The
 // file here is all resident, so that a second probe would send it all by
@@ -53,12 +53,12 @@ func TestMissingSpanIsNotProbedAgain(t *testing.T) {
 			// and must come out exact once.
 			for try := 1; ; try++ {
 				w := httptest.NewRecorder()
-				tr := &Transfer{Engine: EngineIOUring, MissingAt: c.at, MissingKnown: c.known}
+				tr := &Transfer{Engine: EngineIOUring, missingAt: c.at, missingKnown: c.known}
 				sent, err := s.Send(w, httptest.NewRequest("GET", "/", nil), body, tr, c.start, c.length)
 				if err != nil || !bytes.Equal(w.Body.Bytes(), want[c.start:c.start+c.length]) {
 					t.Fatalf("%s: %v, %d bytes, equal %v", name, err, w.Body.Len(), bytes.Equal(w.Body.Bytes(), want[c.start:c.start+c.length]))
 				}
-				if c.ring > 0 && tr.MissingKnown {
+				if c.ring > 0 && tr.missingKnown {
 					t.Errorf("%s: the hint is still set after the span it names was read", name)
 				}
 				if sent[EngineIOUring] == c.ring && sent[EngineCopy] == c.length-c.ring {
@@ -113,7 +113,7 @@ func TestCachedSpanBeforeAColdOneLeavesAsResidentData(t *testing.T) {
 			t.Errorf("first 2 MiB cached, the rest not: firstMissing = %d, %v; want %d, true", at, ok, span)
 		}
 		w := httptest.NewRecorder()
-		tr := &Transfer{Engine: EngineIOUring, MissingAt: at, MissingKnown: ok && at < size}
+		tr := &Transfer{Engine: EngineIOUring, missingAt: at, missingKnown: ok && at < size}
 		sent, err := s.Send(w, httptest.NewRequest("GET", "/", nil), body, tr, 0, size)
 		if err != nil || !bytes.Equal(w.Body.Bytes(), want) {
 			t.Fatalf("Send: %v, %d bytes, equal %v", err, w.Body.Len(), bytes.Equal(w.Body.Bytes(), want))
