@@ -312,21 +312,15 @@ type ringSend struct {
 	sent Counts
 	done int64
 	// missing: a no-wait read found the next page missing, which answers
-	// what a residency probe would ask, so the next read goes to the ring
-	// unprobed.
-	missing bool
-	// counted: the body is counted as one that met the disk (coldBody).
-	counted bool
-	// ringFirst: this small body's first read is the ring's, with a
-	// no-wait half (firstReads).
-	ringFirst bool
-	// pieces: the page cache cannot be asked for the file's data, so ring
-	// reads are of pieceMax, each written from its buffer; asked is set
-	// once that is known.
+	// the residency probe's question, so the next read goes to the ring.
+	missing   bool
+	counted   bool // counted as a body that met the disk (coldBody)
+	ringFirst bool // the first read is the ring's, with a no-wait half
+	// pieces: the page cache cannot be asked (FUSE), so ring reads are of
+	// pieceMax, each written from its buffer; asked: that is known.
 	pieces, asked bool
 	// The bytes up to windowEnd were read by the ring (windowEng) and
-	// leave from the page cache; windowErr, if set, is where that read
-	// stopped, returned once they are sent.
+	// leave from the page cache; windowErr is where that read stopped.
 	windowEnd int64
 	windowEng Engine
 	windowErr error
