@@ -88,7 +88,7 @@ func TestWrappedWriterGetsFileServerPattern(t *testing.T) {
 		return fsrv
 	}
 	flashes := map[string]*FlashServe{"auto": newFlash("auto"), "copy": newFlash("copy")}
-	if ring := newFlash("io_uring"); ring.ring != nil {
+	if ring := newFlash("io_uring"); ring.sender.Ring != nil {
 		flashes["io_uring"] = ring
 	} else {
 		t.Log("io_uring unavailable here: the ring engine is not compared")

@@ -53,7 +53,7 @@ func TestRingCyclesLeaveNothing(t *testing.T) {
 				}
 				buf := make([]byte, 64<<10)
 				off := int64(i) * 64 << 10
-				n, err := r.readFull(ctx, fd, buf, off, nil)
+				n, err := r.readFull(ctx, fd, buf, off, &readOptions{})
 				if err == nil && (n != len(buf) || !bytes.Equal(buf, data[off:off+int64(n)])) {
 					t.Errorf("cycle %d read %d: %d bytes, wrong data", cycle, i, n)
 				}
