@@ -18,8 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
-	"github.com/flashserve/caddy-flash-serve/statacc"
 )
 
 // pageSize is the unit of residency and of the budget.
@@ -31,8 +31,8 @@ type Residency struct {
 	Size int64
 	// Known is false when this process cannot find out: mincore(2) reports
 	// every page resident to a process that neither owns the file nor may
-	// write it (and cachestat(2) refuses it), and reading the pages to find
-	// out would bring them in. Resident is 0 then, and its JSON null.
+	// write it, and reading the pages to find out would bring them in.
+	// Resident is 0 then, and its JSON null.
 	Known    bool
 	Resident int64
 }
@@ -53,7 +53,7 @@ func (r Residency) MarshalJSON() ([]byte, error) {
 }
 
 // Percent is the resident share of the file, 100 for an empty file; 0
-// when the residency is not known (check Known first).
+// when the residency is not known.
 func (r Residency) Percent() float64 {
 	if !r.Known {
 		return 0
@@ -65,12 +65,11 @@ func (r Residency) Percent() float64 {
 }
 
 // Summary adds up the residencies of many files, keeping apart those whose
-// residency this process cannot know.
+// residency this process cannot know (UnknownFiles, UnknownBytes).
 type Summary struct {
 	Files, Bytes int64
 	// Resident counts the resident bytes of the files in KnownBytes.
-	Resident, KnownBytes int64
-	// UnknownFiles and UnknownBytes are the files Known is false for.
+	Resident, KnownBytes       int64
 	UnknownFiles, UnknownBytes int64
 }
 
@@ -110,14 +109,12 @@ func (s Summary) Percent() float64 {
 	return 100 * float64(min(s.Resident, s.KnownBytes)) / float64(s.KnownBytes)
 }
 
-// totals counts what every warm-up of the process has read, for the
-// metrics endpoint.
+// totals counts what every warm-up of the process has read (Snapshot).
 var totals struct{ bytes, files atomic.Int64 }
 
-// Totals is what every warm-up of the process has read so far.
+// Totals is what every warm-up of the process has read so far: a file
+// counts once it is read as far as its budget allowed.
 type Totals struct {
-	// Bytes and Files count what was read; a file counts once it is read
-	// as far as its budget allowed.
 	Bytes, Files int64
 }
 
@@ -131,11 +128,10 @@ type Progress struct {
 	// Files and Bytes are what was read: a file counts once it is read as
 	// far as the budget allowed.
 	Files, Bytes int64
-	// Spent is the budget the reads took: each file's bytes read rounded
-	// up to whole pages, as the budget is counted. What is left of a
-	// budget for another warm-up is the budget less Spent, not less Bytes.
+	// Spent is the budget the reads took, each file's bytes rounded up to
+	// whole pages: what is left of a budget is the budget less Spent.
 	Spent   int64
-	Budget  int64     // the warm-up's budget, as in Warmer
+	Budget  int64
 	Started time.Time // when Run began
 	Done    bool      // set in the last report, when Run returns
 }
@@ -172,52 +168,46 @@ type Warmer struct {
 	// for the disk holds no OS thread.
 	ReadAt ReaderAt
 	// Busy, if set, reports whether requests are being served. While it
-	// does, the workers take turns: one batch of small files (or one
-	// chunk of a large file) is read at a time, so that a warm-up takes
-	// at most prefetchBatch of the disk's queue slots (and about one
-	// core) from the requests it is meant to help; all of them read when
-	// it does not.
+	// does, the workers take turns (yielder): one batch of small files or
+	// one chunk of a large file at a time, so that a warm-up takes at most
+	// prefetchBatch of the disk's queue slots and about a quarter of a
+	// core from the requests it is meant to help.
 	Busy func() bool
 	// Cold, if set, reports whether the requests being served wait for
-	// the disk themselves (their data was not in the page cache). While it
-	// does, the workers read as when no request is served, without turns
-	// or pauses: the files a warm-up of the hot set reads are those the
-	// requests would wait for, and a file read ahead costs less CPU than
-	// the cold read of a request (about 35 µs against 60). Busy's turns
-	// are for requests served from memory, which a warm-up only slows.
+	// the disk themselves. While it does, the workers read as when no
+	// request is served: the files a warm-up of the hot set reads are
+	// those the requests would wait for, and a file read ahead costs less
+	// CPU than a request's cold read. Busy's turns are for requests served
+	// from memory, which a warm-up only slows.
 	Cold func() bool
 	// Background marks a warm-up of files no request is known to wait
 	// for (the rest of a tree, a set that is mostly resident): while
 	// requests are served its turns take a twentieth of a core
-	// (backgroundPause), not a quarter, and Cold is not asked.
+	// (backgroundPause), and Cold is not asked.
 	Background bool
 	// BusyRate, if more than 0, bounds the bytes per second the reads
-	// take while requests are served (while they take turns): the pages a
-	// warm-up reads cost the requests more than its threads' CPU, in the
-	// disk's completions and the kernel's work to add them to the page
-	// cache, which no clock of this process is charged with. Reads run at
-	// full speed when no request is served.
+	// take while they take turns: the pages a warm-up reads cost the
+	// requests more than its threads' CPU (the disk's completions, the
+	// kernel adding them to the page cache), which no clock of this
+	// process is charged with.
 	BusyRate int64
 	// FDPressure, if set, reports whether the server found the fd table
-	// full lately (the cache shed descriptors). The warm-up then backs
-	// off as when its own open finds it full (fdGate): fewer files per
-	// batch and a pause, so that it does not take the descriptors the
+	// full lately. The warm-up then backs off as when its own open finds
+	// it full (fdGate), so that it does not take the descriptors the
 	// requests need.
 	FDPressure func() bool
 
 	files, bytes, spent atomic.Int64
 	yield               atomic.Pointer[yielder] // the last Run's, for tests
-	// prefetched, if set, is told of each file of a batch whose readahead
-	// started, and verify, if set, reads the file instead of pread (which
-	// closes f): for tests.
+	// For tests: prefetched is told of each file of a batch whose
+	// readahead started; verify reads a batch's file instead of pread
+	// (and closes it); cpu and pause stand for the thread's CPU clock and
+	// the yielder's pause; now for the clock of BusyRate's budget.
 	prefetched func(path string)
 	verify     func(ctx context.Context, path string, f readFile, n int64) (int64, error)
-	// cpu and pause, if set, stand for the thread's CPU clock and the
-	// pause of a batch while requests are served (yielder): for tests.
-	cpu   func() time.Duration
-	pause func(context.Context, time.Duration)
-	// now, if set, stands for the clock of BusyRate's budget: for tests.
-	now func() time.Time
+	cpu        func() time.Duration
+	pause      func(context.Context, time.Duration)
+	now        func() time.Time
 }
 
 // Run warms the targets in order. The budget is counted in whole pages: a
@@ -226,13 +216,9 @@ type Warmer struct {
 func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 	workers := max(1, w.Workers)
 	start := time.Now()
-	// Reserve the budget in target order, so that the hottest files are
-	// the ones that fit.
-	type job struct {
-		t Target
-		n int64
-	}
-	var jobs []job
+	// The budget is reserved in target order, so that the hottest files
+	// are the ones that fit.
+	var jobs []batchFile
 	left := w.Budget
 	for _, t := range targets {
 		n := roundUp(t.Size)
@@ -246,7 +232,7 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 			left -= n
 		}
 		if n > 0 {
-			jobs = append(jobs, job{t, min(n, t.Size)})
+			jobs = append(jobs, batchFile{path: t.Path, n: min(n, t.Size)})
 		}
 	}
 	snapshot := func(done bool) Progress {
@@ -255,9 +241,7 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 	stop := make(chan struct{})
 	var reporter sync.WaitGroup
 	if w.OnProgress != nil && w.Every > 0 {
-		reporter.Add(1)
-		go func() {
-			defer reporter.Done()
+		reporter.Go(func() {
 			t := time.NewTicker(w.Every)
 			defer t.Stop()
 			for {
@@ -268,14 +252,13 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 					w.OnProgress(snapshot(false))
 				}
 			}
-		}()
+		})
 	}
 	yctx := ctx
 	if y := w.newYielder(); y != nil {
 		w.yield.Store(y)
 		yctx = context.WithValue(ctx, yielderKey{}, y)
 	}
-	var wg sync.WaitGroup
 	var firstErr atomic.Value
 	done := func(n int64, err error) {
 		w.bytes.Add(n)
@@ -290,14 +273,13 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 			firstErr.CompareAndSwap(nil, err)
 		}
 	}
-	// take hands a worker the next files in order, those put back first:
-	// a large file alone, or a batch of up to gate.batchLimit small ones
-	// that come in a row.
 	gate := newFDGate(w.FDPressure)
 	limit := fdTableSize()
 	var mu sync.Mutex
 	next := 0
-	var back []batchFile
+	var back []batchFile // put back because the fd table was full: first
+	// take hands a worker the next files in order: a large file alone, or
+	// a batch of up to gate.batchLimit small ones that come in a row.
 	take := func(batch []batchFile) []batchFile {
 		limit := gate.batchLimit()
 		mu.Lock()
@@ -308,7 +290,7 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 			case len(back) > 0:
 				b = back[0]
 			case next < len(jobs):
-				b = batchFile{path: jobs[next].t.Path, n: jobs[next].n}
+				b = jobs[next]
 			default:
 				return batch
 			}
@@ -348,10 +330,9 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 		back = append(again, back...)
 		mu.Unlock()
 	}
+	var wg sync.WaitGroup
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			batch := make([]batchFile, 0, prefetchBatch)
 			for ctx.Err() == nil {
 				if gate.wait(ctx) != nil {
@@ -372,7 +353,7 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 				}
 				putBack(opened, batch)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(stop)
@@ -417,30 +398,19 @@ func (w *Warmer) newYielder() *yielder {
 // earlier run.
 var errSkipped = errors.New("not a regular file any more")
 
-// fdTableSize reads the size of the fd table, once per Run (a var for
-// tests).
-var fdTableSize = fdLimit
+// fdTableSize reads the size of the fd table, once per Run: a limit
+// lowered during a pass is met by the opens that fail (fdGate). A var for
+// tests.
+var fdTableSize = fileio.FDLimit
 
-// readFile is an open file a warm-up reads: a bare descriptor where there
-// is one (rawFile), else an *os.File.
-type readFile interface {
-	ReadAt(b []byte, off int64) (int, error)
-	Close() error
-	Fd() uintptr
-}
+// readFile is an open file a warm-up reads.
+type readFile = fileio.File
 
 // warm warms up to n bytes of the file at path, if it is still a regular
-// file; limit is the size of the fd table (fdLimit).
+// file; limit is the size of the fd table.
 func (w *Warmer) warm(ctx context.Context, path string, n int64, limit uint64) (int64, error) {
-	f, n, err := openPrefetched(path, n)
-	if statacc.IsFDExhaustion(err) {
-		return 0, fmt.Errorf("%w: %w", errNoDescriptor, err)
-	}
-	if f != nil && tableNearlyFull(f.Fd(), limit) {
-		f.Close()
-		return 0, errNoDescriptor
-	}
-	if f == nil {
+	f, n, err := openPrefetched(path, n, limit)
+	if err != nil {
 		return 0, err
 	}
 	return readPrefix(ctx, f, n, w.ReadAt)
@@ -448,18 +418,24 @@ func (w *Warmer) warm(ctx context.Context, path string, n int64, limit uint64) (
 
 // openPrefetched opens the file at path, if it is a regular file, and
 // starts the readahead of its first n bytes (fewer if it shrank), which
-// it returns; a nil file comes with errSkipped or the error. The
-// readahead covers the span, up to prefetchAhead, with the kernel's own
-// readahead off for this descriptor, so that exactly the budgeted pages
-// are read, no more; the reads of readPrefix make sure it has landed
-// before the file counts as warm, and advise the rest of a larger span
-// as they go. A file read whole in one advice needs no readahead off
-// (there is nothing past its end to read, and an advice marks no page to
-// start more): one fadvise less for each small file.
-func openPrefetched(path string, n int64) (readFile, int64, error) {
+// it returns; a file that finds the fd table full, or nearly
+// (tableNearlyFull), fails with errNoDescriptor. The readahead covers the
+// span up to prefetchAhead with the kernel's own readahead off for this
+// descriptor, so that exactly the budgeted pages are read; readPrefix's
+// reads make sure it has landed. A file read whole in one advice needs no
+// readahead off (there is nothing past its end): one fadvise less for
+// each small file.
+func openPrefetched(path string, n int64, limit uint64) (readFile, int64, error) {
 	f, size, err := openWarm(path)
+	if fileio.IsFDExhaustion(err) {
+		return nil, 0, fmt.Errorf("%w: %w", errNoDescriptor, err)
+	}
 	if err != nil {
 		return nil, 0, err
+	}
+	if tableNearlyFull(f.Fd(), limit) {
+		f.Close()
+		return nil, 0, errNoDescriptor
 	}
 	n = min(n, size)
 	if n == size && n <= prefetchAhead {
@@ -471,13 +447,10 @@ func openPrefetched(path string, n int64) (readFile, int64, error) {
 }
 
 // prefetchAhead is how far ahead of its reads a large file is advised
-// (fadvise WILLNEED). The kernel reads at most one readahead window
-// (read_ahead_kb) of an advice, however long, so an advice of the whole
-// file at open brought in its first window only, and then each 1 MiB
-// read waited for its own I/O, the readahead being off. Advised window
-// by window as its reads go, the file keeps that much queued ahead of
-// them while no request is served; while the reads take turns nothing is
-// advised ahead: a turn reads its chunk, no more.
+// (fadvise WILLNEED). The kernel reads at most one readahead window of an
+// advice however long, so a large file is advised window by window as
+// its reads go, which keeps that much queued ahead of them while no
+// request is served; while the reads take turns nothing is advised ahead.
 const prefetchAhead = 8 << 20
 
 // adviseRange advises the next window of a large file (a var for tests).
@@ -487,13 +460,13 @@ var adviseRange = pagecache.PrefetchRange
 // the most files in one: a worker starts the readahead of a batch's files
 // one after the other, then waits for them, so that a warm-up of small
 // files keeps Workers × prefetchBatch reads in flight with at most
-// Workers threads (in the opens of cold inodes and the waits).
+// Workers threads.
 const (
 	batchFileMax  = 128 << 10
 	prefetchBatch = 16
 )
 
-// batchFile is one file of a batch and, once warmed, what it gave.
+// batchFile is one file to warm and, once warmed, what it gave.
 type batchFile struct {
 	path string
 	n    int64
@@ -505,14 +478,11 @@ type batchFile struct {
 // then reads them one after the other with pread, which waits for the
 // readahead to land. Not through ReadAt: the disk has the whole batch in
 // flight already, and a pread that finds the pages there costs one
-// syscall where the ring costs a round trip through its reaper; one that
-// does not waits in the worker's thread, so threads stay at most Workers.
-// While requests are served the batch takes the one lane (yielder) for
-// all of it, so that a warm-up then has one batch in flight. An open that
-// finds the fd table full, or nearly (tableNearlyFull), ends the opens:
-// the batch reads what it has,
-// and the files it did not open get errNoDescriptor (Run queues them
-// again). It returns how many files it opened.
+// syscall where the ring costs a round trip through its reaper. While
+// requests are served the batch takes the one lane for all of it. An open
+// that finds the fd table full, or nearly, ends the opens: the files not
+// opened get errNoDescriptor (Run queues them again). It returns how many
+// files it opened.
 func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile, limit uint64) (opened int) {
 	y := yielderFrom(yctx)
 	var n int64
@@ -530,14 +500,7 @@ func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile, limit u
 	defer y.charge(ctx, held)()
 	files := make([]readFile, len(batch))
 	for i := range batch {
-		f, n, err := openPrefetched(batch[i].path, batch[i].n)
-		if f != nil && tableNearlyFull(f.Fd(), limit) {
-			f.Close()
-			f, err = nil, errNoDescriptor
-		}
-		if statacc.IsFDExhaustion(err) {
-			err = fmt.Errorf("%w: %w", errNoDescriptor, err)
-		}
+		f, n, err := openPrefetched(batch[i].path, batch[i].n, limit)
 		if errors.Is(err, errNoDescriptor) {
 			for j := i; j < len(batch); j++ {
 				batch[j].err = err
@@ -576,10 +539,10 @@ var readBufs = sync.Pool{New: func() any { b := make([]byte, ReadBufferSize); re
 // ReaderAt reads len(buf) bytes of the open file fd at off, going on
 // after short reads, and stops short only at the end of the file. It
 // redoes itself what its own machinery fails (the handler's ring falls
-// back to pread): an error is the file's, or ctx's. If ctx
-// ends while the read is in the kernel, it may return at once after
-// calling hold, which hands the buffer and the file to the reader: the
-// func hold returns gives them back when the kernel is done with them.
+// back to pread): an error is the file's, or ctx's. If ctx ends while the
+// read is in the kernel, it may return at once after calling hold, which
+// hands the buffer and the file to the reader: the func hold returns gives
+// them back when the kernel is done with them.
 type ReaderAt func(ctx context.Context, fd int, buf []byte, off int64, hold func() (release func())) (int, error)
 
 // readPrefix reads the first n bytes of f through a pooled buffer, which
@@ -612,7 +575,6 @@ func readPrefix(ctx context.Context, f readFile, n int64, readAt ReaderAt) (int6
 			return done, ctx.Err()
 		}
 		chunk := buf[:min(int64(len(buf)), n-done)]
-		// Each read waits its turn while requests are being served.
 		release, held, err := y.wait(ctx, int64(len(chunk)))
 		if err != nil {
 			return done, err
@@ -630,20 +592,15 @@ func readPrefix(ctx context.Context, f readFile, n int64, readAt ReaderAt) (int6
 			case ctx.Err() != nil:
 				return done, ctx.Err()
 			case lent:
-				// The reader let go of a read the kernel still has (a ring
-				// closed under a running warm-up): the buffer and the file
-				// are the ring's until it completes, so this file's
-				// warm-up ends here.
+				// The buffer and the file are the ring's until the read
+				// it let go of completes: this file's warm-up ends here.
 				return done, err
 			}
 		} else {
-			// The copy is this thread's CPU: it pays for it as a batch
-			// does. That is why a read that takes its turn goes through
-			// pread, not the ring: through the ring the kernel's threads
-			// fill the pages and copy, which no thread clock of this
-			// process sees, so a large file's turns would cost the
-			// requests a core's worth of copies unpaid. The lane keeps
-			// such reads to one thread at a time.
+			// A read that takes its turn goes through pread, not the ring,
+			// and pays for the copy with this thread's CPU as a batch does:
+			// through the ring the kernel's threads would copy, unseen by
+			// any clock of this process.
 			pay := y.charge(ctx, held)
 			m, err = f.ReadAt(chunk, done)
 			pay()
@@ -672,18 +629,15 @@ func Expand(root string, patterns []string) ([]Target, error) {
 // Expand expands patterns as the package's Expand does, taking turns with
 // the requests as the warm-up's reads do (Busy, Background): while
 // requests are served, the walk stops every walkTurn files to wait for the
-// lane and pause for factor times the CPU those files' stats took, a
-// twentieth of a core for a Background warm-up. Walked at once after the
-// hot set, a tree of 100,000 files took 0.8 s of the one core serving
-// the first 10 s after a restart (bench j), more than the paths pass read
-// in them. Without Busy, or with no request served, it walks at once. It
-// returns ctx's error if ctx ends first.
+// lane and pause for the CPU those files' stats took, since a walk of a
+// large tree right after a restart takes the core serving more than the
+// reads do. It returns ctx's error if ctx ends first.
 func (w *Warmer) Expand(ctx context.Context, root string, patterns []string) ([]Target, error) {
 	return expand(ctx, root, patterns, w.newYielder())
 }
 
 // walkTurn is how many files a walk stats in one turn while requests are
-// served (Warmer.Expand): about 0.5 ms of CPU on a cold tree.
+// served (Warmer.Expand).
 const walkTurn = 64
 
 // walkTurns paces a walk: it holds the lane and counts the thread's CPU
@@ -716,7 +670,7 @@ func (t *walkTurns) next(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// end ends the turn in progress, if any: pause, then give the lane back.
+// end ends the turn in progress, if any.
 func (t *walkTurns) end() {
 	if t.ended != nil {
 		t.ended()

@@ -5,31 +5,28 @@ import (
 	"io/fs"
 	"os"
 
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
-// openRegular opens the file at path if it is a regular file, which it
-// checks with fstat on what it opened (openRead does not block on a FIFO):
-// a stat by name before the open would leave a window for another file
-// to take the path. Anything else is closed again and skipped
-// (errSkipped), as is a file that is gone.
-func openRegular(path string) (*os.File, os.FileInfo, error) {
-	f, err := openRead(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, errSkipped
+// openWarm opens the file at path if it is still a regular file, with its
+// size; one that is gone or is something else now is errSkipped.
+func openWarm(path string) (fileio.File, int64, error) {
+	f, size, err := fileio.OpenRegular(path)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fileio.ErrNotRegular) {
+		return nil, 0, errSkipped
 	}
-	if err != nil {
-		return nil, nil, err
-	}
-	info, err := f.Stat()
-	if err == nil && !info.Mode().IsRegular() {
-		err = errSkipped
-	}
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	return f, info, nil
+	return f, size, err
+}
+
+// tableNearlyFull reports whether a descriptor numbered fd, just opened,
+// is in the last eighth of an fd table of limit descriptors (0 for
+// unknown): the kernel hands out the lowest free number, so the table is
+// then mostly taken, and a warm-up leaves the rest to the server's
+// connections and its cache. Holes below make it an underestimate: an
+// open that finds the table full is the other signal (fdGate).
+func tableNearlyFull(fd uintptr, limit uint64) bool {
+	return limit > 0 && uint64(fd)+limit/8 >= limit
 }
 
 // FileResidency asks mincore(2) which pages of the file are resident,
@@ -39,14 +36,21 @@ func openRegular(path string) (*os.File, os.FileInfo, error) {
 // errors.ErrUnsupported.
 func FileResidency(path string) (Residency, error) {
 	r := Residency{Path: path}
-	f, info, err := openRegular(path)
-	if errors.Is(err, errSkipped) {
+	f, err := fileio.OpenRead(path)
+	if errors.Is(err, fs.ErrNotExist) {
 		return r, &fs.PathError{Op: "open", Path: path, Err: errSkipped}
 	}
 	if err != nil {
 		return r, err
 	}
 	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return r, err
+	}
+	if !info.Mode().IsRegular() {
+		return r, &fs.PathError{Op: "open", Path: path, Err: errSkipped}
+	}
 	r.Size = info.Size()
 	fd := int(f.Fd())
 	if !pagecache.Trusted(fd, info) {
