@@ -123,13 +123,11 @@ func Snapshot() Totals {
 	return Totals{Bytes: totals.bytes.Load(), Files: totals.files.Load()}
 }
 
-// Progress is what a warm-up has done so far.
+// Progress is what a warm-up has done so far, counted as Totals.
 type Progress struct {
-	// Files and Bytes are what was read: a file counts once it is read as
-	// far as the budget allowed.
 	Files, Bytes int64
-	// Spent is the budget the reads took, each file's bytes rounded up to
-	// whole pages: what is left of a budget is the budget less Spent.
+	// Spent is the budget the reads took, in whole pages: what is left of
+	// a budget is the budget less Spent.
 	Spent   int64
 	Budget  int64
 	Started time.Time // when Run began
@@ -167,42 +165,31 @@ type Warmer struct {
 	// pread: the handler passes its io_uring, so that a worker waiting
 	// for the disk holds no OS thread.
 	ReadAt ReaderAt
-	// Busy, if set, reports whether requests are being served. While it
-	// does, the workers take turns (yielder): one batch of small files or
-	// one chunk of a large file at a time, so that a warm-up takes at most
-	// prefetchBatch of the disk's queue slots and about a quarter of a
-	// core from the requests it is meant to help.
+	// Busy, if set, reports whether requests are being served: the
+	// workers then take turns (yielder), one batch or chunk at a time, so
+	// that a warm-up takes little of the disk and of a core from the
+	// requests it is meant to help.
 	Busy func() bool
 	// Cold, if set, reports whether the requests being served wait for
-	// the disk themselves. While it does, the workers read as when no
-	// request is served: the files a warm-up of the hot set reads are
-	// those the requests would wait for, and a file read ahead costs less
-	// CPU than a request's cold read. Busy's turns are for requests served
-	// from memory, which a warm-up only slows.
+	// the disk themselves: the workers then read as with no request, since
+	// the files a hot-set warm-up reads are those the requests wait for.
 	Cold func() bool
 	// Background marks a warm-up of files no request is known to wait
-	// for (the rest of a tree, a set that is mostly resident): while
-	// requests are served its turns take a twentieth of a core
-	// (backgroundPause), and Cold is not asked.
+	// for: its turns take a twentieth of a core, and Cold is not asked.
 	Background bool
-	// BusyRate, if more than 0, bounds the bytes per second the reads
-	// take while they take turns: the pages a warm-up reads cost the
-	// requests more than its threads' CPU (the disk's completions, the
-	// kernel adding them to the page cache), which no clock of this
-	// process is charged with.
+	// BusyRate, if more than 0, bounds the bytes per second the reads take
+	// while they take turns: pages read cost the requests more than the
+	// warm-up's CPU (completions, page-cache inserts), unseen by its clock.
 	BusyRate int64
 	// FDPressure, if set, reports whether the server found the fd table
-	// full lately. The warm-up then backs off as when its own open finds
-	// it full (fdGate), so that it does not take the descriptors the
-	// requests need.
+	// full lately: the warm-up then backs off as when its own open does.
 	FDPressure func() bool
 
 	files, bytes, spent atomic.Int64
 	yield               atomic.Pointer[yielder] // the last Run's, for tests
-	// For tests: prefetched is told of each file of a batch whose
-	// readahead started; verify reads a batch's file instead of pread
-	// (and closes it); cpu and pause stand for the thread's CPU clock and
-	// the yielder's pause; now for the clock of BusyRate's budget.
+	// For tests: prefetched is told of each batch file advised; verify
+	// reads (and closes) a batch file instead of pread; cpu, pause and now
+	// stand for the thread's CPU clock, the pause and the budget's clock.
 	prefetched func(path string)
 	verify     func(ctx context.Context, path string, f readFile, n int64) (int64, error)
 	cpu        func() time.Duration
@@ -371,8 +358,7 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 	return p, nil
 }
 
-// newYielder returns the yielder of a Run or a walk (Expand), nil without
-// Busy.
+// newYielder returns the yielder of a Run or Expand, nil without Busy.
 func (w *Warmer) newYielder() *yielder {
 	if w.Busy == nil {
 		return nil
@@ -399,15 +385,13 @@ func (w *Warmer) newYielder() *yielder {
 var errSkipped = errors.New("not a regular file any more")
 
 // fdTableSize reads the size of the fd table, once per Run: a limit
-// lowered during a pass is met by the opens that fail (fdGate). A var for
-// tests.
+// lowered later is met by the opens that fail. A var for tests.
 var fdTableSize = fileio.FDLimit
 
 // readFile is an open file a warm-up reads.
 type readFile = fileio.File
 
-// warm warms up to n bytes of the file at path, if it is still a regular
-// file; limit is the size of the fd table.
+// warm warms up to n bytes of the file at path.
 func (w *Warmer) warm(ctx context.Context, path string, n int64, limit uint64) (int64, error) {
 	f, n, err := openPrefetched(path, n, limit)
 	if err != nil {
@@ -418,13 +402,9 @@ func (w *Warmer) warm(ctx context.Context, path string, n int64, limit uint64) (
 
 // openPrefetched opens the file at path, if it is a regular file, and
 // starts the readahead of its first n bytes (fewer if it shrank), which
-// it returns; a file that finds the fd table full, or nearly
-// (tableNearlyFull), fails with errNoDescriptor. The readahead covers the
-// span up to prefetchAhead with the kernel's own readahead off for this
-// descriptor, so that exactly the budgeted pages are read; readPrefix's
-// reads make sure it has landed. A file read whole in one advice needs no
-// readahead off (there is nothing past its end): one fadvise less for
-// each small file.
+// it returns; a full or nearly full fd table is errNoDescriptor. The
+// kernel's own readahead is turned off so that exactly the budgeted pages
+// are read, except for a file advised whole (nothing lies past its end).
 func openPrefetched(path string, n int64, limit uint64) (readFile, int64, error) {
 	f, size, err := openWarm(path)
 	if fileio.IsFDExhaustion(err) {
@@ -446,21 +426,18 @@ func openPrefetched(path string, n int64, limit uint64) (readFile, int64, error)
 	return f, n, nil
 }
 
-// prefetchAhead is how far ahead of its reads a large file is advised
-// (fadvise WILLNEED). The kernel reads at most one readahead window of an
-// advice however long, so a large file is advised window by window as
-// its reads go, which keeps that much queued ahead of them while no
-// request is served; while the reads take turns nothing is advised ahead.
+// prefetchAhead is how far ahead of its reads a large file is advised:
+// the kernel reads at most one readahead window of an advice however
+// long, so the advice follows the reads (unless they take turns).
 const prefetchAhead = 8 << 20
 
 // adviseRange advises the next window of a large file (a var for tests).
 var adviseRange = pagecache.PrefetchRange
 
 // batchFileMax is the largest file warmed in a batch, and prefetchBatch
-// the most files in one: a worker starts the readahead of a batch's files
-// one after the other, then waits for them, so that a warm-up of small
-// files keeps Workers × prefetchBatch reads in flight with at most
-// Workers threads.
+// the most files in one: a worker starts the readahead of a batch's files,
+// then waits for them, so that Workers threads keep Workers ×
+// prefetchBatch reads in flight.
 const (
 	batchFileMax  = 128 << 10
 	prefetchBatch = 16
@@ -475,14 +452,10 @@ type batchFile struct {
 }
 
 // warmBatch warms small files: it opens each and starts its readahead,
-// then reads them one after the other with pread, which waits for the
-// readahead to land. Not through ReadAt: the disk has the whole batch in
-// flight already, and a pread that finds the pages there costs one
-// syscall where the ring costs a round trip through its reaper. While
-// requests are served the batch takes the one lane for all of it. An open
-// that finds the fd table full, or nearly, ends the opens: the files not
-// opened get errNoDescriptor (Run queues them again). It returns how many
-// files it opened.
+// then reads them with pread, which waits for the readahead to land (not
+// through ReadAt: a pread that finds the pages costs one syscall, the
+// ring a round trip). A full fd table ends the opens: the files not
+// opened get errNoDescriptor. It returns how many files it opened.
 func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile, limit uint64) (opened int) {
 	y := yielderFrom(yctx)
 	var n int64
@@ -529,9 +502,7 @@ func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile, limit u
 	return opened
 }
 
-// ReadBufferSize is the buffer each worker reads into: a warm-up holds at
-// most Workers of them at once (and those a ring read let go of keeps
-// until it completes).
+// ReadBufferSize is the buffer each worker reads into.
 const ReadBufferSize = 1 << 20
 
 var readBufs = sync.Pool{New: func() any { b := make([]byte, ReadBufferSize); return &b }}
@@ -545,11 +516,8 @@ var readBufs = sync.Pool{New: func() any { b := make([]byte, ReadBufferSize); re
 // them back when the kernel is done with them.
 type ReaderAt func(ctx context.Context, fd int, buf []byte, off int64, hold func() (release func())) (int, error)
 
-// readPrefix reads the first n bytes of f through a pooled buffer, which
-// leaves them in the page cache, and closes f: at once, or when a read
-// that was let go completes. Of a file larger than prefetchAhead it
-// advises the next window as it goes, while its reads need not take
-// turns.
+// readPrefix reads the first n bytes of f, which leaves them in the page
+// cache, and closes f: at once, or when a read that was let go completes.
 func readPrefix(ctx context.Context, f readFile, n int64, readAt ReaderAt) (int64, error) {
 	bp := readBufs.Get().(*[]byte)
 	lent := false
@@ -627,17 +595,13 @@ func Expand(root string, patterns []string) ([]Target, error) {
 }
 
 // Expand expands patterns as the package's Expand does, taking turns with
-// the requests as the warm-up's reads do (Busy, Background): while
-// requests are served, the walk stops every walkTurn files to wait for the
-// lane and pause for the CPU those files' stats took, since a walk of a
-// large tree right after a restart takes the core serving more than the
-// reads do. It returns ctx's error if ctx ends first.
+// the requests as the reads do (Busy): a large tree's stats cost the core
+// serving more than its reads. It returns ctx's error if ctx ends first.
 func (w *Warmer) Expand(ctx context.Context, root string, patterns []string) ([]Target, error) {
 	return expand(ctx, root, patterns, w.newYielder())
 }
 
-// walkTurn is how many files a walk stats in one turn while requests are
-// served (Warmer.Expand).
+// walkTurn is how many files a walk stats in one turn.
 const walkTurn = 64
 
 // walkTurns paces a walk: it holds the lane and counts the thread's CPU
@@ -648,8 +612,7 @@ type walkTurns struct {
 	ended func() // pauses, then gives the lane back
 }
 
-// next is called before each file's stat: it ends the turn every walkTurn
-// files and waits for the next.
+// next is called before each file's stat.
 func (t *walkTurns) next(ctx context.Context) error {
 	if t.y == nil {
 		return ctx.Err()

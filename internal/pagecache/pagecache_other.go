@@ -4,9 +4,6 @@ package pagecache
 
 import "io/fs"
 
-// Supported is true where the page cache can be asked.
-const Supported = false
-
 // Trusted is true where nothing asks mincore(2): without the Linux engines
 // no body is probed for residency.
 func Trusted(int, fs.FileInfo) bool { return true }
