@@ -1,9 +1,8 @@
-// Package fileio holds the file system calls that statacc, prewarm,
-// transmit and the handler all make: opening a file for reading without
-// blocking on a FIFO, reading it whole at an offset, and telling a full
-// fd table, the size of that table and a filesystem without a block
-// device. Each is written once here, with a fallback where the system
-// lacks it.
+// Package fileio holds the file calls that statacc, prewarm, transmit and
+// the handler all make, each written once: opening for reading without
+// blocking on a FIFO, reading at an offset in full, the size of the fd
+// table and telling it full, and telling a filesystem without a block
+// device.
 package fileio
 
 import (
@@ -12,8 +11,7 @@ import (
 	"syscall"
 )
 
-// File is an open file read at explicit offsets: a bare descriptor on
-// Unix, an *os.File elsewhere.
+// File is an open file read at explicit offsets (OpenRegular).
 type File interface {
 	io.ReaderAt
 	io.Closer

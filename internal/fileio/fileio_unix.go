@@ -13,10 +13,9 @@ import (
 )
 
 // ReadFlags open a file for reading without waiting: with O_NONBLOCK a
-// FIFO (or a device) that took the place of a regular file opens at once
-// instead of blocking the thread until a writer comes, and the caller
-// checks with fstat what it opened (nginx does the same). On a regular
-// file O_NONBLOCK changes nothing.
+// FIFO that took the place of a regular file opens at once instead of
+// blocking the thread until a writer comes, and the caller checks with
+// fstat what it opened. On a regular file O_NONBLOCK changes nothing.
 const ReadFlags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
 
 // OpenRead opens path with ReadFlags as an *os.File.
@@ -24,10 +23,9 @@ func OpenRead(path string) (*os.File, error) {
 	return os.OpenFile(path, ReadFlags, 0)
 }
 
-// OpenFD opens path with ReadFlags and extra as a bare descriptor, the
-// open retried on EINTR; an error is the errno. A bare descriptor costs
-// an open no poller registration (an epoll_ctl that fails for a regular
-// file) and no finalizer, as an *os.File would.
+// OpenFD opens path with ReadFlags and extra as a bare descriptor, which
+// costs no poller registration and no finalizer as an *os.File does; an
+// error is the errno.
 func OpenFD(path string, extra int) (int, error) {
 	for {
 		fd, err := unix.Open(path, ReadFlags|extra, 0)
@@ -38,9 +36,9 @@ func OpenFD(path string, extra int) (int, error) {
 }
 
 // OpenRegular opens path (OpenFD) and returns it with its size if fstat
-// says it is a regular file; anything else is closed again (ErrNotRegular).
-// Checking what was opened, not a stat of the name before, leaves no
-// window for another file to take the path.
+// says it is a regular file; anything else is closed (ErrNotRegular).
+// Checking what was opened leaves no window for another file to take the
+// path, as a stat before the open would.
 func OpenRegular(path string) (File, int64, error) {
 	fd, err := OpenFD(path, 0)
 	if err != nil {
@@ -58,13 +56,11 @@ func OpenRegular(path string) (File, int64, error) {
 	return descriptor(fd), st.Size, nil
 }
 
-// descriptor is the File of a bare descriptor.
 type descriptor int
 
 func (d descriptor) Fd() uintptr  { return uintptr(d) }
 func (d descriptor) Close() error { return unix.Close(int(d)) }
 
-// ReadAt is ReadAt of the descriptor, its errors those of a pread.
 func (d descriptor) ReadAt(p []byte, off int64) (int, error) {
 	n, err := ReadAt(int(d), p, off)
 	if err != nil && err != io.EOF {

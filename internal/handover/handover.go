@@ -3,10 +3,8 @@
 // soak can tell a connection a reload may drop from one it must not.
 //
 // What a reload can drop, from Caddy v2.11.9's code: each config binds its
-// own SO_REUSEPORT socket (listenReusable: the listener pool only counts
-// the configs using an address), the new config starts before the old one
-// stops, and the http app's Stop starts http.Server.Shutdown on each old
-// server without waiting for it. So during a handover:
+// own SO_REUSEPORT socket, the new config starts before the old one stops,
+// and the old servers' Shutdown is not waited for. So during a handover:
 //   - a connection the kernel queued on the old socket, which no server
 //     accepted, is reset when that socket closes: the client sees it at
 //     connect, at its write or at its read;
