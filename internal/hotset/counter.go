@@ -23,7 +23,7 @@ const (
 	sketchRows  = 4
 	sketchWidth = 1 << 14 // 4 × 16384 × 4 bytes = 256 KiB per counter
 	// minPending is the least bound of the paths remembered between
-	// snapshots because their entry left the cache (Remember).
+	// snapshots because their entry left the cache (remember).
 	minPending = 4096
 )
 
@@ -72,10 +72,10 @@ func NewCounter(live iter.Seq2[File, *Tally]) *Counter {
 	return &Counter{seed: maphash.MakeSeed(), live: live, maxPending: minPending}
 }
 
-// Remember makes the counter keep up to n files whose entries left the
+// remember makes the counter keep up to n files whose entries left the
 // cache between two snapshots, so that a snapshot of n files can name
 // files the cache no longer holds. The bound only grows.
-func (c *Counter) Remember(n int) {
+func (c *Counter) remember(n int) {
 	c.mu.Lock()
 	c.maxPending = max(c.maxPending, n)
 	c.mu.Unlock()

@@ -33,7 +33,7 @@ type Saver struct {
 func StartSaver(path string, c *Counter, files int, bytes int64, every time.Duration, saved func([]File, error)) *Saver {
 	s := &Saver{path: path, c: c, files: files, saved: saved, done: make(chan struct{})}
 	s.bytes.Store(bytes)
-	c.Remember(files)
+	c.remember(files)
 	s.wg.Go(func() { s.run(every) })
 	return s
 }
