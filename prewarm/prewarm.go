@@ -6,14 +6,10 @@ package prewarm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,90 +20,6 @@ import (
 
 // pageSize is the unit of residency and of the budget.
 var pageSize = int64(os.Getpagesize())
-
-// Residency is how much of one file is in the page cache.
-type Residency struct {
-	Path string
-	Size int64
-	// Known is false when this process cannot find out: mincore(2) reports
-	// every page resident to a process that neither owns the file nor may
-	// write it, and reading the pages to find out would bring them in.
-	// Resident is 0 then, and its JSON null.
-	Known    bool
-	Resident int64
-}
-
-// MarshalJSON writes {"path", "size", "known", "resident_bytes"}, with
-// resident_bytes null when the residency is not known.
-func (r Residency) MarshalJSON() ([]byte, error) {
-	var resident *int64
-	if r.Known {
-		resident = &r.Resident
-	}
-	return json.Marshal(struct {
-		Path     string `json:"path"`
-		Size     int64  `json:"size"`
-		Known    bool   `json:"known"`
-		Resident *int64 `json:"resident_bytes"`
-	}{r.Path, r.Size, r.Known, resident})
-}
-
-// Percent is the resident share of the file, 100 for an empty file; 0
-// when the residency is not known.
-func (r Residency) Percent() float64 {
-	if !r.Known {
-		return 0
-	}
-	if r.Size == 0 {
-		return 100
-	}
-	return 100 * float64(min(r.Resident, r.Size)) / float64(r.Size)
-}
-
-// Summary adds up the residencies of many files, keeping apart those whose
-// residency this process cannot know (UnknownFiles, UnknownBytes).
-type Summary struct {
-	Files, Bytes int64
-	// Resident counts the resident bytes of the files in KnownBytes.
-	Resident, KnownBytes       int64
-	UnknownFiles, UnknownBytes int64
-}
-
-// Summarize adds up residencies.
-func Summarize(rs []Residency) Summary {
-	var s Summary
-	for _, r := range rs {
-		s.Files++
-		s.Bytes += r.Size
-		if r.Known {
-			s.Resident += r.Resident
-			s.KnownBytes += r.Size
-		} else {
-			s.UnknownFiles++
-			s.UnknownBytes += r.Size
-		}
-	}
-	return s
-}
-
-// Known reports whether the residency of every file is known.
-func (s Summary) Known() bool { return s.UnknownFiles == 0 }
-
-// AnyKnown reports whether the residency of some file is known, or there
-// is no file at all: Resident and Percent then mean something.
-func (s Summary) AnyKnown() bool { return s.Files == 0 || s.UnknownFiles < s.Files }
-
-// Percent is the resident share of the bytes whose residency is known:
-// 100 when those are empty files or none, 0 when nothing is known.
-func (s Summary) Percent() float64 {
-	if !s.AnyKnown() {
-		return 0
-	}
-	if s.KnownBytes == 0 {
-		return 100
-	}
-	return 100 * float64(min(s.Resident, s.KnownBytes)) / float64(s.KnownBytes)
-}
 
 // totals counts what every warm-up of the process has read (Snapshot).
 var totals struct{ bytes, files atomic.Int64 }
@@ -141,13 +53,6 @@ func (p Progress) Rate() float64 {
 		return 0
 	}
 	return float64(p.Bytes) / d
-}
-
-// Target is one file to warm: Size bytes of it from the start, or fewer
-// if the budget runs out.
-type Target struct {
-	Path string
-	Size int64
 }
 
 // Warmer warms targets with a few workers until the budget is spent.
@@ -330,10 +235,17 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 					return
 				}
 				opened := 1
-				if batch[0].n > batchFileMax {
-					b := &batch[0]
-					if b.got, b.err = w.warm(yctx, b.path, b.n, limit); errors.Is(b.err, errNoDescriptor) {
-						opened = 0
+				if b := &batch[0]; b.n > batchFileMax {
+					// A large file alone, read through ReadAt. Its n stays
+					// as it was: a file put back is queued with it.
+					f, n, err := openPrefetched(b.path, b.n, limit)
+					switch {
+					case err == nil:
+						b.got, b.err = readPrefix(yctx, f, n, w.ReadAt)
+					case errors.Is(err, errNoDescriptor):
+						b.err, opened = err, 0
+					default:
+						b.err = err
 					}
 				} else {
 					opened = w.warmBatch(ctx, yctx, batch, limit)
@@ -391,26 +303,20 @@ var fdTableSize = fileio.FDLimit
 // readFile is an open file a warm-up reads.
 type readFile = fileio.File
 
-// warm warms up to n bytes of the file at path.
-func (w *Warmer) warm(ctx context.Context, path string, n int64, limit uint64) (int64, error) {
-	f, n, err := openPrefetched(path, n, limit)
-	if err != nil {
-		return 0, err
-	}
-	return readPrefix(ctx, f, n, w.ReadAt)
-}
-
-// openPrefetched opens the file at path, if it is a regular file, and
-// starts the readahead of its first n bytes (fewer if it shrank), which
-// it returns; a full or nearly full fd table is errNoDescriptor. The
+// openPrefetched opens the file at path, if it is still a regular file
+// (else errSkipped), and starts the readahead of its first n bytes (fewer
+// if it shrank), which it returns; a full or nearly full fd table is
+// errNoDescriptor. The
 // kernel's own readahead is turned off so that exactly the budgeted pages
 // are read, except for a file advised whole (nothing lies past its end).
 func openPrefetched(path string, n int64, limit uint64) (readFile, int64, error) {
-	f, size, err := openWarm(path)
-	if fileio.IsFDExhaustion(err) {
+	f, size, err := fileio.OpenRegular(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, fileio.ErrNotRegular):
+		return nil, 0, errSkipped
+	case fileio.IsFDExhaustion(err):
 		return nil, 0, fmt.Errorf("%w: %w", errNoDescriptor, err)
-	}
-	if err != nil {
+	case err != nil:
 		return nil, 0, err
 	}
 	if tableNearlyFull(f.Fd(), limit) {
@@ -587,144 +493,12 @@ func readPrefix(ctx context.Context, f readFile, n int64, readAt ReaderAt) (int6
 
 func roundUp(n int64) int64 { return (n + pageSize - 1) / pageSize * pageSize }
 
-// Expand turns patterns into files under root: "*" is the whole tree, a
-// directory is everything below it, and anything else is a glob relative
-// to root. A pattern cannot leave root.
-func Expand(root string, patterns []string) ([]Target, error) {
-	return expand(context.Background(), root, patterns, nil)
-}
-
-// Expand expands patterns as the package's Expand does, taking turns with
-// the requests as the reads do (Busy): a large tree's stats cost the core
-// serving more than its reads. It returns ctx's error if ctx ends first.
-func (w *Warmer) Expand(ctx context.Context, root string, patterns []string) ([]Target, error) {
-	return expand(ctx, root, patterns, w.newYielder())
-}
-
-// walkTurn is how many files a walk stats in one turn.
-const walkTurn = 64
-
-// walkTurns paces a walk: it holds the lane and counts the thread's CPU
-// for walkTurn files at a time, while requests are served.
-type walkTurns struct {
-	y     *yielder
-	n     int    // files stat'ed so far
-	ended func() // pauses, then gives the lane back
-}
-
-// next is called before each file's stat.
-func (t *walkTurns) next(ctx context.Context) error {
-	if t.y == nil {
-		return ctx.Err()
-	}
-	if t.n%walkTurn == 0 {
-		t.end()
-		if err := ctx.Err(); err != nil {
-			return err // no turn after the end: a pause would be for nothing
-		}
-		release, held, err := t.y.wait(ctx, 0)
-		if err != nil {
-			return err
-		}
-		pay := t.y.charge(ctx, held)
-		t.ended = func() { pay(); release() }
-	}
-	t.n++
-	return ctx.Err()
-}
-
-// end ends the turn in progress, if any.
-func (t *walkTurns) end() {
-	if t.ended != nil {
-		t.ended()
-		t.ended = nil
-	}
-}
-
-func expand(ctx context.Context, root string, patterns []string, y *yielder) ([]Target, error) {
-	seen := map[string]bool{}
-	var out []Target
-	turns := &walkTurns{y: y}
-	defer turns.end()
-	add := func(p string, info fs.FileInfo) {
-		if info.Mode().IsRegular() && !seen[p] {
-			seen[p] = true
-			out = append(out, Target{Path: p, Size: info.Size()})
-		}
-	}
-	walk := func(dir string) error {
-		return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return ctx.Err() // unreadable parts are skipped, not fatal
-			}
-			if d.Type().IsRegular() {
-				if err := turns.next(ctx); err != nil {
-					return err
-				}
-				if info, err := d.Info(); err == nil {
-					add(p, info)
-				}
-			}
-			return nil
-		})
-	}
-	for _, pat := range patterns {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if pat == "*" || pat == "/" || pat == "." {
-			if err := walk(root); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		rel := filepath.Clean("/" + filepath.ToSlash(pat))[1:]
-		matches, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(rel)))
-		if err != nil {
-			return nil, err
-		}
-		sort.Strings(matches)
-		for _, m := range matches {
-			if !strings.HasPrefix(m, filepath.Clean(root)) {
-				continue
-			}
-			info, err := os.Stat(m)
-			if err != nil {
-				continue
-			}
-			if info.IsDir() {
-				if walk(m) != nil && ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-			} else {
-				add(m, info)
-			}
-		}
-	}
-	return out, nil
-}
-
-// Residencies reports every regular file under the paths.
-func Residencies(paths []string) ([]Residency, error) {
-	var out []Residency
-	for _, p := range paths {
-		err := filepath.WalkDir(p, func(f string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if !d.Type().IsRegular() {
-				return nil
-			}
-			r, err := FileResidency(f)
-			if err != nil {
-				return err
-			}
-			out = append(out, r)
-			return nil
-		})
-		if err != nil {
-			return out, err
-		}
-	}
-	return out, nil
+// tableNearlyFull reports whether a descriptor numbered fd, just opened,
+// is in the last eighth of an fd table of limit descriptors (0 for
+// unknown): the kernel hands out the lowest free number, so the table is
+// then mostly taken, and a warm-up leaves the rest to the server's
+// connections and its cache. Holes below make it an underestimate: an
+// open that finds the table full is the other signal (fdGate).
+func tableNearlyFull(fd uintptr, limit uint64) bool {
+	return limit > 0 && uint64(fd)+limit/8 >= limit
 }

@@ -17,10 +17,10 @@ const busyPoll = 10 * time.Millisecond
 // large file, or a batch of small files) needs the one lane, so reads go
 // one at a time; otherwise they go at once.
 type yielder struct {
-	busy func() bool
-	cold func() bool // Warmer.Cold
-	lane chan struct{} // capacity 1
-	waiting atomic.Int32 // the reads held back now
+	busy    func() bool
+	cold    func() bool   // Warmer.Cold
+	lane    chan struct{} // capacity 1
+	waiting atomic.Int32  // the reads held back now
 	// cpu is the calling thread's CPU clock, nil where there is none;
 	// pause waits, or returns early when ctx ends. A read that holds the
 	// lane pauses for factor times the CPU it took (charge).
