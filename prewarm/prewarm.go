@@ -146,10 +146,9 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 			}
 		})
 	}
-	yctx := ctx
-	if y := w.newYielder(); y != nil {
+	y := w.newYielder()
+	if y != nil {
 		w.yield.Store(y)
-		yctx = context.WithValue(ctx, yielderKey{}, y)
 	}
 	var firstErr atomic.Value
 	done := func(n int64, err error) {
@@ -241,14 +240,14 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 					f, n, err := openPrefetched(b.path, b.n, limit)
 					switch {
 					case err == nil:
-						b.got, b.err = readPrefix(yctx, f, n, w.ReadAt)
+						b.got, b.err = readPrefix(ctx, y, f, n, w.ReadAt)
 					case errors.Is(err, errNoDescriptor):
 						b.err, opened = err, 0
 					default:
 						b.err = err
 					}
 				} else {
-					opened = w.warmBatch(ctx, yctx, batch, limit)
+					opened = w.warmBatch(ctx, y, batch, limit)
 				}
 				putBack(opened, batch)
 			}
@@ -362,8 +361,7 @@ type batchFile struct {
 // through ReadAt: a pread that finds the pages costs one syscall, the
 // ring a round trip). A full fd table ends the opens: the files not
 // opened get errNoDescriptor. It returns how many files it opened.
-func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile, limit uint64) (opened int) {
-	y := yielderFrom(yctx)
+func (w *Warmer) warmBatch(ctx context.Context, y *yielder, batch []batchFile, limit uint64) (opened int) {
 	var n int64
 	for _, b := range batch {
 		n += b.n
@@ -397,7 +395,7 @@ func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile, limit u
 	verify := w.verify
 	if verify == nil {
 		verify = func(ctx context.Context, _ string, f readFile, n int64) (int64, error) {
-			return readPrefix(ctx, f, n, nil)
+			return readPrefix(ctx, nil, f, n, nil) // the batch holds the lane
 		}
 	}
 	for i := range batch {
@@ -424,7 +422,8 @@ type ReaderAt func(ctx context.Context, fd int, buf []byte, off int64, hold func
 
 // readPrefix reads the first n bytes of f, which leaves them in the page
 // cache, and closes f: at once, or when a read that was let go completes.
-func readPrefix(ctx context.Context, f readFile, n int64, readAt ReaderAt) (int64, error) {
+// Each chunk takes its turn with y (nil: none).
+func readPrefix(ctx context.Context, y *yielder, f readFile, n int64, readAt ReaderAt) (int64, error) {
 	bp := readBufs.Get().(*[]byte)
 	lent := false
 	hold := func() func() {
@@ -441,7 +440,6 @@ func readPrefix(ctx context.Context, f readFile, n int64, readAt ReaderAt) (int6
 		}
 	}()
 	buf := *bp
-	y := yielderFrom(ctx)
 	var done int64
 	advised := min(n, prefetchAhead) // openPrefetched's advice
 	for done < n {

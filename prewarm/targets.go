@@ -54,48 +54,32 @@ func (w *Warmer) Expand(ctx context.Context, root string, patterns []string) ([]
 // walkTurn is how many files a walk stats in one turn.
 const walkTurn = 64
 
-// walkTurns paces a walk: it holds the lane and counts the thread's CPU
-// for walkTurn files at a time, while requests are served.
-type walkTurns struct {
-	y     *yielder
-	n     int    // files stat'ed so far
-	ended func() // pauses, then gives the lane back
-}
-
-// next is called before each file's stat.
-func (t *walkTurns) next(ctx context.Context) error {
-	if t.y == nil {
-		return ctx.Err()
-	}
-	if t.n%walkTurn == 0 {
-		t.end()
-		if err := ctx.Err(); err != nil {
-			return err // no turn after the end: a pause would be for nothing
-		}
-		release, held, err := t.y.wait(ctx, 0)
-		if err != nil {
-			return err
-		}
-		pay := t.y.charge(ctx, held)
-		t.ended = func() { pay(); release() }
-	}
-	t.n++
-	return ctx.Err()
-}
-
-// end ends the turn in progress, if any.
-func (t *walkTurns) end() {
-	if t.ended != nil {
-		t.ended()
-		t.ended = nil
-	}
-}
-
 func expand(ctx context.Context, root string, patterns []string, y *yielder) ([]Target, error) {
 	seen := map[string]bool{}
 	var out []Target
-	turns := &walkTurns{y: y}
-	defer turns.end()
+	// While requests are served, the walk holds the lane and counts the
+	// thread's CPU for walkTurn files at a time (nextFile), then pauses
+	// and gives the lane back (endTurn).
+	var files int
+	endTurn := noRelease
+	defer func() { endTurn() }()
+	nextFile := func() error {
+		if y != nil && files%walkTurn == 0 {
+			endTurn()
+			endTurn = noRelease
+			if err := ctx.Err(); err != nil {
+				return err // no turn after the end: a pause would be for nothing
+			}
+			release, held, err := y.wait(ctx, 0)
+			if err != nil {
+				return err
+			}
+			pay := y.charge(ctx, held)
+			endTurn = func() { pay(); release() }
+		}
+		files++
+		return ctx.Err()
+	}
 	add := func(p string, info fs.FileInfo) {
 		if info.Mode().IsRegular() && !seen[p] {
 			seen[p] = true
@@ -108,7 +92,7 @@ func expand(ctx context.Context, root string, patterns []string, y *yielder) ([]
 				return ctx.Err() // unreadable parts are skipped, not fatal
 			}
 			if d.Type().IsRegular() {
-				if err := turns.next(ctx); err != nil {
+				if err := nextFile(); err != nil {
 					return err
 				}
 				if info, err := d.Info(); err == nil {

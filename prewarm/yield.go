@@ -53,14 +53,6 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// yielderKey carries a Warmer's yielder to readPrefix.
-type yielderKey struct{}
-
-func yielderFrom(ctx context.Context) *yielder {
-	y, _ := ctx.Value(yielderKey{}).(*yielder)
-	return y
-}
-
 func noRelease() {}
 
 // charge starts counting the CPU the calling thread takes for a read that
