@@ -167,32 +167,19 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 	gate := newFDGate(w.FDPressure)
 	limit := fdTableSize()
 	var mu sync.Mutex
-	next := 0
-	var back []batchFile // put back because the fd table was full: first
+	queue := jobs // files put back for a full fd table go first
 	// take hands a worker the next files in order: a large file alone, or
 	// a batch of up to gate.batchLimit small ones that come in a row.
 	take := func(batch []batchFile) []batchFile {
 		limit := gate.batchLimit()
 		mu.Lock()
 		defer mu.Unlock()
-		for len(batch) < limit {
-			var b batchFile
-			switch {
-			case len(back) > 0:
-				b = back[0]
-			case next < len(jobs):
-				b = jobs[next]
-			default:
-				return batch
-			}
+		for len(batch) < limit && len(queue) > 0 {
+			b := queue[0]
 			if b.n > batchFileMax && len(batch) > 0 {
 				break
 			}
-			if len(back) > 0 {
-				back = back[1:]
-			} else {
-				next++
-			}
+			queue = queue[1:]
 			batch = append(batch, b)
 			if b.n > batchFileMax {
 				break
@@ -218,7 +205,7 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 			return
 		}
 		mu.Lock()
-		back = append(again, back...)
+		queue = append(again, queue...)
 		mu.Unlock()
 	}
 	var wg sync.WaitGroup
