@@ -98,9 +98,8 @@ func NewProbe(fd int, trusted bool, size int64) Probe {
 
 // Resident returns how many of the n bytes from off are in the page
 // cache, counted from off: with mincore, up to the first missing page;
-// without, n when both ends of the span are cached and 0 when either is
-// not (or cannot be read without waiting: a file system without
-// RWF_NOWAIT, the end of the file).
+// without, n when both ends of the span are cached (read without
+// waiting) and 0 when either is not.
 func (p *Probe) Resident(off, n int64) (int64, error) {
 	if !p.trusted {
 		return p.noWait(off, n), nil
@@ -164,10 +163,9 @@ func residentFrom(vec []byte, start, off, n int64) int64 {
 }
 
 // FirstMissing returns where the first size bytes of the file stop being
-// in the page cache: size when they are all there; with mincore (one call
-// over them), the first missing page; without, the start of the first
-// span of span bytes with an end missing, the spans probed in turn. ok is
-// false when mincore failed and nothing is known.
+// in the page cache: size when they are all there; with mincore, the
+// first missing page; without, the start of the first span of span bytes
+// with an end missing. ok is false when mincore failed.
 //
 // Without mincore the answer is only good at once: the no-wait read that
 // found a page missing has also started the kernel reading it.
