@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
@@ -656,7 +657,7 @@ func (c *Cache) keptForRevalidation(sl *negSlot) bool {
 func (c *Cache) Options() Options { return c.opts }
 
 func defaultMaxOpenFiles() int {
-	if n := rlimitNoFile(); n > 0 {
+	if n := fileio.FDLimit(); n > 0 {
 		return max(64, min(1<<18, int(n/4)))
 	}
 	return 1024
@@ -1278,7 +1279,7 @@ func (c *Cache) unpublish(e *Entry) bool { return c.entries.CompareAndDelete(e.p
 func (c *Cache) load(key lookupKey, site string) (e *Entry, links linkKind) {
 	path := key.path
 	info, f, links, err := c.open(key)
-	if err != nil && IsFDExhaustion(err) {
+	if err != nil && fileio.IsFDExhaustion(err) {
 		// Make room by closing idle descriptors, then try once more: a full
 		// fd table must not turn into errors that the cache could avoid.
 		// Half of what is open now, not of max_open_files: the table may be
@@ -1352,7 +1353,7 @@ func (c *Cache) open(key lookupKey) (info fs.FileInfo, f handle, links linkKind,
 	f, viaLink, err := openRegularFile(path)
 	if err != nil {
 		links = unwatchable(path, nil, viaLink, err)
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || IsFDExhaustion(err) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || fileio.IsFDExhaustion(err) {
 			return nil, nil, links, err
 		}
 		// A directory without read permission, a socket (ENXIO): stat
@@ -1427,11 +1428,6 @@ func unreadableDir(info fs.FileInfo, err error) bool {
 // the server's state: only those are cached as negative entries.
 func cacheableError(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || isConfinementError(err)
-}
-
-// IsFDExhaustion reports whether err says the fd table is full.
-func IsFDExhaustion(err error) bool {
-	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
 // drop removes the cache's reference to an entry that left the map.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 )
 
 // A directory's listing answers "no such file" for every name it does
@@ -372,7 +374,7 @@ func (w *watcher) unlistAll() {
 // hashes, or nil if it cannot now. refused says that it is not to be
 // listed (see the top of this file), nor tried again while its node lives.
 func readListing(dir string, seed maphash.Seed) (names map[uint64]struct{}, refused bool) {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	fd, err := fileio.OpenFD(dir, unix.O_DIRECTORY|unix.O_NOFOLLOW)
 	if err != nil {
 		return nil, false // replaced since (its parent's event drops the node), the fd table full, ...
 	}

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
@@ -108,7 +109,7 @@ func TestNoWaitProbeWithoutNoWaitSupport(t *testing.T) {
 	}
 	defer r.close()
 	got := make([]byte, size)
-	n, err := r.readFull(t.Context(), fd, got, 0, &readOptions{NoBlockDevice: noBlockDevice(fd)})
+	n, err := r.readFull(t.Context(), fd, got, 0, &readOptions{NoBlockDevice: fileio.NoBlockDeviceFD(fd)})
 	if err != nil || n != size {
 		t.Fatalf("ring read: %d bytes, %v", n, err)
 	}

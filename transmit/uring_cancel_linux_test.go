@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 )
 
 // waitFor polls cond every 5 ms for up to d and reports whether it held.
@@ -61,7 +63,7 @@ func TestRingCancelsStalledReads(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var held, released atomic.Int64
-	opts := &readOptions{NoBlockDevice: noBlockDevice(int(f.Fd())), Hold: func() func() {
+	opts := &readOptions{NoBlockDevice: fileio.NoBlockDeviceFD(int(f.Fd())), Hold: func() func() {
 		held.Add(1)
 		return func() { released.Add(1) }
 	}}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"sync"
@@ -15,6 +16,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 )
 
 // The io_uring ABI (include/uapi/linux/io_uring.h), as much as the Ring
@@ -553,7 +556,7 @@ func (r *Ring) enter() {
 // (readOptions.Hold) and buf is left to the ring. A read the ring fails
 // for its own reasons is done with pread (preadIfRingFailed).
 func (r *Ring) ReadLending(ctx context.Context, fd int, buf []byte, off int64, hold func() (release func())) (int, error) {
-	o := readOptions{NoBlockDevice: noBlockDevice(fd)}
+	o := readOptions{NoBlockDevice: fileio.NoBlockDeviceFD(fd)}
 	lent := false
 	if hold != nil {
 		o.Hold = func() func() {
@@ -593,31 +596,14 @@ func (r *Ring) readFull(ctx context.Context, fd int, buf []byte, off int64, o *r
 // preadFull reads with pread until buf is full, the end of the file or an
 // error.
 func preadFull(fd int, buf []byte, off int64) (int, error) {
-	done := 0
-	for done < len(buf) {
-		n, err := unix.Pread(fd, buf[done:], off+int64(done))
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return done, &os.PathError{Op: "pread", Path: fmt.Sprint("fd ", fd), Err: err}
-		}
-		if n == 0 {
-			break
-		}
-		done += n
+	n, err := fileio.ReadAt(fd, buf, off)
+	switch {
+	case err == io.EOF:
+		return n, nil
+	case err != nil:
+		return n, &os.PathError{Op: "pread", Path: fmt.Sprint("fd ", fd), Err: err}
 	}
-	return done, nil
-}
-
-// noBlockDevice reports whether fd's filesystem has no block device (its
-// device number's major is 0): FUSE, NFS, CIFS, tmpfs, overlayfs, btrfs.
-func noBlockDevice(fd int) bool {
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil {
-		return false
-	}
-	return unix.Major(st.Dev) == 0
+	return n, nil
 }
 
 // readLent is readFull into a buffer that lend gives once the read has

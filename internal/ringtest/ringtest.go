@@ -1,8 +1,6 @@
 // Package ringtest lets the module's tests look into the io_uring ring
-// that package transmit shares between handlers, which it does not
-// export. Package transmit sets these at init; only tests call them, as
-// the standard library's internal/testlog is set by one package and read
-// by another.
+// that package transmit shares between handlers and does not export:
+// transmit sets these at init, only tests call them.
 package ringtest
 
 var (
