@@ -193,6 +193,7 @@ func (s *Sender) ringRead(ctx context.Context, src Body, opts *readOptions, c *c
 		return nil, 0, eng, err
 	}
 	if buf == nil {
+		// The ring failed before lending was asked for (closed).
 		if err := c.borrow(ctx, want); err != nil {
 			return nil, 0, eng, err
 		}
@@ -204,6 +205,8 @@ func (s *Sender) ringRead(ctx context.Context, src Body, opts *readOptions, c *c
 	}
 	c.readDone()
 	if err := pagecache.ShortRead(n, len(buf), err); err != nil {
+		// The read went on after short reads: only a read of 0 bytes
+		// before the end stops it, and that is truncation.
 		return buf, n, eng, &ReadError{Offset: off + int64(n), Err: err}
 	}
 	return buf, n, eng, nil
@@ -222,7 +225,8 @@ func cached(fd int, off int64) bool { c, _ := noWaitByte(fd, off); return c }
 
 // copyCached writes up to n bytes of fd from off to w through buf, with
 // no-wait reads, and stops at the first byte not in the page cache
-// (missing), which the caller reads through the ring.
+// (missing), which the caller reads through the ring, so that a page
+// evicted since the ring read it holds no thread.
 func copyCached(w io.Writer, fd int, buf []byte, off, n int64) (sent int64, missing bool, err error) {
 	for sent < n {
 		chunk := buf[:min(int64(len(buf)), n-sent)]
@@ -238,6 +242,8 @@ func copyCached(w io.Writer, fd int, buf []byte, off, n int64) (sent int64, miss
 		if rerr == nil {
 			return sent, false, &ReadError{Offset: off + sent, Err: errTruncated}
 		}
+		// Not in the page cache (EAGAIN), or not to be asked: the ring
+		// reads it, and says if the file failed.
 		return sent, true, nil
 	}
 	return sent, false, nil

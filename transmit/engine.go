@@ -141,14 +141,17 @@ func (s *Sender) Close() {
 //   - io_uring: data not known to be in the page cache (a file on tmpfs
 //     always is); what is resident leaves as above, the rest is read
 //     through the ring.
+//
+// A policy left empty is auto, as Open makes it.
 func (s *Sender) Choose(w http.ResponseWriter, r *http.Request, body Body) Transfer {
-	if body.Data() != nil && s.Policy == PolicyAuto {
+	if body.Data() != nil && (s.Policy == PolicyAuto || s.Policy == "") {
 		return Transfer{Engine: EngineMemory}
 	}
 	if s.Ring != nil && body.FD() >= 0 && (!body.InMemoryFS() || s.Policy == PolicyIOUring) {
 		t := Transfer{Engine: EngineIOUring}
 		// A small body is not probed here: its one RWF_NOWAIT read is the
-		// probe and the read at once.
+		// probe and the read at once. A body seen whole in the page cache
+		// moments ago is not probed either (statacc's RecentlyResident).
 		if s.Policy == PolicyIOUring || (!body.RecentlyResident() && (body.Size() <= noWaitMax || !probeWhole(body, &t))) {
 			return t
 		}

@@ -688,8 +688,8 @@ func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *readO
 
 // takeTurn waits for a token of the file's gate, then for a slot of the
 // ring: readers of a hung file wait at its gate and leave the slots to
-// others. On an error the gate is returned only if both were taken (the
-// caller gives them back); otherwise it is left already.
+// others. On an error it has given back what it took, the gate included,
+// and returns a nil gate.
 func (r *Ring) takeTurn(ctx context.Context, fd int, o *readOptions) (*fileGate, error) {
 	r.mu.Lock()
 	if r.closed {

@@ -16,8 +16,8 @@ var (
 	// Done returns a channel that is closed once the shared ring, once
 	// closed, is torn down.
 	Done func() <-chan struct{}
-	// InjectFailures makes the shared ring's next n completions fail as
-	// if the kernel had cancelled them.
+	// InjectFailures makes the next n completions of any ring in the
+	// process fail as if the kernel had cancelled them.
 	InjectFailures func(n int)
 	// ColdChunksLent is how many chunks of the cold-read budget are lent,
 	// and ColdChunk the size of one.
