@@ -108,9 +108,10 @@ func main() {
 	log.SetPrefix("bench: ")
 	quick := flag.Bool("quick", false, "about 5 minutes: fewer and shorter runs")
 	smoke := flag.Bool("smoke", false, "one request of every workload per server, small data; for CI")
-	runs := flag.Int("runs", 0, "runs per server and workload (median quoted); default 5, quick 3")
+	runs := flag.Int("runs", 0, "rounds of interleaved runs per workload, one run of each server a round "+
+		"(medians and the median of the per-round ratios quoted); default 9, quick 3")
 	dur := flag.Duration("duration", 0, "length of one timed run; default 5s, quick 1s")
-	only := flag.String("workloads", "a,b,c,d,e,f,g,h,i,j,k", "workloads to run")
+	only := flag.String("workloads", "a,b,c,d,e,f,g,g2,h,i,j,k", "workloads to run; a letter also picks its variants (g: g and g2, h: h1 and h2)")
 	out := flag.String("out", "", "Markdown output; default bench/RESULTS.md (smoke: bench/out/RESULTS-smoke.md)")
 	keep := flag.Bool("keep", false, "keep the temporary folder")
 	scale := flag.Bool("scale", false, "only the growth workload: a tree of -scale-files small files, each requested once, "+
@@ -140,7 +141,7 @@ func main() {
 	}
 
 	cfg := &config{
-		mode: "full", runs: 5, duration: 5 * time.Second, restartWindow: 10 * time.Second,
+		mode: "full", runs: 9, duration: 5 * time.Second, restartWindow: 10 * time.Second,
 		set:             dataset{bigSize: 1 << 30, dirs: 100, perDir: 1000, manyFileSize: 8 << 10},
 		syscallRequests: 20000, h2Requests: 100000,
 		out: "bench/RESULTS.md", svg: "bench/results.svg",
@@ -214,7 +215,7 @@ func main() {
 }
 
 func run(cfg *config) error {
-	if err := portsFree(portFlash, portFile, portResp, portRespHdr, portResp404, portNginx, portNgxAio, portLighty, tlsFlash, tlsFile, portRestart); err != nil {
+	if err := portsFree(portFlash, portFile, portResp, portRespHdr, portResp404, portResp8k, portNginx, portNgxAio, portLighty, tlsFlash, tlsFile, portRestart); err != nil {
 		return err
 	}
 	log.Printf("building ./xcaddy")
@@ -345,6 +346,7 @@ func measureWorkload(cfg *config, w workload, servers []*server, res map[string]
 				log.Printf("%s %s run %d: %v", w.id, s.name, round, err)
 				continue
 			}
+			m.round = round
 			r.runs = append(r.runs, m)
 			log.Printf("%-2s %-12s run %d: %10.2f %s  p50 %.2fms p99 %.2fms errors %d",
 				w.id, s.name, round, m.value, w.unit, m.p50, m.p99, m.errors)
@@ -396,6 +398,7 @@ func smokeWorkload(cfg *config, w workload, servers []*server, res map[string]*r
 		if m.errors > 0 {
 			r.err = fmt.Sprintf("%d failed requests", m.errors)
 		}
+		m.round = 1
 		r.runs = append(r.runs, m)
 		r.threads, r.rssKB = procStatus(s.pid)
 	}

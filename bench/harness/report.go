@@ -73,17 +73,14 @@ func (r *result) residentCell() string {
 	return fmt.Sprintf("%.1f → %.1f (%d of %d runs)", r.lowBefore, r.lowAfter, r.reread, r.checked)
 }
 
+// ratio is a's primary figure over b's on one workload: the median of the
+// per-round ratios and their range (pairStats).
 func ratio(res map[string]*result, a, b string) string {
 	ra, rb := res[a], res[b]
 	if ra == nil || rb == nil {
 		return "–"
 	}
-	va := ra.median(func(m measurement) float64 { return m.value })
-	vb := rb.median(func(m measurement) float64 { return m.value })
-	if va == 0 || vb == 0 {
-		return "–"
-	}
-	return fmt.Sprintf("%.2f×", va/vb)
+	return pairStats(res, a, b).cell(max(len(ra.runs), len(rb.runs)))
 }
 
 // report renders the Markdown table.
@@ -95,16 +92,26 @@ func report(cfg *config, ws []workload, names []string, results map[string]map[s
 	fmt.Fprintf(&b, "- RLIMIT_NOFILE of every server: %d; nginx `open_file_cache max=%d`; lighttpd `server.max-fds = 16384` and its default stat cache.\n", noFile, openFileCacheMax())
 	fmt.Fprintf(&b, "- Command: `%s`\n", strings.TrimSpace(cfg.command))
 	fmt.Fprintf(&b, "- Servers pinned to CPU 0, load generators to CPU 1; loopback. Each figure is the median of %d "+
-		"runs of %s, servers interleaved (A B C A B C …). Spread is (max−min)/median of those runs. "+
-		"req/s counts successful responses only (404s in g are the expected answer).\n",
+		"runs of %s, servers interleaved in rounds (A B C, A B C, …: one run of each server a round, in the same order). "+
+		"Spread is (max−min)/median of one server's runs. "+
+		"req/s counts successful responses only (404s in g and g2 are the expected answer).\n",
 		cfg.runs, cfg.duration)
+	b.WriteString("- Ratios: for each round, flash_serve's figure over the other server's figure of the same round (a few runs apart at most, " +
+		"under about the same state of the machine); the table gives the median of those per-round ratios and, in brackets, " +
+		"the smallest and largest of them. That range, not the two servers' spreads, is how uncertain the comparison is.\n")
 	fmt.Fprintf(&b, "- Syscalls per request: `perf stat -e raw_syscalls:sys_enter -p PID` over `h2load --h1 -n %d -c 16`. "+
 		"Threads and RSS: the peak sampled from /proc/PID/status during the workload.\n", cfg.syscallRequests)
 	b.WriteString("- Resident %: before every run of a warm workload, `caddy flash-serve residency` (mincore) over the files it reads; " +
 		"the lowest percentage found, and after → the lowest after the files were read again (`flash-serve prewarm`) where this VM had dropped pages. " +
 		"CPU s/GiB: the server's user+system time (/proc/PID/stat, all threads) during the run, per GiB of body received.\n")
 	b.WriteString("- Peers: `nginx` is nginx's default config with sendfile and open_file_cache; `nginx_aio` adds `thread_pool` of 32 threads, " +
-		"`aio threads; directio off` (f, i, j); `respond` and `respond_404` are Caddy's ceiling in the same binary: `respond` with a 1 KiB body (a), `respond_headers` the same with the header lines a file's answer has beside Content-Type (Accept-Ranges, Etag, Last-Modified, Vary; a), `respond 404` (g).\n\n")
+		"`aio threads; directio off` (f, i, j); `respond`, `respond_headers`, `respond_8k` and `respond_404` are Caddy's ceiling in the same binary: " +
+		"`respond` with a 1 KiB body (a), `respond_headers` the same with the header lines a file's answer has beside Content-Type " +
+		"(Accept-Ranges, Etag, Last-Modified, Vary; a), `respond_8k` the same header lines with a body as long as each file of the many tree " +
+		"(8 KiB; e and f: the same URIs, no lookup, no read), `respond 404` (g, g2).\n")
+	b.WriteString("- g asks for a fixed list of 50,000 missing names over and over (a negative cache answers most of it); g2 asks, on every request, " +
+		"for a name no request of the run asked before (a wrk script makes each name from a tag new for every run and a counter), spread over " +
+		"the many tree's directories as g's are.\n\n")
 	if cfg.mode == "smoke" {
 		b.WriteString("Smoke mode: one short request burst per server and workload, small data; the figures mean nothing.\n\n")
 	}
@@ -150,17 +157,22 @@ func report(cfg *config, ws []workload, names []string, results map[string]map[s
 				r.spread(), sys, cpu, r.residentCell(), r.threads, float64(r.rssKB)/1024, html.EscapeString(note))
 		}
 	}
-	b.WriteString("\n## Ratios (medians of the primary figure)\n\n")
-	b.WriteString("| workload | flash_serve / file_server | flash_serve / Caddy's ceiling (respond, respond 404) | flash_serve / nginx | flash_serve / nginx_aio | flash_serve / lighttpd | CPU s/GiB flash_serve / nginx |\n")
+	b.WriteString("\n## Ratios (the median of the per-round ratios of the primary figure, their min–max in brackets)\n\n")
+	b.WriteString("| workload | flash_serve / file_server | flash_serve / Caddy's ceiling (respond, respond_headers, respond_8k, respond_404) | flash_serve / nginx | flash_serve / nginx_aio | flash_serve / lighttpd | CPU s/GiB flash_serve / nginx (medians) |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, w := range ws {
 		res := results[w.id]
-		ceiling := ratio(res, "flash_serve", "respond")
-		if res["respond_headers"] != nil {
-			ceiling += " (" + ratio(res, "flash_serve", "respond_headers") + " with a file's headers)"
+		// Each ceiling by name: a has two (with and without a file's
+		// headers), e and f respond_8k, g and g2 respond_404.
+		var ceilings []string
+		for _, c := range []string{"respond", "respond_headers", "respond_8k", "respond_404"} {
+			if res[c] != nil {
+				ceilings = append(ceilings, c+" "+ratio(res, "flash_serve", c))
+			}
 		}
-		if res["respond_404"] != nil {
-			ceiling = ratio(res, "flash_serve", "respond_404") + " (404)"
+		ceiling := "–"
+		if len(ceilings) > 0 {
+			ceiling = strings.Join(ceilings, "; ")
 		}
 		cpu := "–"
 		if f, n := res["flash_serve"], res["nginx"]; w.cpuPerGiB && f != nil && n != nil && f.cpuPerGiB() > 0 && n.cpuPerGiB() > 0 {
@@ -210,7 +222,7 @@ func serverNames(names []string, res map[string]*result) []string {
 
 var serverColours = map[string]string{
 	"flash_serve": "#d9480f", "file_server": "#1c7ed6", "respond": "#868e96", "nginx": "#2b8a3e", "lighttpd": "#7048e8",
-	"nginx_aio": "#74b816", "respond_404": "#adb5bd", "respond_headers": "#495057",
+	"nginx_aio": "#74b816", "respond_404": "#adb5bd", "respond_headers": "#495057", "respond_8k": "#ced4da",
 	"flash_serve+prewarm": "#f59f00", "flash_serve+prewarm_many": "#ffd43b", "flash-serve prewarm": "#f59f00", "cat": "#495057",
 }
 
@@ -218,10 +230,18 @@ var serverColours = map[string]string{
 // scaled to its best server, with the value written on the bar.
 func chart(cfg *config, ws []workload, names []string, results map[string]map[string]*result) string {
 	const (
-		groupW, barW, top, plotH, left = 150, 24, 60, 260, 40
+		barW, top, plotH, left, legendW = 24, 60, 260, 40, 150
 	)
-	width := left + groupW*len(ws) + 20
-	height := top + plotH + 90
+	// Each group is wide enough for its bars (a has six, f seven).
+	bars := 0
+	for _, w := range ws {
+		bars = max(bars, len(results[w.id]))
+	}
+	groupW := max(150, bars*(barW+2)+20)
+	width := max(left+groupW*len(ws)+20, 700)
+	perRow := max(1, (width-left)/legendW)
+	legendRows := (len(names) + perRow - 1) / perRow
+	height := top + plotH + 70 + 18*legendRows
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
@@ -229,9 +249,9 @@ func chart(cfg *config, ws []workload, names []string, results map[string]map[st
 		left, cfg.mode, time.Now().UTC().Format("2006-01-02"))
 	fmt.Fprintf(&b, `<text x="%d" y="38" fill="#555">Bars are scaled to the best server of each workload; labels are medians (req/s, or GB/s for c, d, h1).</text>`+"\n", left)
 	for i, name := range names {
-		x := left + i*130
+		x, y := left+(i%perRow)*legendW, top+plotH+52+18*(i/perRow)
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
-			x, height-22, serverColours[name], x+16, height-12, name)
+			x, y, serverColours[name], x+16, y+10, name)
 	}
 	base := top + plotH
 	fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#333"/>`+"\n", left, base, width-10, base)

@@ -188,6 +188,7 @@ func measureRestart(cfg *config, res map[string]*result) {
 				log.Printf("j %s run %d: %v", v.name, round, err)
 				continue
 			}
+			m.round = round
 			r.runs = append(r.runs, m)
 			log.Printf("j  %-20s run %d: %10.2f req/s, %.1f µs of server CPU per request", v.name, round, m.value,
 				1e6*m.cpuSecs/max(1, m.value*cfg.restartWindow.Seconds()))
@@ -227,7 +228,7 @@ func measurePrewarmThroughput(cfg *config, res map[string]*result) {
 				continue
 			}
 			m := measurement{value: float64(total) / secs / 1e6, mbps: float64(total) / secs / 1e6,
-				filesPS: float64(cfg.set.manyCount()) / secs}
+				filesPS: float64(cfg.set.manyCount()) / secs, round: round}
 			r.runs = append(r.runs, m)
 			log.Printf("k  %-20s run %d: %8.1f MB/s, %.0f files/s", c.name, round, m.value, m.filesPS)
 		}

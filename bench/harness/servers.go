@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,8 +24,8 @@ type server struct {
 	// port serves cleartext HTTP/1.1; tlsPort (0 if none) serves HTTPS with
 	// HTTP/1.1 and HTTP/2.
 	port, tlsPort int
-	// only lists the workloads it takes part in; "" means all, but the
-	// HTTPS ones (h1, h2) only with a tlsPort.
+	// only lists the workloads it takes part in, by id, separated by
+	// commas; "" means all, but the HTTPS ones (h1, h2) only with a tlsPort.
 	only string
 	cmd  *exec.Cmd
 	pid  int
@@ -32,7 +33,7 @@ type server struct {
 
 func (s *server) takes(w string) bool {
 	if s.only != "" {
-		return strings.Contains(s.only, w)
+		return slices.Contains(strings.Split(s.only, ","), w)
 	}
 	return !strings.HasPrefix(w, "h") || s.tlsPort != 0
 }
@@ -51,14 +52,23 @@ const (
 	portNgxAio  = 18086
 	portResp404 = 18087
 	portRespHdr = 18088
+	portResp8k  = 18089
 	tlsFlash    = 18443
 	tlsFile     = 18444
 )
 
+// fileHeaders is the header block of the respond ceilings that stand for a
+// file's answer: the header lines file_server and flash_serve send for a
+// static file beside Content-Type (a validator, its date, the ranges it
+// takes, Vary), so that the ceiling puts the same bytes on the wire.
+const fileHeaders = "\theader {\n\t\tContent-Type application/octet-stream\n\t\tAccept-Ranges bytes\n" +
+	"\t\tEtag \"\\\"dl3qk5q2s6x7sg\\\"\"\n\t\tLast-Modified \"Mon, 30 Nov 2026 10:00:00 GMT\"\n\t\tVary Accept-Encoding\n\t}\n"
+
 // caddyfile is the config of one Caddy process: the same binary serves
 // flash_serve, file_server and respond, each in its own process so that
-// threads, RSS and syscalls are counted per server.
-func caddyfile(work, data, handler string, port, tlsPort int, body1k string) string {
+// threads, RSS and syscalls are counted per server. body is what the
+// respond handlers answer (1 KiB, or a file of the many tree's size).
+func caddyfile(work, data, handler string, port, tlsPort int, body string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `{
 	admin off
@@ -82,15 +92,14 @@ func caddyfile(work, data, handler string, port, tlsPort int, body1k string) str
 		}
 		switch handler {
 		case "respond":
-			fmt.Fprintf(&b, "\theader Content-Type application/octet-stream\n\trespond %q 200\n}\n", body1k)
+			fmt.Fprintf(&b, "\theader Content-Type application/octet-stream\n\trespond %q 200\n}\n", body)
 			return
-		case "respond_headers":
-			// respond with the header lines file_server and flash_serve
-			// send for a static file beside Content-Type (a validator, its
-			// date, the ranges it takes, Vary): the ceiling of a file's answer
-			// inside Caddy, with the same bytes on the wire.
-			fmt.Fprintf(&b, "\theader {\n\t\tContent-Type application/octet-stream\n\t\tAccept-Ranges bytes\n"+
-				"\t\tEtag \"\\\"dl3qk5q2s6x7sg\\\"\"\n\t\tLast-Modified \"Mon, 30 Nov 2026 10:00:00 GMT\"\n\t\tVary Accept-Encoding\n\t}\n\trespond %q 200\n}\n", body1k)
+		case "respond_headers", "respond_8k":
+			// respond with a file's header lines: the ceiling of a file's
+			// answer inside Caddy, with the same bytes on the wire. For
+			// respond_8k the body is as long as each file of the many tree,
+			// and every URI of e and f gets it: no lookup, no read.
+			fmt.Fprintf(&b, "%s\trespond %q 200\n}\n", fileHeaders, body)
 			return
 		case "respond_404":
 			// The ceiling of a 404 inside Caddy: the same empty 404 that
@@ -184,20 +193,25 @@ type serverSpec struct {
 // written under cfg.work, serving cfg.data.
 func specs(cfg *config) ([]serverSpec, error) {
 	body1k := strings.Repeat("x", 1024)
+	bodyMany := strings.Repeat("x", cfg.set.manyFileSize)
 	var out []serverSpec
 	for _, h := range []struct {
 		name, handler string
 		port, tls     int
-		only          string
+		only          string // comma-separated workload ids
+		body          string
 	}{
-		{"flash_serve", "flash_serve", portFlash, tlsFlash, ""},
-		{"file_server", "file_server", portFile, tlsFile, ""},
-		{"respond", "respond", portResp, 0, "a"},
-		{"respond_headers", "respond_headers", portRespHdr, 0, "a"},
-		{"respond_404", "respond_404", portResp404, 0, "g"},
+		{"flash_serve", "flash_serve", portFlash, tlsFlash, "", ""},
+		{"file_server", "file_server", portFile, tlsFile, "", ""},
+		{"respond", "respond", portResp, 0, "a", body1k},
+		{"respond_headers", "respond_headers", portRespHdr, 0, "a", body1k},
+		{"respond_404", "respond_404", portResp404, 0, "g,g2", ""},
+		// The ceiling of e and f: the same URIs, each answered with a
+		// body as long as the files and a file's headers.
+		{"respond_8k", "respond_8k", portResp8k, 0, "e,f", bodyMany},
 	} {
 		conf := filepath.Join(cfg.work, h.name+".Caddyfile")
-		if err := os.WriteFile(conf, []byte(caddyfile(cfg.work, cfg.data, h.handler, h.port, h.tls, body1k)), 0o644); err != nil {
+		if err := os.WriteFile(conf, []byte(caddyfile(cfg.work, cfg.data, h.handler, h.port, h.tls, h.body)), 0o644); err != nil {
 			return nil, err
 		}
 		out = append(out, serverSpec{&server{name: h.name, port: h.port, tlsPort: h.tls, only: h.only},

@@ -48,6 +48,11 @@ type measurement struct {
 	filesPS  float64 // files per second, for k
 	bytes    float64 // body bytes received, where the load generator counts them
 	cpuSecs  float64 // the server's user+system CPU time during the run
+	// round is the round of interleaved runs (1, 2, …) this run belongs
+	// to: the runs of one round, one per server, follow each other, so the
+	// ratio of two servers' runs of one round is measured under the same
+	// conditions of the machine (pairStats).
+	round int
 }
 
 func workloads(cfg *config) []workload {
@@ -95,6 +100,21 @@ func workloads(cfg *config) []workload {
 				return m, err
 			},
 			syscalls: h1Syscalls(missingURIs)},
+		// g asks for 50,000 missing names over and over, so a negative
+		// cache answers most of it after the first pass; g2 is the case no
+		// cache can help: every request a name nothing asked for before.
+		{id: "g2", title: "404s, every name new, 64 conns", unit: "req/s",
+			run: func(cfg *config, s *server) (measurement, error) {
+				m, err := wrkDistinct404(cfg, 64, s.url(""), cfg.duration)
+				m.errors = 0 // every response is a 404 on purpose
+				return m, err
+			},
+			// h2load -i sends its list in the same order on each of its
+			// connections, so names would repeat: wrk with the same script,
+			// its request count read from its output (countSyscalls).
+			syscalls: func(cfg *config, s *server) []string {
+				return distinct404Args(cfg, 16, s.url(""), cfg.duration)
+			}},
 		{id: "h1", title: fmt.Sprintf("HTTPS %s over HTTP/1.1", sizeName(big)), unit: "GB/s",
 			run: func(cfg *config, s *server) (measurement, error) {
 				return curlStreams(cfg, 1, s.tlsURL("/1g.bin"), true)
@@ -158,6 +178,51 @@ request = function()
   return wrk.format("GET", "/1g.bin", {["Range"] = "bytes=" .. s .. "-" .. (s + 65535)})
 end
 `
+
+// distinct404Lua asks, on every request, for a name that no request of the
+// bench run asked before: a missing file in one of the many tree's
+// directories (spread over them as g's names are, so that every lookup
+// reaches an existing directory), named after a tag that is new for every
+// wrk run (args[1]), the wrk thread and a counter. args[2] is the number of
+// directories.
+const distinct404Lua = `local tag, dirs, n = "", 1, 0
+local threads = 0
+setup = function(thread)
+  thread:set("tid", threads)
+  threads = threads + 1
+end
+init = function(args)
+  tag = args[1]
+  dirs = tonumber(args[2])
+end
+request = function()
+  n = n + 1
+  return wrk.format("GET", string.format("/many/d%03d/missing-%s-%d-%d.bin", n % dirs, tag, tid or 0, n))
+end
+`
+
+// distinct404Args is the wrk command of g2 for d: conns connections, each
+// request a name not asked before.
+func distinct404Args(cfg *config, conns int, url string, d time.Duration) []string {
+	script := filepath.Join(cfg.work, "distinct404.lua")
+	os.WriteFile(script, []byte(distinct404Lua), 0o644)
+	// A tag new for every call: runs, servers and the syscall count never
+	// share a name.
+	distinctTag++
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36) + strconv.Itoa(distinctTag)
+	return []string{"wrk", "-t1", "-c" + strconv.Itoa(conns), "-d" + fmt.Sprintf("%ds", max(1, int(d.Seconds()))),
+		"--timeout", "10s", "--latency", "-s", script, url, "--", tag, strconv.Itoa(cfg.set.dirs)}
+}
+
+var distinctTag int
+
+func wrkDistinct404(cfg *config, conns int, url string, d time.Duration) (measurement, error) {
+	out, err := loadgen(d+30*time.Second, distinct404Args(cfg, conns, url, d)...)
+	if err != nil {
+		return measurement{}, err
+	}
+	return parseWrk(out, 0), nil
+}
 
 func wrk(cfg *config, conns int, url, uris string, bodyBytes int64) (measurement, error) {
 	args := []string{"wrk", "-t1", "-c" + strconv.Itoa(conns), "-d" + cfg.durationArg(), "--timeout", "10s", "--latency"}
@@ -315,11 +380,22 @@ func countSyscalls(cfg *config, s *server, load []string, requests int) (float64
 		return 0, err
 	}
 	time.Sleep(300 * time.Millisecond) // let perf attach
-	_, lerr := loadgen(2*time.Minute, load...)
+	lout, lerr := loadgen(2*time.Minute, load...)
 	perf.Process.Signal(syscall.SIGINT)
 	perf.Wait()
 	if lerr != nil {
 		return 0, lerr
+	}
+	if load[0] == "wrk" {
+		// wrk runs for a time, not a count: the requests it made.
+		s := wrkTotal.FindStringSubmatch(lout)
+		if s == nil {
+			return 0, fmt.Errorf("wrk printed no request count: %s", lout)
+		}
+		requests, _ = strconv.Atoi(s[1])
+		if requests == 0 {
+			return 0, fmt.Errorf("wrk made no request: %s", lout)
+		}
 	}
 	raw, err := os.ReadFile(out)
 	if err != nil {
