@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -53,15 +51,6 @@ type adminRun struct {
 	detached bool
 }
 
-// checkPrewarmRoot says in one sentence why root cannot be warmed: it
-// does not exist or is not a directory, as the command line says it.
-func checkPrewarmRoot(root string) error {
-	if err := checkPath("root", root, true); err != nil {
-		return badRequest(err)
-	}
-	return nil
-}
-
 // askedFor is what a request for a root asks of its warm-up, compared to
 // join a run already going.
 func askedFor(paths []string, budget int64, workers int) string {
@@ -85,11 +74,7 @@ func joinOrClaim(w http.ResponseWriter, root, asked string, wait bool) (run *adm
 		return run, false, nil
 	}
 	if len(adminRuns.byRoot) >= maxAdminPrewarms {
-		roots := make([]string, 0, len(adminRuns.byRoot))
-		for r := range adminRuns.byRoot {
-			roots = append(roots, r)
-		}
-		slices.Sort(roots)
+		roots := runningRootsLocked()
 		w.Header().Set("Retry-After", "10")
 		return nil, false, caddy.APIError{HTTPStatus: http.StatusTooManyRequests, Err: fmt.Errorf(
 			"%d prewarms are running (%s), the most at once; ask again when one ends", len(roots), strings.Join(roots, ", "))}
@@ -191,6 +176,3 @@ func (run *adminRun) wait(ctx context.Context) map[string]any {
 func prewarmWorkers(asked int, budget int64) int {
 	return int(max(1, min(int64(max(1, asked)), budget/prewarm.ReadBufferSize)))
 }
-
-// cleanRoot is root made canonical, the key of its runs.
-func cleanRoot(root string) string { return filepath.Clean(root) }

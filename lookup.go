@@ -509,7 +509,7 @@ func statError(err error) error {
 	case errors.Is(err, fs.ErrPermission):
 		return caddyhttp.Error(http.StatusForbidden, err)
 	case fileio.IsFDExhaustion(err), errors.Is(err, statacc.ErrQueueFull):
-		return serviceUnavailable(err)
+		return caddyhttp.Error(http.StatusServiceUnavailable, err) // lookupFailed adds the Retry-After
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The client hung up while its lookup waited; nobody reads the
 		// answer, and 499 keeps it out of the error log, as in nginx.
@@ -522,22 +522,6 @@ func statError(err error) error {
 
 const statusClientClosedRequest = 499
 
-// openError maps an error from open(2) of a file that stat found.
-func openError(err error) error {
-	switch {
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
-		return errNotFound // it vanished since the stat
-	case errors.Is(err, fs.ErrPermission):
-		return caddyhttp.Error(http.StatusForbidden, err)
-	}
-	// Most likely the fd table is full: tell the client to come back.
-	return serviceUnavailable(err)
-}
-
-// serviceUnavailable is a 503; lookupFailed adds the Retry-After.
-func serviceUnavailable(err error) error {
-	return caddyhttp.Error(http.StatusServiceUnavailable, err)
-}
 
 // etagFromFile reads the ETag from the first sidecar file (name+suffix)
 // that exists. Newlines are dropped; the value is sent as the file holds it.
