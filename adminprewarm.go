@@ -13,12 +13,9 @@ import (
 	"github.com/flashserve/caddy-flash-serve/prewarm"
 )
 
-// maxAdminPrewarms bounds the warm-ups the admin API runs at once, of
-// different roots: each holds up to its workers' read buffers
-// (prewarm.ReadBufferSize each, and no more than its budget), their
-// descriptors (a batch of 16 files each, which the warm-up's fd gate takes
-// back when the table fills) and its list of files. A request past it is
-// answered 429 at once, without walking its root.
+// maxAdminPrewarms bounds the admin API's warm-ups of different roots at
+// once (each holds read buffers, descriptors and its file list); a request
+// past it is answered 429 without walking its root.
 const maxAdminPrewarms = 2
 
 // adminRuns are the warm-ups the admin API runs now, one per root.
@@ -42,11 +39,9 @@ type adminRun struct {
 	// answer.
 	done   chan struct{}
 	result map[string]any
-	// Guarded by adminRuns: waiters counts the requests waiting for the
-	// run's end; detached is set once a request that does not wait
-	// started or joined it. A run nobody waits for any more and that no
-	// such request asked for ends, as a waited run whose client hung up
-	// always has.
+	// Guarded by adminRuns: waiters counts the requests waiting for the end;
+	// detached is set once a request that does not wait started or joined it.
+	// A run with neither ends.
 	waiters  int
 	detached bool
 }

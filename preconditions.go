@@ -36,14 +36,12 @@ type validators struct {
 	modTime time.Time
 }
 
-// checkPreconditions evaluates the conditional headers of a request in the
-// order of RFC 9110 §13.2.2, and returns the Range header that still
-// applies after If-Range (RFC 9110 §13.1.5), or "" if none does.
-//
-// Why these details: they are net/http's, so that a client sees exactly
-// what file_server answers. If-Modified-Since and If-Range are ignored for
-// methods other than GET and HEAD (§13.1.3, §13.1.5), and an If-None-Match
-// that matches fails such a request with 412 instead of 304 (§13.1.2).
+// checkPreconditions evaluates the conditional headers in the order of RFC
+// 9110 §13.2.2, and returns the Range header that still applies after
+// If-Range (§13.1.5), or "". As net/http does, so that clients see what
+// file_server answers: If-Modified-Since and If-Range are ignored for
+// methods other than GET and HEAD, and a matching If-None-Match fails
+// those with 412 instead of 304.
 func checkPreconditions(h http.Header, method string, v validators) (precondition, string) {
 	safe := method == http.MethodGet || method == http.MethodHead
 	c := checkIfMatch(headerValue(h, "If-Match"), v.etag)
