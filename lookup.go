@@ -501,7 +501,6 @@ func statError(err error) error {
 
 const statusClientClosedRequest = 499
 
-
 // etagFromFile reads the ETag from the first sidecar file (name+suffix)
 // that exists. Newlines are dropped; the value is sent as the file holds it.
 func (fsrv *FlashServe) etagFromFile(ctx context.Context, root, name string) (string, error) {
