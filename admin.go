@@ -89,12 +89,7 @@ func (a *AdminAPI) purge(w http.ResponseWriter, r *http.Request) error {
 	target = filepath.Clean(target)
 	purged := 0
 	caches.Range(func(_, v any) bool {
-		c := v.(*sharedCache).Cache
-		if req.Prefix != "" {
-			purged += c.Purge(target, true)
-		} else {
-			purged += c.Purge(target, false)
-		}
+		purged += v.(*sharedCache).Purge(target, req.Prefix != "")
 		return true
 	})
 	return writeJSON(w, http.StatusOK, map[string]int{"purged": purged})
@@ -138,9 +133,9 @@ func (a *AdminAPI) prewarm(w http.ResponseWriter, r *http.Request) error {
 	if req.Workers < 0 || req.Workers > 64 {
 		return badRequest(fmt.Errorf("workers: %d is outside 0..64", req.Workers))
 	}
-	root := cleanRoot(req.Root)
-	if err := checkPrewarmRoot(root); err != nil {
-		return err
+	root := filepath.Clean(req.Root) // the key of its runs
+	if err := checkPath("root", root, true); err != nil {
+		return badRequest(err)
 	}
 	// One run per root and maxAdminPrewarms at once: a request for a root
 	// being warmed with the same paths, budget and workers joins its run;

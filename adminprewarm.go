@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,12 +13,9 @@ import (
 	"github.com/flashserve/caddy-flash-serve/prewarm"
 )
 
-// maxAdminPrewarms bounds the warm-ups the admin API runs at once, of
-// different roots: each holds up to its workers' read buffers
-// (prewarm.ReadBufferSize each, and no more than its budget), their
-// descriptors (a batch of 16 files each, which the warm-up's fd gate takes
-// back when the table fills) and its list of files. A request past it is
-// answered 429 at once, without walking its root.
+// maxAdminPrewarms bounds the admin API's warm-ups of different roots at
+// once (each holds read buffers, descriptors and its file list); a request
+// past it is answered 429 without walking its root.
 const maxAdminPrewarms = 2
 
 // adminRuns are the warm-ups the admin API runs now, one per root.
@@ -44,22 +39,11 @@ type adminRun struct {
 	// answer.
 	done   chan struct{}
 	result map[string]any
-	// Guarded by adminRuns: waiters counts the requests waiting for the
-	// run's end; detached is set once a request that does not wait
-	// started or joined it. A run nobody waits for any more and that no
-	// such request asked for ends, as a waited run whose client hung up
-	// always has.
+	// Guarded by adminRuns: waiters counts the requests waiting for the end;
+	// detached is set once a request that does not wait started or joined it.
+	// A run with neither ends.
 	waiters  int
 	detached bool
-}
-
-// checkPrewarmRoot says in one sentence why root cannot be warmed: it
-// does not exist or is not a directory, as the command line says it.
-func checkPrewarmRoot(root string) error {
-	if err := checkPath("root", root, true); err != nil {
-		return badRequest(err)
-	}
-	return nil
 }
 
 // askedFor is what a request for a root asks of its warm-up, compared to
@@ -85,11 +69,7 @@ func joinOrClaim(w http.ResponseWriter, root, asked string, wait bool) (run *adm
 		return run, false, nil
 	}
 	if len(adminRuns.byRoot) >= maxAdminPrewarms {
-		roots := make([]string, 0, len(adminRuns.byRoot))
-		for r := range adminRuns.byRoot {
-			roots = append(roots, r)
-		}
-		slices.Sort(roots)
+		roots := runningRootsLocked()
 		w.Header().Set("Retry-After", "10")
 		return nil, false, caddy.APIError{HTTPStatus: http.StatusTooManyRequests, Err: fmt.Errorf(
 			"%d prewarms are running (%s), the most at once; ask again when one ends", len(roots), strings.Join(roots, ", "))}
@@ -191,6 +171,3 @@ func (run *adminRun) wait(ctx context.Context) map[string]any {
 func prewarmWorkers(asked int, budget int64) int {
 	return int(max(1, min(int64(max(1, asked)), budget/prewarm.ReadBufferSize)))
 }
-
-// cleanRoot is root made canonical, the key of its runs.
-func cleanRoot(root string) string { return filepath.Clean(root) }

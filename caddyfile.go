@@ -197,10 +197,9 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// caddyfileError reports a refusal of checkSettings as a parse error at the
-// line of the subdirective that set the refused field (the directive's
-// line if none did), in the Caddyfile's spelling: "memory_cache max_file:
-// need 0 or more, got -1KiB, at Caddyfile:4".
+// caddyfileError reports a refusal of checkSettings at the line of the
+// subdirective that set the field (else the directive's), in the
+// Caddyfile's spelling: "memory_cache max_file: need 0 or more, got -1KiB".
 func caddyfileError(err error, at map[string]caddyfile.Token, directive caddyfile.Token) error {
 	tok := directive
 	msg := err.Error()

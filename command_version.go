@@ -19,16 +19,11 @@ func printVersions(w io.Writer) {
 	fmt.Fprintf(w, "flash_serve %s (%s)\nCaddy %s\n", moduleVersion(bi, pkg), pkg, caddyVersion)
 }
 
-// moduleVersion returns the version of the Go module that holds the
-// package pkg in a binary with build info bi, found as `caddy list-modules
-// --versions` finds a plugin's: the dependency whose path is the longest
-// prefix of pkg. That is the tag's version when xcaddy builds from a tag;
-// a replaced module (xcaddy's --with module=./dir) says so, since its
-// version is then only the one required. Built from this repository, the
-// module is the main module, not a dependency (list-modules shows no
-// version then): its version is what the go command stamped, a tag or a
-// pseudo-version from the checkout, or "(devel)" without VCS information.
-// It is "unknown" without build info or when no module holds pkg.
+// moduleVersion returns the version of the Go module that holds pkg, found
+// as `caddy list-modules --versions` finds a plugin's: the dependency with
+// the longest path prefix of pkg, with its replacement if any; else the
+// main module's (built from this repository: a tag, a pseudo-version or
+// "(devel)"); "unknown" without build info or such a module.
 func moduleVersion(bi *debug.BuildInfo, pkg string) string {
 	if bi == nil {
 		return "unknown"

@@ -19,26 +19,19 @@ import (
 	"github.com/flashserve/caddy-flash-serve/statacc"
 )
 
-// Directory listings are rendered by an embedded file_server that reads
-// the disk through confinedFS. Under `symlinks deny|beneath` a listing can
-// then neither follow nor reveal a link the mode refuses: its stats and
-// opens go through the same confinement as the cache's lookups (openat2
-// with RESOLVE_BENEATH, and RESOLVE_NO_SYMLINKS for deny, on Linux; the
-// lstat walk elsewhere), and a listed link the mode would not serve is left
-// out. Under follow it lists what file_server lists, but confinedFS has a
-// Stat, which Caddy's own OS filesystem does not show file_server: there a
-// stat is an open, and with the fd table full file_server answered 400
-// (its stat's error taken for a bad path) where a stat needs no descriptor
-// and the open of the directory answers 503 with Retry-After.
+// Listings are rendered by an embedded file_server that reads the disk
+// through confinedFS, whose stats and opens go through the same
+// confinement as the cache's lookups, so that under `symlinks
+// deny|beneath` a listing neither follows nor reveals a refused link.
+// Under follow it lists what file_server lists, but confinedFS has a Stat
+// (Caddy's OS filesystem shows file_server none): with the fd table full,
+// file_server's stat-by-open answered 400 where a stat needs no descriptor.
 //
-// file_server finds its filesystem by name in the config's filesystem map,
-// and an fs.FS is given names only, not the request's root. So each listing
-// registers a confinedFS that knows its root under a name of its own, for
-// the time of that one request, and tells the embedded file_server the
-// name and the root through two replacer variables. (A handler provisioned
-// outside a loaded config has no shared map: its listings answer 404,
-// file_server's "filesystem not found", never an unconfined listing; under
-// follow such a handler lists through the plain fallback.)
+// file_server finds its filesystem by name in the config's map and an
+// fs.FS gets names only, so each listing registers, for that request, a
+// confinedFS that knows its root, and passes the name and the root in two
+// replacer variables. A handler outside a loaded config has no shared map:
+// its listings answer 404, never an unconfined listing.
 const (
 	browseFSVar   = "flash_serve.browse_fs"
 	browseRootVar = "flash_serve.browse_root"
@@ -124,11 +117,8 @@ func tableFull(err error) error {
 }
 
 // tableFullError is confinedFS's error for a full fd table. It is no
-// *fs.PathError (Caddy's filesystem map hides Stat from file_server, whose
-// every stat is then an open): file_server takes a PathError that is not
-// "not found" or "permission" for a bad path and answers 400
-// (mapDirOpenError). This one it answers 500 (its stat of the directory)
-// or 503 (its open of it), which fileServerFailed makes a 503 with
+// *fs.PathError, which file_server answers 400 (mapDirOpenError); this one
+// it answers 500 or 503, which fileServerFailed makes a 503 with
 // Retry-After, as a lookup answers.
 type tableFullError struct {
 	err   error
@@ -138,14 +128,11 @@ type tableFullError struct {
 func (e *tableFullError) Error() string { return e.err.Error() }
 func (e *tableFullError) Unwrap() error { return e.errno }
 
-// listed reports whether a directory entry may appear in a listing: every
-// entry but a link, and a link only if the mode would serve what it leads
-// to (never under deny; under beneath, if it resolves below the root). A
-// dangling or looping link is left out too: it would not be served, and
-// its target text, which reveal_symlinks shows, may name a place outside.
-// A link that cannot be resolved now (the fd table is full) fails the
-// listing, which is answered 503, rather than be left out of a listing
-// that would then be wrong.
+// listed reports whether a directory entry may appear in a listing: a
+// link only if the mode would serve its target (never under deny; under
+// beneath, if it resolves below the root), so a dangling or looping link
+// is left out too. A link not resolvable now (fd table full) fails the
+// listing with a 503 rather than leave it wrong.
 func (c *confinedFS) listed(dir string, e fs.DirEntry) (bool, error) {
 	if e.Type()&fs.ModeSymlink == 0 || c.mode == statacc.SymlinksFollow {
 		return true, nil // file_server lists every link, dangling or not

@@ -7,14 +7,11 @@ import (
 	"strconv"
 )
 
-// plan is the decision step's outcome: what the response carries. The
-// headers are already set when it is returned.
-//
-// It is allocated once per response and also backs the header values the
-// handler sets (see value), so that nothing the response header map holds
-// outlives the response: Caddy's header handler and others write into the
-// slices they find there (hdr[k][i] = ...), and a slice shared between
-// responses would carry one response's edit into every later one.
+// plan is the decision step's outcome: what the response carries, its
+// headers already set. Allocated once per response, it also backs the
+// header values the handler sets (value), since handlers write into the
+// slices they find in the header map (hdr[k][i] = ...), and one shared
+// between responses would carry an edit into every later one.
 type plan struct {
 	status int
 	// ranges are the parts to send; nil means the whole body.

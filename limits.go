@@ -47,10 +47,8 @@ var counters struct {
 	fdExhausted atomic.Int64
 	// quiet404 counts 404s the handler wrote itself (quietNotFound).
 	quiet404 atomic.Int64
-	// begun and ended count the requests the handler took (past the
-	// fallback) and those it is done with: the warm-ups' busy signal
-	// (sent), which must see a response from its start, a 304 and a body
-	// still in flight to a slow client as much as one sent.
+	// begun and ended count the requests the handler took past the fallback
+	// and finished: the warm-ups' busy signal (sent).
 	begun, ended atomic.Int64
 }
 

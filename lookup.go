@@ -112,15 +112,10 @@ func (fsrv *FlashServe) lookup(res *resolved, w http.ResponseWriter, r *http.Req
 			}
 			ie, err := fsrv.cache.GetCounted(ctx, fsrv.lookupCounts(), root, fsrv.symlinks, indexPath)
 			if statacc.IsRefused(err) || transientLookupError(err) {
-				// An index the symlinks mode refuses is a 403, as nginx's
-				// disable_symlinks answers: skipping it would hand the
-				// directory to the next index, the listing or pass_thru,
-				// which is not what the site's author linked there. An
-				// index that could not be looked up now (the fd table full,
-				// the lookup queue full, the client gone) is a 503 with
-				// Retry-After (or a 499): skipped, as file_server skips
-				// any index it cannot stat, a page that exists would be
-				// answered 404 (which caches keep) or with a listing.
+				// A refused index is a 403, as nginx's disable_symlinks answers, not
+				// a skip to the next index, the listing or pass_thru. An index not
+				// looked up now (fd table or queue full, client gone) is a 503 or 499:
+				// skipping it would answer a page that exists 404 or with a listing.
 				return statError(err)
 			}
 			if err != nil {
@@ -204,11 +199,7 @@ func joinRequestPath(root, reqPath string) string {
 }
 
 // cleanAbs reports whether p is a slash-separated absolute path that
-// path.Clean returns unchanged: every element between slashes is neither
-// empty, "." nor "..", and only "/" itself ends with a slash. It is
-// path.Clean(p) == p for such paths without Clean's copy, which a request
-// pays for twice or three times (the root, the request path, the hide
-// check).
+// path.Clean returns unchanged, without Clean's copy.
 func cleanAbs(p string) bool {
 	if p == "" || p[0] != '/' {
 		return false
@@ -216,8 +207,7 @@ func cleanAbs(p string) bool {
 	if len(p) == 1 {
 		return true
 	}
-	// strings.Index is vectorised (by windows: indexPair); a byte loop
-	// over the path cost more than the rest of the lookup.
+	// Vectorised searches: a byte loop cost more than the lookup.
 	if p[len(p)-1] == '/' || indexPair(p, "//") >= 0 {
 		return false
 	}
@@ -235,12 +225,10 @@ func cleanAbs(p string) bool {
 	}
 }
 
-// indexPair is strings.Index(s, pair) for a pair of bytes, looked for in
-// windows of 64 bytes, where strings.Index compares them all at once:
-// over a longer string it looks for the pair's first byte one at a time,
-// and a path has a slash every few bytes, so that the two searches of a
-// 3.4 KB path 380 levels deep cost 6 µs, more than the rest of its 404
-// (1 µs by windows; a path of 64 bytes or less is one window, as before).
+// indexPair is strings.Index(s, pair) for a pair of bytes, searched in
+// 64-byte windows, where strings.Index compares the whole pair at once;
+// over a longer string it steps through each occurrence of the first byte,
+// and a deep path has a slash every few bytes.
 func indexPair(s, pair string) int {
 	const window = 64
 	if len(s) <= window {
@@ -301,10 +289,9 @@ func (fsrv *FlashServe) selectSidecar(r *http.Request, res *resolved, hide hideL
 	return nil
 }
 
-// sidecarFailed logs a precompressed sidecar that exists but cannot be
-// opened (a permission, a loop), which is then skipped, as file_server
-// does. Every request for the file meets it again, so it is a WARN the
-// first time for each path and DEBUG after.
+// sidecarFailed logs a sidecar that exists but cannot be opened, which is
+// then skipped, as file_server does: at WARN the first time for each path,
+// DEBUG after, as every request for the file meets it.
 func (fsrv *FlashServe) sidecarFailed(sidecar string, err error) {
 	level := zapcore.DebugLevel
 	if fsrv.sidecarWarned.first(sidecar) {
@@ -315,9 +302,8 @@ func (fsrv *FlashServe) sidecarFailed(sidecar string, err error) {
 	}
 }
 
-// pathSet remembers paths already reported, up to a bound: when full it
-// starts again, so that a path may be reported once more but the set never
-// grows with the tree.
+// pathSet remembers paths already reported; when full it starts again, so
+// that it never grows with the tree.
 type pathSet struct {
 	m sync.Map
 	n atomic.Int64
@@ -421,15 +407,12 @@ func notFoundError() error {
 	return caddyhttp.HandlerError{StatusCode: http.StatusNotFound, ID: errorID(), Trace: notFoundTrace}
 }
 
-// notFoundTrace is the trace of every 404 this handler answers, the one
-// Caddy's error log shows: "caddy-flash-serve.fileNotFound (lookup.go:<line>)".
+// notFoundTrace is the trace of every 404 this handler answers.
 var notFoundTrace = fileNotFound().Trace
 
-// fileNotFound is the 404 for a request path with no file behind it,
-// built by caddyhttp.Error once, for its trace: a trace names the function
-// that called caddyhttp.Error, so this function's name is what the error
-// log says every flash_serve 404 came from (file_server's says
-// "fileserver.(*FileServer).notFound").
+// fileNotFound is built by caddyhttp.Error once, for its trace, which names
+// the caller: the error log says every flash_serve 404 came from here (as
+// file_server's from "fileserver.(*FileServer).notFound").
 func fileNotFound() caddyhttp.HandlerError { return caddyhttp.Error(http.StatusNotFound, nil) }
 
 // errorID returns a random error id of the shape caddyhttp.Error gives
@@ -481,20 +464,16 @@ func redirect(w http.ResponseWriter, r *http.Request, toPath string) error {
 }
 
 // absent reports whether a sidecar or an ETag file is as good as missing:
-// it does not exist, or the symlinks option refuses it. A refused sidecar
-// or ETag file is ignored rather than answered 403, because it only
-// replaces bytes or a validator of a file that is served anyway: the file
-// itself is what the request names, and it passed the confinement.
+// it does not exist, or the symlinks mode refuses it. A refused one is
+// ignored, not a 403: it only stands in for bytes or a validator of the
+// file, which passed the confinement and is served anyway.
 func absent(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || statacc.IsRefused(err)
 }
 
 // transientLookupError reports whether a lookup failed for the server's
-// state rather than the file's: the fd table is full, the lookup queue is
-// full, or the client has gone. Such a path is not known to be missing, so
-// a lookup that meets it ends (statError: 503 with Retry-After, or 499)
-// rather than go on as if it were: to the next index file, to the file
-// without its sidecar, to the computed ETag.
+// state (fd table or lookup queue full, client gone), not the file's: the
+// lookup then ends (statError) instead of going on as if it were missing.
 func transientLookupError(err error) bool {
 	return err != nil && (fileio.IsFDExhaustion(err) || errors.Is(err, statacc.ErrQueueFull) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
@@ -509,7 +488,7 @@ func statError(err error) error {
 	case errors.Is(err, fs.ErrPermission):
 		return caddyhttp.Error(http.StatusForbidden, err)
 	case fileio.IsFDExhaustion(err), errors.Is(err, statacc.ErrQueueFull):
-		return serviceUnavailable(err)
+		return caddyhttp.Error(http.StatusServiceUnavailable, err) // lookupFailed adds the Retry-After
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The client hung up while its lookup waited; nobody reads the
 		// answer, and 499 keeps it out of the error log, as in nginx.
@@ -521,23 +500,6 @@ func statError(err error) error {
 }
 
 const statusClientClosedRequest = 499
-
-// openError maps an error from open(2) of a file that stat found.
-func openError(err error) error {
-	switch {
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
-		return errNotFound // it vanished since the stat
-	case errors.Is(err, fs.ErrPermission):
-		return caddyhttp.Error(http.StatusForbidden, err)
-	}
-	// Most likely the fd table is full: tell the client to come back.
-	return serviceUnavailable(err)
-}
-
-// serviceUnavailable is a 503; lookupFailed adds the Retry-After.
-func serviceUnavailable(err error) error {
-	return caddyhttp.Error(http.StatusServiceUnavailable, err)
-}
 
 // etagFromFile reads the ETag from the first sidecar file (name+suffix)
 // that exists. Newlines are dropped; the value is sent as the file holds it.
@@ -592,10 +554,8 @@ type hideList []hidePattern
 // hidePattern is one entry of a hide list.
 type hidePattern struct {
 	pattern string
-	// literal is set when the pattern has no glob syntax: it then matches
-	// only itself, and a comparison replaces filepath.Match, which scans
-	// the whole pattern on every call (the Caddyfile that every Caddyfile
-	// site hides is such an entry, checked on every request).
+	// literal: no glob syntax, so a comparison replaces filepath.Match, which
+	// scans the whole pattern (the hidden Caddyfile is checked per request).
 	literal bool
 	// elem is set when the pattern has no separator: it then matches any
 	// path element.
@@ -632,10 +592,9 @@ func (p hidePattern) match(name string) bool {
 	return ok
 }
 
-// fileHidden reports whether filename is hidden by the hide list, with
-// file_server's rules: an entry without a separator matches any path
-// element, an entry with one matches itself and everything below it, and
-// every entry is also tried as a glob against the whole path.
+// fileHidden applies file_server's hide rules: an entry without a separator
+// matches any path element, one with it matches itself and everything
+// below, and every entry is also tried as a glob against the whole path.
 func fileHidden(filename string, hide hideList) bool {
 	if len(hide) == 0 {
 		return false

@@ -440,13 +440,10 @@ func (fsrv *FlashServe) Validate() error {
 	return nil
 }
 
-// checkSettings holds every range check of the settings, the one place
-// both JSON and the Caddyfile are checked: the Caddyfile parser calls it
-// once it has read the block, and reports a refusal at the line of the
-// subdirective that set the field (caddyfileError). Provision runs it
-// first as well: Caddy provisions a handler before it validates it, and a
-// bad value must be refused before workers start. A refusal is a
-// *settingError, which names the JSON field.
+// checkSettings holds every range check of the settings, for JSON and the
+// Caddyfile alike (whose parser reports a refusal, a *settingError naming
+// the JSON field, at the subdirective's line). Provision runs it too:
+// Caddy provisions before it validates, and workers must not start first.
 func (fsrv *FlashServe) checkSettings() error {
 	for _, c := range []struct {
 		field string
@@ -540,9 +537,7 @@ const maxPrewarmWorkers = 64
 const transmitEngines = "auto, sendfile, io_uring or copy"
 
 // settingError is a value checkSettings refuses: the JSON name of the
-// setting (a nested field as memory_cache.max_file) and what it allows,
-// with the value it got. The Caddyfile parser reports it at the line of
-// the subdirective that set the field, in the subdirective's spelling.
+// setting (memory_cache.max_file for a nested one) and what it allows.
 type settingError struct {
 	field string
 	rule  string
@@ -555,9 +550,8 @@ func refuse(field, format string, args ...any) error {
 	return &settingError{field: field, rule: fmt.Sprintf(format, args...)}
 }
 
-// caddyfileSpelling is how the Caddyfile spells a JSON field where it
-// differs from the field's name: a nested field is its subdirective
-// followed by the keyword of its option.
+// caddyfileSpelling is the Caddyfile's name of a JSON field where it
+// differs: a nested field is its subdirective and its option's keyword.
 var caddyfileSpelling = map[string]string{
 	"status_code":           "status",
 	"memory_cache.budget":   "memory_cache",
@@ -579,9 +573,8 @@ func (e *settingError) caddyfileName() (spelling, subdirective string) {
 	return spelling, subdirective
 }
 
-// sizeText writes a size as the Caddyfile would: 64KiB, 2GiB, -1MiB when
-// it is a whole number of such units, else in bytes, so that the value is
-// exact either way.
+// sizeText writes a size as the Caddyfile would (64KiB, -1MiB) when it is
+// a whole number of such units, else in bytes, so that it is exact.
 func sizeText(n int64) string {
 	abs := n
 	if abs < 0 {
@@ -601,12 +594,9 @@ func sizeText(n int64) string {
 	return strconv.FormatInt(n, 10) + " bytes"
 }
 
-// Cleanup implements caddy.CleanerUpper. It runs after a failed Provision
-// too, so it must cope with a half-built handler.
-//
-// Requests still in flight (an HTTP/3 stream finishing during shutdown) may
-// read the handler's fields, so Cleanup changes none of them: it runs once,
-// guarded by cleanupOnce.
+// Cleanup implements caddy.CleanerUpper. It copes with a half-built
+// handler (a failed Provision), and changes no field, which requests still
+// in flight (an HTTP/3 stream during shutdown) may read.
 func (fsrv *FlashServe) Cleanup() error {
 	if fsrv.cleanupOnce == nil {
 		return nil // Provision never ran
@@ -627,15 +617,11 @@ func (fsrv *FlashServe) Cleanup() error {
 	return err
 }
 
-// caches holds the statacc caches across config reloads: a reload
-// provisions the new handlers before it cleans up the old ones, so the
-// cache (its entries, descriptors, watches) lives on while any handler
-// with the same settings does. A reload that changes a cache setting
-// closes the old cache when it cleans the old handlers up, while the old
-// server may still be answering the requests it read before its shutdown
-// began (Caddy does not wait for them): a closed cache answers them
-// uncached (statacc's lookupClosed), so they are served as any other, and
-// the hit path pays nothing for it.
+// caches holds the statacc caches across reloads: the new handlers are
+// provisioned before the old are cleaned up, so a cache lives on while any
+// handler with its settings does. Requests the old server still answers
+// after its cache closed are served uncached (statacc's lookupClosed), at
+// no cost to the hit path.
 var caches = caddy.NewUsagePool()
 
 // sharedCache is a cache with the saver of its hot set.
@@ -759,16 +745,13 @@ func (fsrv *FlashServe) ServeHTTP(w http.ResponseWriter, r *http.Request, next c
 	return fsrv.writeResponse(w, r, &res, p)
 }
 
-// osDisk is Caddy's own OS filesystem, what the file system map holds
-// under "default" until the global filesystem option registers another:
-// a map with nothing registered answers it.
+// osDisk is Caddy's own OS filesystem, the "default" of a file system map
+// in which nothing else is registered.
 var osDisk = (&caddy.Context{}).FileSystems().Default()
 
-// servesOSDisk reports whether the file system of this name is the OS's
-// own, which the fast path reads directly. The name is looked up anew
-// every time, as file_server does: the filesystem app that may register
-// "default" is provisioned before or after this handler, in no fixed order,
-// and a lookup is one read of a sync.Map.
+// servesOSDisk reports whether the named file system is the OS's own,
+// which the fast path reads directly. Looked up per request, as file_server
+// does: the filesystem app may register "default" after this handler.
 func (fsrv *FlashServe) servesOSDisk(name string) bool {
 	if name != "" && name != "default" {
 		return false
@@ -780,10 +763,9 @@ func (fsrv *FlashServe) servesOSDisk(name string) bool {
 	return ok && f == osDisk
 }
 
-// placeholderValue is a config value that may hold placeholders, read
-// once: the common value that is a single {http.vars.*} placeholder (the
-// default of root and fs) is read from the request's vars directly, which,
-// unlike the replacer, allocates nothing.
+// placeholderValue is a config value that may hold placeholders; the
+// usual single {http.vars.*} one (root's and fs's default) is read from the
+// request's vars directly, which, unlike the replacer, allocates nothing.
 type placeholderValue struct {
 	raw string
 	// varName is the variable of a value that is one {http.vars.NAME}

@@ -6,17 +6,12 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
-// A 404 is returned to Caddy as an error, as file_server returns it. Caddy's
-// server then logs it at DEBUG, runs the error routes that apply (the
-// server's handle_errors, or those of a subroute), and writes the status
-// below every handler's response writer, so that `header` rules deferred
-// to the response, `encode`, `intercept` and the metrics never see it. That
-// error path costs about as much as the rest of the request (a zap logger
-// clone, the error's log fields, a copy of the request: BenchmarkSite404).
-//
-// When nothing can tell the two apart, the handler writes the 404 itself,
-// as `respond 404` does: same status, same headers (the ones already set,
-// nothing added), same empty body. quietNotFound says when that is.
+// A 404 is returned to Caddy as an error, as file_server returns it: the
+// server logs it, runs the error routes that apply, and writes the status
+// below every handler's writer, so deferred `header` rules, `encode`,
+// `intercept` and the metrics never see it. That path costs about as much
+// as the rest of the request; where nothing can tell the difference, the
+// handler writes the 404 itself, as `respond 404` does (quietNotFound).
 
 // quietNotFound reports whether a 404 may be written here instead of being
 // returned: only where Caddy's error path would do nothing but write the

@@ -36,19 +36,19 @@ type validators struct {
 	modTime time.Time
 }
 
-// checkPreconditions evaluates the conditional headers of a request in the
-// order of RFC 9110 §13.2.2, and returns the Range header that still
-// applies after If-Range (RFC 9110 §13.1.5), or "" if none does.
-//
-// Why these details: they are net/http's, so that a client sees exactly
-// what file_server answers. If-Modified-Since and If-Range are ignored for
-// methods other than GET and HEAD (§13.1.3, §13.1.5), and an If-None-Match
-// that matches fails such a request with 412 instead of 304 (§13.1.2).
+// checkPreconditions evaluates the conditional headers in the order of RFC
+// 9110 §13.2.2, and returns the Range header that still applies after
+// If-Range (§13.1.5), or "". As net/http does, so that clients see what
+// file_server answers: If-Modified-Since and If-Range are ignored for
+// methods other than GET and HEAD, and a matching If-None-Match fails
+// those with 412 instead of 304.
 func checkPreconditions(h http.Header, method string, v validators) (precondition, string) {
 	safe := method == http.MethodGet || method == http.MethodHead
 	c := checkIfMatch(headerValue(h, "If-Match"), v.etag)
 	if c == condNone {
-		c = checkIfUnmodifiedSince(headerValue(h, "If-Unmodified-Since"), v.modTime)
+		if modified, ok := modifiedSince(headerValue(h, "If-Unmodified-Since"), v.modTime); ok && modified {
+			c = condFalse
+		}
 	}
 	if c == condFalse {
 		return preconditionFailed, ""
@@ -60,7 +60,7 @@ func checkPreconditions(h http.Header, method string, v validators) (preconditio
 		}
 		return preconditionFailed, ""
 	case condNone:
-		if safe && checkIfModifiedSince(headerValue(h, "If-Modified-Since"), v.modTime) == condFalse {
+		if modified, ok := modifiedSince(headerValue(h, "If-Modified-Since"), v.modTime); safe && ok && !modified {
 			return notModified, ""
 		}
 	}
@@ -166,37 +166,20 @@ func checkIfNoneMatch(inm, etag string) condResult {
 	return condTrue
 }
 
-// checkIfUnmodifiedSince evaluates If-Unmodified-Since (RFC 9110
-// §13.1.4). An unparsable date is ignored, as the RFC requires.
-func checkIfUnmodifiedSince(ius string, modTime time.Time) condResult {
-	if ius == "" || isZeroTime(modTime) {
-		return condNone
+// modifiedSince reports whether modTime is after the HTTP date, compared
+// to the second as Last-Modified is sent (If-Modified-Since, RFC 9110
+// §13.1.3; If-Unmodified-Since, §13.1.4). ok is false when there is no
+// date, no useful modTime, or an unparsable date, which the RFC says to
+// ignore.
+func modifiedSince(date string, modTime time.Time) (modified, ok bool) {
+	if date == "" || isZeroTime(modTime) {
+		return false, false
 	}
-	t, err := http.ParseTime(ius)
+	t, err := http.ParseTime(date)
 	if err != nil {
-		return condNone
+		return false, false
 	}
-	// Last-Modified has one-second resolution, so the comparison must too.
-	if modTime.Truncate(time.Second).Compare(t) <= 0 {
-		return condTrue
-	}
-	return condFalse
-}
-
-// checkIfModifiedSince evaluates If-Modified-Since (RFC 9110 §13.1.3).
-// condFalse means not modified.
-func checkIfModifiedSince(ims string, modTime time.Time) condResult {
-	if ims == "" || isZeroTime(modTime) {
-		return condNone
-	}
-	t, err := http.ParseTime(ims)
-	if err != nil {
-		return condNone
-	}
-	if modTime.Truncate(time.Second).Compare(t) <= 0 {
-		return condFalse
-	}
-	return condTrue
+	return modTime.Truncate(time.Second).Compare(t) > 0, true
 }
 
 // checkIfRange evaluates If-Range (RFC 9110 §13.1.5): an entity tag must

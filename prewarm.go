@@ -17,10 +17,8 @@ import (
 
 const (
 	defaultPrewarmBudget = 1 << 30
-	// hotSetFiles bounds a saved hot set: room for a uniformly requested
-	// tree of 100,000 files (the bench's e), about 7 MB of JSON; within
-	// it, the prewarm budget bounds the set, so that it holds what a
-	// warm-up can read.
+	// hotSetFiles bounds a saved hot set (about 7 MB of JSON); within it
+	// the prewarm budget bounds the set to what a warm-up can read.
 	hotSetFiles = 1 << 17
 	hotSetEvery = 30 * time.Second
 	// hotSetProbes bounds the files whose residency is probed after a
@@ -34,11 +32,8 @@ const (
 	fdPressureWindow = time.Second
 	prewarmLogEvery  = 5 * time.Second
 	// defaultPrewarmBusyRate bounds the paths and keep_hot passes while
-	// requests are served (prewarm_busy_rate). In the bench's j (100,000
-	// files of 8 KiB on a virtio disk, two cores), what the paths pass
-	// read after the hot set cost the requests beside it more than its
-	// threads' CPU said; at 4 MiB/s a busy server still gets the rest of
-	// a tree of 1 GiB into the page cache in about four minutes.
+	// requests are served: what they read costs the requests more than the
+	// passes' own CPU shows, and 4 MiB/s still warms 1 GiB in minutes.
 	defaultPrewarmBusyRate = 4 << 20
 )
 
@@ -65,17 +60,15 @@ func (p *prewarmRun) seeRoot(root string) {
 	p.rootOnce.Do(func() { p.roots <- root })
 }
 
-// lastHotSet describes the hot set a saver last wrote, for the metrics:
-// its size, how much of it was in the page cache then, and the part of it
-// whose residency this process could not know (files it neither owns nor
-// may write).
+// lastHotSet describes the hot set last saved, for the metrics: its size,
+// how much was in the page cache, and how much this process could not know
+// (files it neither owns nor may write).
 var lastHotSet struct{ bytes, resident, unknown atomic.Int64 }
 
 // startHotSaver starts the saver of the shared cache's hot set, once per
-// cache: it belongs to the cache, so it runs on across the reloads that
-// keep the cache, and Destruct stops it with a last save. The set holds
-// at most budget bytes: the prewarm budget of the handler provisioned
-// last.
+// cache: it runs on across the reloads that keep the cache, and Destruct
+// stops it with a last save. The set holds at most budget bytes, the
+// budget of the handler provisioned last.
 func (s *sharedCache) startHotSaver(cacheKey string, budget int64, logger *zap.Logger) *hotset.Saver {
 	started := false
 	s.hotOnce.Do(func() {
@@ -154,12 +147,9 @@ func (r *responses) serving() bool {
 	return now.Sub(r.at) < r.window
 }
 
-// sent tells the warm-ups whether this process is serving requests: a
-// response in flight (a large body to a slow client for minutes) or one
-// begun in the last busyWindow (a stream of 304s, each done in
-// microseconds). They then read one batch at a time (Warmer.Busy), so as
-// not to slow the requests they are meant to help. It reads the
-// handler's counters; the request path pays two atomic adds for it.
+// sent tells the warm-ups whether requests are being served: a response
+// in flight (a large body to a slow client) or one begun in the last
+// busyWindow (a stream of 304s). They then read a batch at a time.
 var sent = &responses{window: busyWindow, count: counters.begun.Load, inFlight: func() int64 {
 	// ended first: every response ended has begun, so the difference
 	// cannot go below zero however the two loads interleave with them.
@@ -167,14 +157,9 @@ var sent = &responses{window: busyWindow, count: counters.begun.Load, inFlight: 
 	return counters.begun.Load() - ended
 }}
 
-// coldRequests tells the warm-up of the saved hot set after a start
-// whether requests are waiting for the disk: a body found outside the page
-// cache (and read through the ring) in the last busyWindow. It then reads
-// at full width (Warmer.Cold): after a restart on a cold page cache what
-// it reads is what those requests wait for. The paths and keep_hot passes
-// are Background, cold requests or not: the tree the one walks is not
-// what the clients asked for, and the other reads a set that is mostly
-// resident while a long tail of other files is read cold.
+// coldRequests tells the start-up warm-up of the hot set that a body met
+// the disk in the last busyWindow: it then reads at full width
+// (Warmer.Cold), since what it reads is what those requests wait for.
 var coldRequests coldSignal
 
 type coldSignal struct{}
@@ -315,11 +300,8 @@ func withoutTargets(ts, seen []prewarm.Target) []prewarm.Target {
 	return out
 }
 
-// warm runs one warm-up and logs its progress and summary; pass names it
-// in the logs ("hot set", "paths" or "keep_hot"); busyRate bounds the
-// background passes while requests are served (passWarmer). It returns
-// the budget it spent: the bytes it read in whole pages, as the budget is
-// counted.
+// warm runs one pass ("hot set", "paths" or "keep_hot"), logs its
+// progress, and returns the budget it spent (bytes read, in whole pages).
 func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, budget int64, workers int, pass string, readAt prewarm.ReaderAt, fdPressure func() bool, busyRate int64) int64 {
 	if len(targets) == 0 {
 		return 0
@@ -347,19 +329,12 @@ func warm(ctx context.Context, logger *zap.Logger, targets []prewarm.Target, bud
 	return p.Spent
 }
 
-// passWarmer is how a pass yields to the requests. The hot set at
-// start-up is what the clients asked for most: it reads at full width
-// while requests wait for the disk (Cold) and takes a quarter of a core
-// while they are served from memory. The paths and keep_hot passes read
-// what no request is known to wait for (the rest of a tree, a set mostly
-// resident): Background, a twentieth of a core while requests are served,
-// cold or not, as an operator who ran a warm-up beside nginx would have
-// it run under `nice 19`. After a restart the paths pass would otherwise
-// take a quarter of the core from the requests the hot set just made
-// fast, for as long as it walks the tree. The background passes also read
-// at most busyRate bytes a second while requests are served
-// (prewarm_busy_rate): the disk's completions of what they read, and the
-// page cache's work to take it in, are on no clock of theirs.
+// passWarmer is how a pass yields to the requests. The start-up hot set,
+// what clients asked for most, reads at full width while requests wait for
+// the disk and takes a quarter of a core otherwise. The paths and keep_hot
+// passes read what no request is known to wait for: Background, a
+// twentieth of a core and at most busyRate bytes a second while requests
+// are served, as a warm-up under `nice 19` beside nginx would.
 func passWarmer(pass string, busyRate int64) *prewarm.Warmer {
 	w := &prewarm.Warmer{Busy: sent.serving}
 	if pass == "hot set" {

@@ -39,9 +39,12 @@ var (
 	errNoOverlap    = errors.New("invalid range: failed to overlap")
 )
 
-// parseRange parses a Range header value against a representation of the
-// given size (RFC 9110 §14.1.1 and §14.2), appending the satisfiable ranges
-// to dst in the order the client gave them.
+// parseRangeAtMost parses a Range header value against a representation
+// of the given size (RFC 9110 §14.1.1 and §14.2), appending to dst, in the
+// client's order, at most keep satisfiable ranges (all when keep < 0) and
+// only checking the syntax of the rest, so that a header of 100,000 ranges
+// costs no more memory than one of keep: the caller passes max_ranges+1,
+// enough for limitRanges to see that there are too many.
 //
 // It answers as net/http does (and so as file_server does), with two
 // deliberate exceptions that follow RFC 9110 §14.1.1 instead:
@@ -53,15 +56,6 @@ var (
 //
 // A syntax error gives errInvalidRange. A well-formed set with no
 // satisfiable range gives errNoOverlap.
-func parseRange(s string, size int64, dst []byteRange) ([]byteRange, error) {
-	return parseRangeAtMost(s, size, dst, -1)
-}
-
-// parseRangeAtMost is parseRange that appends at most keep ranges (all of
-// them when keep < 0) and only checks the syntax of the rest, so that a
-// header of 100,000 ranges costs no more memory than one of keep: the
-// caller passes max_ranges+1, which is enough for limitRanges to see that
-// there are too many.
 func parseRangeAtMost(s string, size int64, dst []byteRange, keep int) ([]byteRange, error) {
 	if s == "" {
 		return dst, nil

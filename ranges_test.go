@@ -88,3 +88,8 @@ func TestContentRange(t *testing.T) {
 		t.Fatalf("contentRange = %q", got)
 	}
 }
+
+// parseRange is parseRangeAtMost keeping every range.
+func parseRange(s string, size int64, dst []byteRange) ([]byteRange, error) {
+	return parseRangeAtMost(s, size, dst, -1)
+}

@@ -11,23 +11,16 @@ import (
 	"github.com/caddyserver/caddy/v2"
 )
 
-// siteRoots makes a handler's site roots canonical: absolute and clean,
-// the form every cache key, confinement root and inotify watch takes, so
-// that the same file is always the same key (a key "./docs/x" would never
-// be invalidated by an event on "docs/x", and a relative root would refuse
-// every file under symlinks beneath or deny).
-//
-// A root written without placeholders is resolved once, at provisioning;
-// a placeholder root (the default `{http.vars.root}`, set by the `root`
-// directive) is resolved per request, which costs nothing when it is
-// already absolute and clean and one allocation when it changes from the
-// last relative root seen.
+// siteRoots makes a handler's site roots canonical, absolute and clean, the
+// form of every cache key, confinement root and inotify watch ("./docs/x"
+// would never be invalidated by an event on "docs/x"). A root without
+// placeholders is resolved at provisioning; a placeholder root per
+// request, for nothing when it is absolute and clean.
 type siteRoots struct {
 	// static is the canonical root when it has no placeholder, else "".
 	static string
 	// cwd is the working directory, the root when none is set and the base
-	// of relative roots, read once as file_server's "." would be read
-	// (Caddy never changes it).
+	// of relative roots (Caddy never changes it).
 	cwd string
 	// last is the last relative root resolved per request and its
 	// canonical form.

@@ -2,7 +2,6 @@ package flashserve
 
 import (
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -136,12 +135,17 @@ func siteStats(cacheIndex map[string]int) []SiteStats {
 // sorted.
 func adminPrewarmRoots() []string {
 	adminRuns.Lock()
+	defer adminRuns.Unlock()
+	return runningRootsLocked()
+}
+
+// runningRootsLocked is adminPrewarmRoots with adminRuns held.
+func runningRootsLocked() []string {
 	roots := make([]string, 0, len(adminRuns.byRoot))
 	for root := range adminRuns.byRoot {
 		roots = append(roots, root)
 	}
-	adminRuns.Unlock()
-	slices.SortFunc(roots, strings.Compare)
+	slices.Sort(roots)
 	return roots
 }
 

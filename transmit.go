@@ -13,9 +13,8 @@ import (
 	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
-// provisionSender sets up how the handler's bodies leave (transmit.Sender):
-// with the process's io_uring where the policy may use it, which Cleanup
-// gives back.
+// provisionSender sets up how the handler's bodies leave, with the
+// process's io_uring where the policy may use it.
 func (fsrv *FlashServe) provisionSender(workers int) {
 	fsrv.sender = transmit.Sender{
 		Policy:           fsrv.Transmit,
