@@ -166,7 +166,7 @@ func TestHotSetHoldsAUniformTree(t *testing.T) {
 		}
 		e.Release()
 	}
-	live := fsrv.cache.Snapshot().Entries
+	live := fsrv.cache.Snapshot()[statacc.Entries]
 	if err := fsrv.Cleanup(); err != nil { // the last user: the set is saved
 		t.Fatal(err)
 	}

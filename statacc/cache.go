@@ -105,140 +105,6 @@ var errRetry = errors.New("statacc: entry invalidated while acquired")
 // depth of 3 to 8 where nginx kept 45).
 func defaultWorkers() int { return max(32, 4*runtime.GOMAXPROCS(0)) }
 
-// counters are a cache's counters, read through Snapshot. Every field is
-// updated atomically.
-type counters struct {
-	Hits, NegativeHits, Misses, Merged atomic.Int64
-	QueueFull, Invalidations, Flushes  atomic.Int64
-	WaitNanos                          atomic.Int64
-	OpenFiles, NegativeCount           atomic.Int64
-	NegativeEvictions                  atomic.Int64
-	// Expired counts the entries the janitor dropped as stale (dropStale),
-	// IdleClosed those it dropped as idle (closeIdle).
-	Expired, IdleClosed atomic.Int64
-	// NegativeRevalidations counts the negative entries looked up again
-	// in place when they were no longer fresh (revalidateNegative).
-	NegativeRevalidations        atomic.Int64
-	MemoryBytes, Evictions, Shed atomic.Int64
-	// UnwatchedDirs counts the directories whose watch failed
-	// (permission, the user's inotify limit).
-	UnwatchedDirs atomic.Int64
-	// Watches is the number of inotify watches held, WatchNodes the
-	// directories the watcher keeps (several can share one watch),
-	// WatchEvictions how many were forgotten to stay under MaxWatches,
-	// WatchRefused the lookups left unwatched for want of room.
-	Watches, WatchNodes, WatchEvictions, WatchRefused atomic.Int64
-	// DirEntries counts the cached entries without a descriptor.
-	DirEntries atomic.Int64
-	// SlotLookups, CachedLookups: see Counters.
-	SlotLookups, CachedLookups atomic.Int64
-	// ListedMisses counts the lookups answered "no such file" from a
-	// directory's listing (listing_linux.go), also counted in
-	// NegativeHits; Listings is the directories listed now.
-	ListedMisses, Listings atomic.Int64
-}
-
-// Counters are a cache's counters and gauges at one moment, from
-// Snapshot. The counters only grow during the cache's life.
-type Counters struct {
-	// Hits are the lookups answered from a fresh entry, NegativeHits
-	// those answered "no such file" from a negative one.
-	Hits, NegativeHits int64
-	// Misses are the lookups that went to the filesystem; Merged those
-	// that waited for a lookup of the same path already in flight.
-	Misses, Merged int64
-	// Wait is the time misses spent waiting for a worker.
-	Wait time.Duration
-	// QueueFull counts the misses refused with ErrQueueFull.
-	QueueFull int64
-	// Invalidations count the entries dropped because their file or
-	// directory changed, Flushes the whole-cache flushes (an inotify
-	// queue overflow), Evictions the descriptors closed to stay under
-	// MaxOpenFiles, Shed the lookups that found the fd table full and
-	// closed idle descriptors to make room.
-	Invalidations, Flushes, Evictions, Shed int64
-	// NegativeEvictions counts the negative entries dropped to make room
-	// for one that missed again while the negative cache was full.
-	NegativeEvictions int64
-	// Expired counts the entries the janitor dropped because they were
-	// no longer fresh (older than Revalidate, or than twice it for a
-	// negative entry of a watched directory) and not asked for since:
-	// positive and negative ones.
-	Expired int64
-	// IdleClosed counts the entries holding a descriptor on another mount
-	// than their site's root that the janitor dropped because no request
-	// had used them for 2 to 4 s, so that the mount could be unmounted
-	// (closeIdle).
-	IdleClosed int64
-	// OpenFiles is the number of descriptors held open now (cached or
-	// still in use), NegativeEntries the cached "no such file" answers,
-	// Entries every cached entry (a walk of the map), QueueDepth the
-	// misses waiting for a worker, MemoryBytes the bytes of file content
-	// kept in memory.
-	OpenFiles, NegativeEntries, Entries, QueueDepth, MemoryBytes int64
-	// UnwatchedDirs counts the directories whose inotify watch failed
-	// (permission, the user's inotify limit), WatchRefused the lookups
-	// left unwatched because MaxWatches was reached: the entries of both
-	// are revalidated after at most a second.
-	UnwatchedDirs, WatchRefused int64
-	// SlotLookups counts the misses resolved holding a filesystem slot
-	// (on the request's goroutine while one is free, else by a worker);
-	// CachedLookups those answered from the kernel's dentry cache without
-	// one (openat2 with RESOLVE_CACHED, in a watched directory on a local
-	// filesystem), which cannot wait for a disk.
-	SlotLookups, CachedLookups int64
-	// Watches is the number of inotify watches held; WatchedDirs the
-	// directories the watcher keeps (several can share one watch), which
-	// MaxWatches bounds.
-	Watches, WatchedDirs int64
-	// Listings is the number of directories listed now, ListedMisses the
-	// lookups answered "no such file" from a listing (also counted in
-	// NegativeHits).
-	Listings, ListedMisses int64
-}
-
-// Snapshot reads the cache's counters now. It walks the map to count the
-// entries, so it is meant for the metrics and the admin API, not for the
-// request path.
-func (c *Cache) Snapshot() Counters {
-	s := c.Counts()
-	s.Entries = int64(c.entryCount())
-	return s
-}
-
-// Counts is Snapshot without Entries (left 0), and so without its walk of
-// the map: cheap enough for a sampler that reads it every few seconds.
-func (c *Cache) Counts() Counters {
-	m := &c.counts
-	return Counters{
-		Hits:              m.Hits.Load(),
-		NegativeHits:      m.NegativeHits.Load(),
-		Misses:            m.Misses.Load(),
-		Merged:            m.Merged.Load(),
-		Wait:              time.Duration(m.WaitNanos.Load()),
-		QueueFull:         m.QueueFull.Load(),
-		Invalidations:     m.Invalidations.Load(),
-		Flushes:           m.Flushes.Load(),
-		Evictions:         m.Evictions.Load(),
-		Shed:              m.Shed.Load(),
-		NegativeEvictions: m.NegativeEvictions.Load(),
-		Expired:           m.Expired.Load(),
-		IdleClosed:        m.IdleClosed.Load(),
-		OpenFiles:         m.OpenFiles.Load(),
-		NegativeEntries:   m.NegativeCount.Load(),
-		QueueDepth:        int64(c.queueDepth()),
-		MemoryBytes:       m.MemoryBytes.Load(),
-		UnwatchedDirs:     m.UnwatchedDirs.Load(),
-		WatchRefused:      m.WatchRefused.Load(),
-		SlotLookups:       m.SlotLookups.Load(),
-		CachedLookups:     m.CachedLookups.Load(),
-		Watches:           m.Watches.Load(),
-		WatchedDirs:       m.WatchNodes.Load(),
-		Listings:          m.Listings.Load(),
-		ListedMisses:      m.ListedMisses.Load(),
-	}
-}
-
 // Cache is a process-wide cache of Entries with their open descriptors,
 // filled by a bounded pool of workers, invalidated by inotify with a TTL
 // as a safety net.
@@ -389,7 +255,7 @@ func New(o Options) *Cache {
 		stop:        make(chan struct{}),
 		janitorWake: make(chan struct{}, 1),
 	}
-	c.negatives = newNegStore(&c.counts.NegativeCount, &c.negs.dead)
+	c.negatives = newNegStore(&c.counts[NegativeEntries], &c.negs.dead)
 	c.hot = hotset.NewCounter(c.hotFiles)
 	if !o.NoInotify {
 		c.watch = newWatcher(c, o.MaxWatches)
@@ -593,7 +459,7 @@ func (c *Cache) closeIdle() int {
 		k.removeAt(i) // the last entry moves to i, and is looked at next
 	}
 	k.mu.Unlock()
-	c.counts.IdleClosed.Add(int64(n))
+	c.counts[IdleClosed].Add(int64(n))
 	c.tidyRings(n > 0, false)
 	return n
 }
@@ -614,7 +480,7 @@ func (c *Cache) dropStale() int {
 	})
 	c.watch.forgetNegatives(gone)
 	c.watch.expireListings(c.opts.Revalidate)
-	c.counts.Expired.Add(int64(n + len(gone)))
+	c.counts[Expired].Add(int64(n + len(gone)))
 	c.tidyRings(n > 0, len(gone) > 0)
 	return n + len(gone)
 }
@@ -768,7 +634,7 @@ func (c *Cache) GetCounted(ctx context.Context, counts *LookupCounts, root strin
 				d.used.Store(true) // the directory's second chance
 			}
 			e.hot.Hit()
-			c.counts.Hits.Add(1)
+			c.counts[Hits].Add(1)
 			if counts != nil {
 				counts.Hits.Add(1)
 			}
@@ -787,8 +653,8 @@ func (c *Cache) GetCounted(ctx context.Context, counts *LookupCounts, root strin
 			return nil, err
 		}
 		if c.opts.listAfter > 0 && c.watch.listedMissing(key, c.opts.Revalidate) {
-			c.counts.NegativeHits.Add(1)
-			c.counts.ListedMisses.Add(1)
+			c.counts[NegativeHits].Add(1)
+			c.counts[listedMisses].Add(1)
 			if counts != nil {
 				counts.NegativeHits.Add(1)
 			}
@@ -832,14 +698,14 @@ func (c *Cache) negativeHit(key lookupKey) (error, bool) {
 		mark := sl.mark
 		sh.mu.RUnlock()
 		c.watch.markUsed(mark)
-		c.counts.NegativeHits.Add(1)
+		c.counts[NegativeHits].Add(1)
 		return hitError(kind, refusedAt, key.path), true
 	}
 	ref := negRef{seq: sl.seq.Load(), slot: i, shard: shard}
 	watched, checked := sl.watched, sl.checked.Load()
 	sh.mu.RUnlock()
 	if c.revalidateNegative(key, ref, watched, checked, kind) {
-		c.counts.NegativeHits.Add(1)
+		c.counts[NegativeHits].Add(1)
 		return hitError(kind, refusedAt, key.path), true
 	}
 	return nil, false
@@ -890,7 +756,7 @@ func (c *Cache) revalidateNegative(key lookupKey, ref negRef, watched bool, chec
 	}
 	sh.mu.RUnlock()
 	if ok {
-		c.counts.NegativeRevalidations.Add(1)
+		c.counts[negativeRevalidations].Add(1)
 	}
 	return ok
 }
@@ -929,7 +795,7 @@ func (c *Cache) miss(ctx context.Context, key lookupKey, site string) (*Entry, e
 	}
 	c.mu.Lock()
 	if cl, ok := c.inflight[key]; ok {
-		c.counts.Merged.Add(1)
+		c.counts[Merged].Add(1)
 		cl.pending.Add(1)
 		done := cl.doneLocked()
 		c.mu.Unlock()
@@ -937,7 +803,7 @@ func (c *Cache) miss(ctx context.Context, key lookupKey, site string) (*Entry, e
 	}
 	cl := &call{key: key, site: site}
 	cl.pending.Store(1) // the resolver's: this goroutine's or a worker's
-	c.counts.Misses.Add(1)
+	c.counts[Misses].Add(1)
 	c.inflight[key] = cl
 	c.mu.Unlock()
 	select {
@@ -971,7 +837,7 @@ func (c *Cache) miss(ctx context.Context, key lookupKey, site string) (*Entry, e
 	default:
 		// Misses merged with this one meanwhile are refused with it.
 		cl.pending.Add(-1)
-		c.counts.QueueFull.Add(1)
+		c.counts[QueueFull].Add(1)
 		c.complete(cl, &Entry{path: key.path, err: ErrQueueFull})
 		cl.leave()
 		return nil, ErrQueueFull
@@ -989,7 +855,7 @@ func (c *Cache) wait(ctx context.Context, cl *call, done <-chan struct{}) (*Entr
 		// The worker finishes the call anyway and caches the answer.
 		return nil, ctx.Err()
 	}
-	c.counts.WaitNanos.Add(nanotime() - start)
+	c.counts[Wait].Add(nanotime() - start)
 	return c.acquireResult(cl)
 }
 
@@ -1013,7 +879,7 @@ func (c *Cache) finish(cl *call, inline bool) {
 	if !inline {
 		c.slots <- struct{}{}
 	}
-	c.counts.SlotLookups.Add(1)
+	c.counts[slotLookups].Add(1)
 	e := c.resolve(cl.key, cl.site)
 	<-c.slots
 	c.complete(cl, e)
@@ -1033,9 +899,6 @@ func (c *Cache) complete(cl *call, e *Entry) {
 		close(done)
 	}
 }
-
-// queueDepth is the number of misses waiting for a worker.
-func (c *Cache) queueDepth() int { return len(c.jobs) }
 
 func (c *Cache) worker() {
 	defer c.wg.Done()
@@ -1135,7 +998,7 @@ func (c *Cache) resolveCached(key lookupKey, site string) *Entry {
 		c.watch.leave(ticket)
 		return nil
 	}
-	c.counts.CachedLookups.Add(1)
+	c.counts[cachedLookups].Add(1)
 	// No link is followed here (RESOLVE_NO_SYMLINKS); a hard link may be,
 	// and the file may be a mount root.
 	linked := unwatchable(key.path, info, false, err) != notLinked
@@ -1195,8 +1058,8 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 	if e.file == nil {
 		// A directory or another file without a descriptor: bounded apart,
 		// since the descriptor clock does not see it.
-		if c.counts.DirEntries.Add(1) > int64(c.opts.MaxDirEntries) {
-			c.counts.DirEntries.Add(-1)
+		if c.counts[dirEntries].Add(1) > int64(c.opts.MaxDirEntries) {
+			c.counts[dirEntries].Add(-1)
 			c.watch.leave(ticket)
 			return e
 		}
@@ -1218,7 +1081,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 		if e.otherMount {
 			c.armIdle()
 		}
-		if c.counts.OpenFiles.Load() > int64(c.opts.MaxOpenFiles) {
+		if c.counts[OpenFiles].Load() > int64(c.opts.MaxOpenFiles) {
 			c.evict(c.opts.MaxOpenFiles*9/10, true)
 		}
 	}
@@ -1259,7 +1122,7 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *
 		c.drop(pos.(*Entry))
 	}
 	ringAdd(&c.negs, negOps{c}, ref, c.opts.NegativeEntries)
-	if c.counts.NegativeCount.Load() > int64(c.opts.NegativeEntries) || s.bytes.Load() > c.opts.negativeBytes {
+	if c.counts[NegativeEntries].Load() > int64(c.opts.NegativeEntries) || s.bytes.Load() > c.opts.negativeBytes {
 		c.evictNegatives(ref)
 	}
 	if c.closed.Load() {
@@ -1284,8 +1147,8 @@ func (c *Cache) load(key lookupKey, site string) (e *Entry, links linkKind) {
 		// Half of what is open now, not of max_open_files: the table may be
 		// full far below that limit (a lowered RLIMIT_NOFILE, many
 		// connections).
-		c.counts.Shed.Add(1)
-		c.evict(int(min(int64(c.opts.MaxOpenFiles), c.counts.OpenFiles.Load()))/2, false)
+		c.counts[Shed].Add(1)
+		c.evict(int(min(int64(c.opts.MaxOpenFiles), c.counts[OpenFiles].Load()))/2, false)
 		info, f, links, err = c.open(key)
 	}
 	return c.build(path, site, info, f, err, true), links
@@ -1307,12 +1170,12 @@ func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, 
 	e.fd = handleFD(f)
 	e.trusted = pagecache.Trusted(e.fd, info)
 	e.inMemoryFS = e.noBlockDev && pagecache.InMemoryFS(e.fd, info)
-	c.counts.OpenFiles.Add(1)
+	c.counts[OpenFiles].Add(1)
 	if e.otherMount = c.onOtherMount(info, site); e.otherMount {
 		c.otherMountFiles.Add(1)
 	}
 	if e.size <= c.opts.MemoryMaxFile && c.opts.MemoryBudget > 0 {
-		if c.counts.MemoryBytes.Add(e.size) <= c.opts.MemoryBudget {
+		if c.counts[MemoryBytes].Add(e.size) <= c.opts.MemoryBudget {
 			data := make([]byte, e.size)
 			var n int
 			var err error
@@ -1324,10 +1187,10 @@ func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, 
 			if int64(n) == e.size && (err == nil || err == io.EOF) {
 				e.data = data
 			} else {
-				c.counts.MemoryBytes.Add(-e.size)
+				c.counts[MemoryBytes].Add(-e.size)
 			}
 		} else {
-			c.counts.MemoryBytes.Add(-e.size)
+			c.counts[MemoryBytes].Add(-e.size)
 		}
 	}
 	e.cache = c
@@ -1439,7 +1302,7 @@ func (c *Cache) drop(e *Entry) {
 	e.gone.Store(true)
 	c.watch.forget(e)
 	if e.file == nil {
-		c.counts.DirEntries.Add(-1)
+		c.counts[dirEntries].Add(-1)
 	} else {
 		c.fds.dead.Add(1)
 	}
@@ -1453,10 +1316,10 @@ func (c *Cache) drop(e *Entry) {
 func (c *Cache) invalidate(path string, subtree bool) {
 	prefix := path + string(filepath.Separator)
 	gone := c.negatives.removeBelow(path, prefix, subtree)
-	c.counts.Invalidations.Add(int64(len(gone)))
+	c.counts[Invalidations].Add(int64(len(gone)))
 	c.watch.forgetNegatives(gone)
 	if v, ok := c.entries.LoadAndDelete(path); ok {
-		c.counts.Invalidations.Add(1)
+		c.counts[Invalidations].Add(1)
 		c.drop(v.(*Entry))
 	}
 	if !subtree {
@@ -1464,7 +1327,7 @@ func (c *Cache) invalidate(path string, subtree bool) {
 	}
 	c.entries.Range(func(k, v any) bool {
 		if strings.HasPrefix(k.(string), prefix) && c.entries.CompareAndDelete(k, v) {
-			c.counts.Invalidations.Add(1)
+			c.counts[Invalidations].Add(1)
 			c.drop(v.(*Entry))
 		}
 		return true
@@ -1502,7 +1365,7 @@ func (c *Cache) Purge(path string, subtree bool) int {
 
 // flush forgets every entry.
 func (c *Cache) flush() {
-	c.counts.Flushes.Add(1)
+	c.counts[Flushes].Add(1)
 	gone := c.negatives.removeWhere(func(*negSlot, []byte) bool { return true })
 	c.watch.forgetNegatives(gone)
 	c.watch.unlistAll()
@@ -1519,8 +1382,8 @@ func (c *Cache) flush() {
 // descriptors' CLOCK (sweep). An evicted entry is forgotten: a later
 // request for it is a miss.
 func (c *Cache) evict(target int, secondChance bool) {
-	over := func() bool { return c.counts.OpenFiles.Load() > int64(target) }
-	sweep(&c.fds, fdOps{c}, over, c.opts.MaxOpenFiles, secondChance, &c.counts.Evictions, nil)
+	over := func() bool { return c.counts[OpenFiles].Load() > int64(target) }
+	sweep(&c.fds, fdOps{c}, over, c.opts.MaxOpenFiles, secondChance, &c.counts[Evictions], nil)
 }
 
 // entryCount is the number of cached entries, negative ones included.

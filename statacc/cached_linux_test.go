@@ -40,7 +40,7 @@ func inflight(c *Cache) int {
 
 // lookups reads the two lookup counters.
 func lookups(c *Cache) (slot, cached int64) {
-	return c.counts.SlotLookups.Load(), c.counts.CachedLookups.Load()
+	return c.counts[slotLookups].Load(), c.counts[cachedLookups].Load()
 }
 
 func TestCachedMissSkipsTheSlots(t *testing.T) {

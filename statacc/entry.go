@@ -240,12 +240,12 @@ func (e *Entry) Release() {
 	if e.refs.Add(-1) == 0 {
 		e.file.Close()
 		if e.cache != nil {
-			e.cache.counts.OpenFiles.Add(-1)
+			e.cache.counts[OpenFiles].Add(-1)
 			if e.otherMount {
 				e.cache.otherMountFiles.Add(-1)
 			}
 			if n := len(e.data); n != 0 {
-				e.cache.counts.MemoryBytes.Add(-int64(n))
+				e.cache.counts[MemoryBytes].Add(-int64(n))
 			}
 		}
 		// Nobody holds the entry or can acquire it again (acquire fails

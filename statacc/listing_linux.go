@@ -270,7 +270,7 @@ func (w *watcher) noteMissing(path string, t watchTicket, listAfter int) {
 		n.listing = &dirListing{names: names, listedAt: listedAt}
 		w.listed += len(names)
 		w.listedNodes[n.path] = n
-		w.cache.counts.Listings.Add(1)
+		w.cache.counts[Listings].Add(1)
 	}
 	w.unpinLocked(n)
 	w.mu.Unlock()
@@ -326,7 +326,7 @@ func (w *watcher) unlistLocked(n *dirNode) {
 	if w.listedNodes[n.path] == n {
 		delete(w.listedNodes, n.path)
 	}
-	w.cache.counts.Listings.Add(-1)
+	w.cache.counts[Listings].Add(-1)
 }
 
 // expireListings forgets the listings read revalidate ago or more, and

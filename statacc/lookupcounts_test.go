@@ -43,7 +43,7 @@ func TestGetCountedCountsEachCallerApart(t *testing.T) {
 		}
 	}
 	s := c.Counts()
-	if s.Hits != 4 || s.NegativeHits != 3 || s.Misses+s.Merged != 2 {
-		t.Errorf("the cache counted %d hits, %d negative hits, %d misses and %d merged; want 4, 3, 2 in all", s.Hits, s.NegativeHits, s.Misses, s.Merged)
+	if s[Hits] != 4 || s[NegativeHits] != 3 || s[Misses]+s[Merged] != 2 {
+		t.Errorf("the cache counted %d hits, %d negative hits, %d misses and %d merged; want 4, 3, 2 in all", s[Hits], s[NegativeHits], s[Misses], s[Merged])
 	}
 }

@@ -384,7 +384,7 @@ func (w *watcher) mountsChanged(points []string) bool {
 	var gone []*Entry
 	var events []nameEvent
 	w.mu.Lock()
-	invalidated := w.cache.counts.Invalidations.Load()
+	invalidated := w.cache.counts[Invalidations].Load()
 	// A read that follows no change (the watcher's first, at its start)
 	// changes nothing: bumping the generation then would make every
 	// lookup installing a directory at that moment start again, up to
@@ -427,7 +427,7 @@ func (w *watcher) mountsChanged(points []string) bool {
 	for _, ev := range events {
 		w.handle(ev.wd, unix.IN_CREATE, ev.name)
 	}
-	return w.cache.counts.Invalidations.Load() != invalidated
+	return w.cache.counts[Invalidations].Load() != invalidated
 }
 
 // indexRealLocked enters a node just settled in byReal, by its real path.

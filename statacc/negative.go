@@ -100,7 +100,7 @@ func (c *Cache) door() *doorkeeper {
 // eviction would make room for the next distinct path, and a storm of
 // long ones would churn the store), or negative caching is off.
 func (c *Cache) negativesFull(key lookupKey) bool {
-	return c.opts.NegativeEntries < 0 || c.counts.NegativeCount.Load() >= int64(c.opts.NegativeEntries) ||
+	return c.opts.NegativeEntries < 0 || c.counts[NegativeEntries].Load() >= int64(c.opts.NegativeEntries) ||
 		c.negatives.bytes.Load()+int64(len(key.root)+len(key.path)) > c.opts.negativeBytes
 }
 
@@ -358,7 +358,7 @@ func (o negOps) evict(r negRef) bool {
 func (c *Cache) evictNegatives(r negRef) {
 	n, b := c.opts.NegativeEntries, c.opts.negativeBytes
 	over := func() bool {
-		return c.counts.NegativeCount.Load() > int64(n-max(1, n/16)) || c.negatives.bytes.Load() > b-b/16
+		return c.counts[NegativeEntries].Load() > int64(n-max(1, n/16)) || c.negatives.bytes.Load() > b-b/16
 	}
-	sweep(&c.negs, negOps{c}, over, n, true, &c.counts.NegativeEvictions, r)
+	sweep(&c.negs, negOps{c}, over, n, true, &c.counts[NegativeEvictions], r)
 }

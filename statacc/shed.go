@@ -4,4 +4,4 @@ package statacc
 // and made room by closing idle descriptors: one atomic load, for those
 // that must back off when descriptors run short (a warm-up), where
 // Snapshot walks the map.
-func (c *Cache) ShedCount() int64 { return c.counts.Shed.Load() }
+func (c *Cache) ShedCount() int64 { return c.counts[Shed].Load() }

@@ -542,7 +542,7 @@ func (w *watcher) markUsed(mark int32) {
 func (w *watcher) dropNegativesLocked(n *dirNode, gone *[]*Entry) {
 	for h, seq := range n.negs {
 		if _, ok := w.cache.negatives.remove(h, seq); ok && gone != nil {
-			w.cache.counts.Invalidations.Add(1)
+			w.cache.counts[Invalidations].Add(1)
 		}
 	}
 	n.negs = nil
@@ -629,7 +629,7 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, a
 			// Make it, after making room for it under the bound (n is
 			// pinned, so the part of the path that exists stays).
 			if w.nodes >= w.limit && !w.evictLocked(w.nodes+1-w.limit, &gone) {
-				w.cache.counts.WatchRefused.Add(1)
+				w.cache.counts[WatchRefused].Add(1)
 				if n != nil {
 					w.unpinLocked(n)
 				}
@@ -728,7 +728,7 @@ func (w *watcher) newNodeLocked(parent *dirNode, name, path string) *dirNode {
 		parent.children[name] = n
 	}
 	w.nodes++
-	w.cache.counts.WatchNodes.Store(int64(w.nodes))
+	w.cache.counts[WatchedDirs].Store(int64(w.nodes))
 	n.prev, n.next = &w.lru, w.lru.next
 	n.prev.next, n.next.prev = n, n
 	return n
@@ -759,7 +759,7 @@ func (w *watcher) evictLocked(k int, gone *[]*Entry) bool {
 		}
 		before := w.nodes
 		w.dropLocked(n, gone)
-		w.cache.counts.WatchEvictions.Add(1)
+		w.cache.counts[watchEvictions].Add(1)
 		k -= before - w.nodes
 	}
 	return k <= 0
@@ -890,7 +890,7 @@ func (w *watcher) watch(n *dirNode, mask uint32) (err error, again bool) {
 	}
 	n.wd = int32(wd)
 	w.byWD[n.wd] = append(w.byWD[n.wd], n)
-	w.cache.counts.Watches.Store(int64(len(w.byWD)))
+	w.cache.counts[Watches].Store(int64(len(w.byWD)))
 	w.mu.Unlock()
 	if testHookWatchAdded != nil {
 		testHookWatchAdded(n.path)
@@ -932,7 +932,7 @@ func (w *watcher) settle(n *dirNode, state nodeState, real string, to *dirNode) 
 	w.indexRealLocked(n)
 	if state == nodeFailed {
 		n.failedAt = nanotime()
-		w.cache.counts.UnwatchedDirs.Add(1)
+		w.cache.counts[UnwatchedDirs].Add(1)
 	}
 	w.mu.Unlock()
 	w.finish(gone)
@@ -968,7 +968,7 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 	}
 	n.dropped = true
 	if n.state == nodeFailed {
-		w.cache.counts.UnwatchedDirs.Add(-1)
+		w.cache.counts[UnwatchedDirs].Add(-1)
 	}
 	for _, ch := range n.children {
 		w.dropLocked(ch, gone)
@@ -1017,12 +1017,12 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 			w.byWD[n.wd] = users
 		}
 		n.wd = -1
-		w.cache.counts.Watches.Store(int64(len(w.byWD)))
+		w.cache.counts[Watches].Store(int64(len(w.byWD)))
 	}
 	n.prev.next, n.next.prev = n.next, n.prev
 	n.prev, n.next = nil, nil
 	w.nodes--
-	w.cache.counts.WatchNodes.Store(int64(w.nodes))
+	w.cache.counts[WatchedDirs].Store(int64(w.nodes))
 	if n.parent != nil {
 		// The parent may now be an empty leaf.
 		w.maybeRemoveLocked(n.parent)
@@ -1064,7 +1064,7 @@ func (w *watcher) isDeadLocked(wd int32) bool {
 // finish drops the entries that left the map, once mu is released.
 func (w *watcher) finish(gone []*Entry) {
 	for _, e := range gone {
-		w.cache.counts.Invalidations.Add(1)
+		w.cache.counts[Invalidations].Add(1)
 		w.cache.drop(e)
 	}
 }
@@ -1136,7 +1136,7 @@ func (w *watcher) drainHeld() bool {
 
 // handleBatch handles the events of one read.
 func (w *watcher) handleBatch(buf []byte) {
-	invalidated := w.cache.counts.Invalidations.Load()
+	invalidated := w.cache.counts[Invalidations].Load()
 	for off := 0; off+unix.SizeofInotifyEvent <= len(buf); {
 		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
 		nameBytes := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
@@ -1144,7 +1144,7 @@ func (w *watcher) handleBatch(buf []byte) {
 		off += unix.SizeofInotifyEvent + int(ev.Len)
 		w.handle(ev.Wd, ev.Mask, name)
 	}
-	if w.cache.counts.Invalidations.Load() != invalidated {
+	if w.cache.counts[Invalidations].Load() != invalidated {
 		// Events take entries out one at a time, a deleted directory
 		// many at once: what a purge of it would give back is given
 		// back here, once per batch of events.
@@ -1233,7 +1233,7 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 		}
 		users := w.byWD[wd]
 		delete(w.byWD, wd)
-		c.counts.Watches.Store(int64(len(w.byWD)))
+		c.counts[Watches].Store(int64(len(w.byWD)))
 		for _, n := range users {
 			n.gen++
 			w.dropLocked(n, &gone)
@@ -1272,7 +1272,7 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 			if seq, ok := n.negs[h]; ok {
 				delete(n.negs, h)
 				if _, ok := c.negatives.remove(h, seq); ok {
-					c.counts.Invalidations.Add(1)
+					c.counts[Invalidations].Add(1)
 				}
 				w.maybeRemoveLocked(n)
 			}
