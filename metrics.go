@@ -171,35 +171,28 @@ type ColdReadStats struct {
 	RingSlots int64 `json:"ring_slots"`
 }
 
-// CacheStats are the statacc counters and gauges.
+// CacheStats are the deprecated "statacc" object: the figures of
+// LookupStats and CacheFigures under their 0.1.0 names.
 type CacheStats struct {
-	Hits          int64   `json:"hits"`
-	NegativeHits  int64   `json:"negative_hits"`
-	Misses        int64   `json:"misses"`
-	Merged        int64   `json:"merged"`
-	QueueDepth    int64   `json:"queue_depth"`
-	WaitSeconds   float64 `json:"wait_seconds"`
-	Invalidations int64   `json:"invalidations"`
-	Flushes       int64   `json:"flushes"`
-	Evictions     int64   `json:"evictions"`
-	// NegativeEvictions counts the negative entries dropped to make room
-	// in a full negative cache for paths that missed again.
-	NegativeEvictions int64 `json:"negative_evictions"`
-	// Expired counts the entries the janitor dropped as stale: not asked
-	// for within revalidate (twice it for a negative entry of a watched
-	// directory).
-	Expired int64 `json:"expired"`
-	// IdleClosed counts the entries holding a descriptor on a filesystem
-	// mounted below their site's root that the janitor dropped because no
-	// request had used them for 2 to 4 s, so that it can be unmounted.
-	IdleClosed    int64 `json:"idle_closed"`
-	Shed          int64 `json:"shed"`
-	QueueFull     int64 `json:"queue_full"`
-	OpenFiles     int64 `json:"open_files"`
-	Entries       int64 `json:"entries"`
-	NegativeCount int64 `json:"negative_entries"`
-	MemoryBytes   int64 `json:"memory_bytes"`
-	UnwatchedDirs int64 `json:"unwatched_dirs"`
+	Hits              int64   `json:"hits"`
+	NegativeHits      int64   `json:"negative_hits"`
+	Misses            int64   `json:"misses"`
+	Merged            int64   `json:"merged"`
+	QueueDepth        int64   `json:"queue_depth"`
+	WaitSeconds       float64 `json:"wait_seconds"`
+	Invalidations     int64   `json:"invalidations"`
+	Flushes           int64   `json:"flushes"`
+	Evictions         int64   `json:"evictions"`
+	NegativeEvictions int64   `json:"negative_evictions"`
+	Expired           int64   `json:"expired"`
+	IdleClosed        int64   `json:"idle_closed"`
+	Shed              int64   `json:"shed"`
+	QueueFull         int64   `json:"queue_full"`
+	OpenFiles         int64   `json:"open_files"`
+	Entries           int64   `json:"entries"`
+	NegativeCount     int64   `json:"negative_entries"`
+	MemoryBytes       int64   `json:"memory_bytes"`
+	UnwatchedDirs     int64   `json:"unwatched_dirs"`
 }
 
 // PrewarmStats describe the page-cache warm-ups and the hot set.
@@ -388,9 +381,9 @@ const (
 	gauge   = prometheus.GaugeValue
 )
 
-// one reads a metric of one series.
-func one(f func(*Stats) int64) func(*Stats) []series {
-	return func(s *Stats) []series { return []series{{v: float64(f(s))}} }
+// single is a metric of one series, f's value.
+func single(kind prometheus.ValueType, name, help string, f func(*Stats) int64) *metric {
+	return &metric{name: name, help: help, kind: kind, read: func(s *Stats) []series { return []series{{v: float64(f(s))}} }}
 }
 
 func byEngine(f func(EngineStats) int64) func(*Stats) []series {
@@ -410,8 +403,7 @@ var metrics = []*metric{
 		read: byEngine(func(e EngineStats) int64 { return e.Requests })},
 	{name: "bytes_sent_total", help: "Body bytes sent, by the engine that sent them.", kind: counter, label: "engine",
 		read: byEngine(func(e EngineStats) int64 { return e.Bytes })},
-	{name: "transfers_in_flight", help: "Bodies holding a max_transfers place.", kind: gauge,
-		read: one(func(s *Stats) int64 { return s.TransfersInFlight })},
+	single(gauge, "transfers_in_flight", "Bodies holding a max_transfers place.", func(s *Stats) int64 { return s.TransfersInFlight }),
 	{name: "rejected_total", help: "503 answers, by cause: max_transfers, stat_queue, fd_exhaustion.", kind: counter, label: "cause",
 		read: func(s *Stats) []series {
 			var out []series
@@ -420,67 +412,42 @@ var metrics = []*metric{
 			}
 			return out
 		}},
-	{name: "sendfile_calls_total", help: "sendfile(2) calls made by the listener wrapper.", kind: counter,
-		read: one(func(s *Stats) int64 { return s.SendfileCalls })},
-	{name: "sendfile_fallbacks_total", help: "Bodies the listener wrapper had to copy instead.", kind: counter,
-		read: one(func(s *Stats) int64 { return s.SendfileFallbacks })},
-	{name: "sendfile_refused_total", help: "sendfile(2) calls the kernel refused (EINVAL, ENOSYS, EOPNOTSUPP); the rest of each body was copied.", kind: counter,
-		read: one(func(s *Stats) int64 { return s.SendfileRefused })},
+	single(counter, "sendfile_calls_total", "sendfile(2) calls made by the listener wrapper.", func(s *Stats) int64 { return s.SendfileCalls }),
+	single(counter, "sendfile_fallbacks_total", "Bodies the listener wrapper had to copy instead.", func(s *Stats) int64 { return s.SendfileFallbacks }),
+	single(counter, "sendfile_refused_total", "sendfile(2) calls the kernel refused (EINVAL, ENOSYS, EOPNOTSUPP); the rest of each body was copied.", func(s *Stats) int64 { return s.SendfileRefused }),
 	{name: "lookups_total", help: "Lookups of request paths (and index files, sidecars), by result: hit and negative_hit (\"no such file\") answered from the cache with no system call, miss through the filesystem, merged into a miss of the same path in flight.", kind: counter, label: "result",
 		read: func(s *Stats) []series {
 			l := s.Lookups
 			return []series{{"hit", float64(l.Hits)}, {"negative_hit", float64(l.NegativeHits)}, {"miss", float64(l.Misses)}, {"merged", float64(l.Merged)}}
 		}},
-	{name: "lookup_queue_depth", help: "Misses waiting for a lookup worker.", kind: gauge,
-		read: one(func(s *Stats) int64 { return s.Lookups.QueueDepth })},
+	single(gauge, "lookup_queue_depth", "Misses waiting for a lookup worker.", func(s *Stats) int64 { return s.Lookups.QueueDepth }),
 	{name: "lookup_wait_seconds_total", help: "Time misses spent waiting for a lookup worker.", kind: counter,
 		read: func(s *Stats) []series { return []series{{v: s.Lookups.WaitSeconds}} }},
-	{name: "cache_invalidations_total", help: "Cached entries dropped because their file or directory changed.", kind: counter,
-		read: one(func(s *Stats) int64 { return s.Cache.Invalidations })},
-	{name: "cache_flushes_total", help: "Whole-cache flushes (inotify queue overflows).", kind: counter,
-		read: one(func(s *Stats) int64 { return s.Cache.Flushes })},
+	single(counter, "cache_invalidations_total", "Cached entries dropped because their file or directory changed.", func(s *Stats) int64 { return s.Cache.Invalidations }),
+	single(counter, "cache_flushes_total", "Whole-cache flushes (inotify queue overflows).", func(s *Stats) int64 { return s.Cache.Flushes }),
 	{name: "cache_evictions_total", help: "Cached entries evicted to stay within a bound: open_file for max_open_files, negative for negative_cache.", kind: counter, label: "entry",
 		read: func(s *Stats) []series {
 			return []series{{"open_file", float64(s.Cache.Evictions)}, {"negative", float64(s.Cache.NegativeEvictions)}}
 		}},
-	{name: "cache_expirations_total", help: "Cached entries dropped as stale: not asked for within revalidate (twice it for a negative entry of a watched directory).", kind: counter,
-		read: one(func(s *Stats) int64 { return s.Cache.Expired })},
-	{name: "cache_idle_closed_total", help: "Descriptors on a filesystem mounted below the site's root closed because no request used them for 2 to 4 s (so that it can be unmounted).", kind: counter,
-		read: one(func(s *Stats) int64 { return s.Cache.IdleClosed })},
-	{name: "cache_open_files", help: "Descriptors the caches hold open.", kind: gauge,
-		read: one(func(s *Stats) int64 { return s.Cache.OpenFiles })},
-	{name: "cache_open_files_limit", help: "The most descriptors the caches keep open (max_open_files, summed over the caches).", kind: gauge,
-		read: one(func(s *Stats) int64 { return s.Cache.MaxOpenFiles })},
-	{name: "cache_entries", help: "Entries cached, negative ones included.", kind: gauge,
-		read: one(func(s *Stats) int64 { return s.Cache.Entries })},
-	{name: "cache_negative_entries", help: "Cached \"no such file\" answers.", kind: gauge,
-		read: one(func(s *Stats) int64 { return s.Cache.NegativeEntries })},
-	{name: "cache_listings", help: "Directories listed, whose missing names are answered with no entry.", kind: gauge,
-		read: one(func(s *Stats) int64 { return s.Cache.Listings })},
-	{name: "cache_memory_bytes", help: "Bytes of small files kept in memory.", kind: gauge,
-		read: one(func(s *Stats) int64 { return s.Cache.MemoryBytes })},
-	{name: "cache_memory_limit_bytes", help: "The most bytes of small files kept in memory (memory_cache, summed over the caches).", kind: gauge,
-		read: one(func(s *Stats) int64 { return s.Cache.MemoryBudget })},
-	{name: "cache_watched_directories", help: "Directories inotify watches for the caches.", kind: gauge,
-		read: one(func(s *Stats) int64 { return s.Cache.WatchedDirs })},
-	{name: "cache_watched_directories_limit", help: "The most directories watched (max_watches, summed over the caches).", kind: gauge,
-		read: one(func(s *Stats) int64 { return s.Cache.MaxWatches })},
-	{name: "cold_read_buffer_bytes", help: "Bytes of buffers held by io_uring reads of data not in the page cache, within the cold budget.", kind: gauge,
-		read: one(func(s *Stats) int64 { return s.ColdReads.BufferBytes })},
-	{name: "cold_read_buffer_limit_bytes", help: "The cold budget: the most bytes of buffers io_uring reads hold at once.", kind: gauge,
-		read: one(func(s *Stats) int64 { return s.ColdReads.BufferLimit })},
-	{name: "io_uring_reads_in_flight", help: "io_uring operations in flight.", kind: gauge,
-		read: one(func(s *Stats) int64 { return s.ColdReads.RingReads })},
-	{name: "prewarm_bytes_total", help: "Bytes read into the page cache by prewarm.", kind: counter,
-		read: one(func(s *Stats) int64 { return s.Prewarm.Bytes })},
-	{name: "prewarm_files_total", help: "Files read into the page cache by prewarm.", kind: counter,
-		read: one(func(s *Stats) int64 { return s.Prewarm.Files })},
-	{name: "hot_set_bytes", help: "Size of the last saved hot set.", kind: gauge,
-		read: one(func(s *Stats) int64 { return s.Prewarm.HotSetBytes })},
-	{name: "hot_set_resident_bytes", help: "Bytes of the last saved hot set in the page cache when it was saved.", kind: gauge,
-		read: one(func(s *Stats) int64 { return s.Prewarm.HotSetResidentBytes })},
-	{name: "hot_set_unknown_bytes", help: "Bytes of the last saved hot set whose residency the server cannot know (files it neither owns nor may write).", kind: gauge,
-		read: one(func(s *Stats) int64 { return s.Prewarm.HotSetUnknownBytes })},
+	single(counter, "cache_expirations_total", "Cached entries dropped as stale: not asked for within revalidate (twice it for a negative entry of a watched directory).", func(s *Stats) int64 { return s.Cache.Expired }),
+	single(counter, "cache_idle_closed_total", "Descriptors on a filesystem mounted below the site's root closed because no request used them for 2 to 4 s (so that it can be unmounted).", func(s *Stats) int64 { return s.Cache.IdleClosed }),
+	single(gauge, "cache_open_files", "Descriptors the caches hold open.", func(s *Stats) int64 { return s.Cache.OpenFiles }),
+	single(gauge, "cache_open_files_limit", "The most descriptors the caches keep open (max_open_files, summed over the caches).", func(s *Stats) int64 { return s.Cache.MaxOpenFiles }),
+	single(gauge, "cache_entries", "Entries cached, negative ones included.", func(s *Stats) int64 { return s.Cache.Entries }),
+	single(gauge, "cache_negative_entries", "Cached \"no such file\" answers.", func(s *Stats) int64 { return s.Cache.NegativeEntries }),
+	single(gauge, "cache_listings", "Directories listed, whose missing names are answered with no entry.", func(s *Stats) int64 { return s.Cache.Listings }),
+	single(gauge, "cache_memory_bytes", "Bytes of small files kept in memory.", func(s *Stats) int64 { return s.Cache.MemoryBytes }),
+	single(gauge, "cache_memory_limit_bytes", "The most bytes of small files kept in memory (memory_cache, summed over the caches).", func(s *Stats) int64 { return s.Cache.MemoryBudget }),
+	single(gauge, "cache_watched_directories", "Directories inotify watches for the caches.", func(s *Stats) int64 { return s.Cache.WatchedDirs }),
+	single(gauge, "cache_watched_directories_limit", "The most directories watched (max_watches, summed over the caches).", func(s *Stats) int64 { return s.Cache.MaxWatches }),
+	single(gauge, "cold_read_buffer_bytes", "Bytes of buffers held by io_uring reads of data not in the page cache, within the cold budget.", func(s *Stats) int64 { return s.ColdReads.BufferBytes }),
+	single(gauge, "cold_read_buffer_limit_bytes", "The cold budget: the most bytes of buffers io_uring reads hold at once.", func(s *Stats) int64 { return s.ColdReads.BufferLimit }),
+	single(gauge, "io_uring_reads_in_flight", "io_uring operations in flight.", func(s *Stats) int64 { return s.ColdReads.RingReads }),
+	single(counter, "prewarm_bytes_total", "Bytes read into the page cache by prewarm.", func(s *Stats) int64 { return s.Prewarm.Bytes }),
+	single(counter, "prewarm_files_total", "Files read into the page cache by prewarm.", func(s *Stats) int64 { return s.Prewarm.Files }),
+	single(gauge, "hot_set_bytes", "Size of the last saved hot set.", func(s *Stats) int64 { return s.Prewarm.HotSetBytes }),
+	single(gauge, "hot_set_resident_bytes", "Bytes of the last saved hot set in the page cache when it was saved.", func(s *Stats) int64 { return s.Prewarm.HotSetResidentBytes }),
+	single(gauge, "hot_set_unknown_bytes", "Bytes of the last saved hot set whose residency the server cannot know (files it neither owns nor may write).", func(s *Stats) int64 { return s.Prewarm.HotSetUnknownBytes }),
 
 	// The names of 0.1.0, exported for one more release.
 	{name: "bytes_total", replacedBy: `bytes_sent_total`},
