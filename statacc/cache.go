@@ -1312,28 +1312,6 @@ func (c *Cache) drop(e *Entry) {
 	e.Release()
 }
 
-// invalidate forgets path, and everything below it when subtree is set.
-func (c *Cache) invalidate(path string, subtree bool) {
-	prefix := path + string(filepath.Separator)
-	gone := c.negatives.removeBelow(path, prefix, subtree)
-	c.counts[Invalidations].Add(int64(len(gone)))
-	c.watch.forgetNegatives(gone)
-	if v, ok := c.entries.LoadAndDelete(path); ok {
-		c.counts[Invalidations].Add(1)
-		c.drop(v.(*Entry))
-	}
-	if !subtree {
-		return
-	}
-	c.entries.Range(func(k, v any) bool {
-		if strings.HasPrefix(k.(string), prefix) && c.entries.CompareAndDelete(k, v) {
-			c.counts[Invalidations].Add(1)
-			c.drop(v.(*Entry))
-		}
-		return true
-	})
-}
-
 // Purge drops path's entry, and with subtree every entry below it, so
 // that the next lookup looks again. It returns how many were dropped.
 func (c *Cache) Purge(path string, subtree bool) int {

@@ -301,7 +301,7 @@ func TestEntryRefcountDefersClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.invalidate(p, false) // the cache lets go while a transfer still reads
+	c.Purge(p, false) // the cache lets go while a transfer still reads
 	buf := make([]byte, 7)
 	if _, err := e.File().ReadAt(buf, 0); err != nil || string(buf) != "content" {
 		t.Fatalf("read after invalidation: %q, %v", buf, err)

@@ -195,7 +195,7 @@ func TestSharedWatchOutlivesOneOfItsPaths(t *testing.T) {
 			kept = viaLink
 			watchedHit(t, c, viaLink)
 		}
-		c.invalidate(gone, false)
+		c.Purge(gone, false)
 		watchedHit(t, c, kept)
 		write(t, real, "changed-"+filepath.Base(filepath.Dir(filepath.Dir(gone))))
 		want := fmt.Sprintf("%d:changed-%s", len("changed-")+len(filepath.Base(filepath.Dir(filepath.Dir(gone)))), filepath.Base(filepath.Dir(filepath.Dir(gone))))
