@@ -88,7 +88,7 @@ type Options struct {
 	MaxDirEntries int
 }
 
-// ErrQueueFull is returned by GetConfined when the miss queue is full: the caller
+// ErrQueueFull is returned by GetCounted when the miss queue is full: the caller
 // should answer 503 with a Retry-After.
 var ErrQueueFull = errors.New("statacc: too many filesystem lookups waiting")
 
@@ -554,7 +554,7 @@ func (c *Cache) Close() error {
 }
 
 // errCacheClosed is what a miss of a closed cache, or one queued for its
-// workers when they stopped, gets: GetConfined then answers it with
+// workers when they stopped, gets: GetCounted then answers it with
 // lookupClosed. It never reaches a caller.
 var errCacheClosed = errors.New("statacc: cache closed")
 
@@ -601,26 +601,18 @@ func (c *Cache) refuseQueued() {
 	}
 }
 
-// GetConfined returns the entry for path, a file below root resolved as
+// GetCounted returns the entry for path, a file below root resolved as
 // mode says, with a reference that the caller must give back with
-// Release. A path that does not exist gives its error (fs.ErrNotExist and
-// the like) and no entry. On a fresh hit it makes no system call and takes
-// no lock; a negative hit makes one poll(2) of the inotify descriptor
-// (catchUp) and takes one shard's read lock; the error of a negative
-// hit of a missing path is the same value for every path (negErrors), so
-// that it allocates nothing, and a refusal's is made again as its miss
-// returned it (hitError). With SymlinksFollow, root does not confine the
-// lookup (an entry answers every root), but tells the mount the site is
-// on (closeIdle). root and path must be absolute and clean (the cache compares them as strings). An entry answers only the
-// lookups with its root and mode: a lookup of the same path under another
-// root or mode resolves it again, so that one site's confinement answer is
-// never handed to another.
-func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, path string) (*Entry, error) {
-	return c.GetCounted(ctx, nil, root, mode, path)
-}
-
-// GetCounted is GetConfined that also counts the lookup in counts, the
-// lookups of one caller (a site), unless counts is nil.
+// Release, and counts the lookup in counts (a site's), unless nil. A path
+// that does not exist gives its error (fs.ErrNotExist and the like) and
+// no entry. A fresh hit makes no system call and takes no lock; a
+// negative hit makes one poll(2) of the inotify descriptor (catchUp),
+// takes one shard's read lock and allocates nothing for a missing path
+// (negErrors). With SymlinksFollow, root does not confine the lookup but
+// tells the mount the site is on (closeIdle). root and path must be
+// absolute and clean: the cache compares them as strings. An entry
+// answers only the lookups with its root and mode, so that one site's
+// confinement answer is never handed to another.
 func (c *Cache) GetCounted(ctx context.Context, counts *LookupCounts, root string, mode Symlinks, path string) (*Entry, error) {
 	site := root
 	if mode == SymlinksFollow {

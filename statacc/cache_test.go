@@ -26,7 +26,7 @@ func describe(t testing.TB, c *Cache, path string) string {
 // describeConfined is describe for a lookup confined below root.
 func describeConfined(t testing.TB, c *Cache, root string, mode Symlinks, path string) string {
 	t.Helper()
-	e, err := c.GetConfined(context.Background(), root, mode, path)
+	e, err := c.getConfined(context.Background(), root, mode, path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "missing"
 	}

@@ -79,7 +79,7 @@ func TestClosedCacheAnswersUncached(t *testing.T) {
 	if _, err := c.Get(ctx, filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("a missing file after Close: %v, want fs.ErrNotExist", err)
 	}
-	if _, err := c.GetConfined(ctx, dir, SymlinksBeneath, filepath.Join(dir, "out")); !IsRefused(err) {
+	if _, err := c.getConfined(ctx, dir, SymlinksBeneath, filepath.Join(dir, "out")); !IsRefused(err) {
 		t.Fatalf("a link out of the root under beneath after Close: %v, want a refusal", err)
 	}
 	if n := c.entryCount(); n != 0 {

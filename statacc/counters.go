@@ -40,7 +40,7 @@ const (
 	Listings        // directories listed now (listing_linux.go)
 	QueueDepth      // misses waiting for a worker
 	Entries         // every cached entry: Snapshot only, since it walks the map
-	NumStats
+	numStats
 
 	// What follows is not in Counters.
 	slotLookups           // misses resolved holding a filesystem slot
@@ -57,7 +57,7 @@ const (
 func (s Stat) Counter() bool { return s < OpenFiles }
 
 // Counters are a cache's counters and gauges at one moment, by Stat.
-type Counters [NumStats]int64
+type Counters [numStats]int64
 
 // counters are a cache's live counts, each updated atomically.
 type counters [numCounts]atomic.Int64

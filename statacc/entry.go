@@ -224,7 +224,7 @@ func (e *Entry) acquire() bool {
 }
 
 // Hold takes one more reference on an entry the caller holds (from
-// Cache.GetConfined), for work that outlives the request: an io_uring read the
+// Cache.GetCounted), for work that outlives the request: an io_uring read the
 // request let go of keeps the descriptor open until it completes.
 func (e *Entry) Hold() {
 	if e.file != nil {
@@ -232,7 +232,7 @@ func (e *Entry) Hold() {
 	}
 }
 
-// Release gives back a reference taken by Cache.GetConfined or Hold.
+// Release gives back a reference taken by Cache.GetCounted or Hold.
 func (e *Entry) Release() {
 	if e.file == nil {
 		return

@@ -56,7 +56,7 @@ func TestIdleDescriptorsClosedWithinFiveSeconds(t *testing.T) {
 	ctx := context.Background()
 	get := func(p string) *Entry {
 		t.Helper()
-		e, err := c.GetConfined(ctx, root, SymlinksFollow, p)
+		e, err := c.getConfined(ctx, root, SymlinksFollow, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +82,7 @@ func TestIdleDescriptorsClosedWithinFiveSeconds(t *testing.T) {
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			e, err := c.GetConfined(ctx, root, SymlinksFollow, hot)
+			e, err := c.getConfined(ctx, root, SymlinksFollow, hot)
 			if err != nil {
 				t.Error(err)
 				return

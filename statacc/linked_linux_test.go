@@ -27,7 +27,7 @@ func TestLinkedEntryIsDroppedWithinTwoSeconds(t *testing.T) {
 	c := New(Options{Revalidate: time.Hour})
 	defer c.Close()
 	time.Sleep(200 * time.Millisecond) // the janitor is asleep on its Revalidate/2 timer
-	e, err := c.GetConfined(context.Background(), "", SymlinksFollow, filepath.Join(root, "link.bin"))
+	e, err := c.getConfined(context.Background(), "", SymlinksFollow, filepath.Join(root, "link.bin"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestHardLinkLeavesTheJanitorAsleep(t *testing.T) {
 	}
 	for _, mode := range []Symlinks{SymlinksFollow, SymlinksBeneath} {
 		c := New(Options{Revalidate: time.Hour})
-		e, err := c.GetConfined(context.Background(), root, mode, a)
+		e, err := c.getConfined(context.Background(), root, mode, a)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -69,7 +69,7 @@ func TestListedDirectoryAnswersDistinctMissingNames(t *testing.T) {
 	for _, mode := range []Symlinks{SymlinksDeny, SymlinksBeneath} {
 		hits := c.counts[NegativeHits].Load()
 		for _, p := range paths[:100] {
-			if _, err := c.GetConfined(context.Background(), site, mode, p); errClass(err) != "missing" {
+			if _, err := c.getConfined(context.Background(), site, mode, p); errClass(err) != "missing" {
 				t.Fatalf("%v: %s: %v", mode, p[len(site):min(len(p), len(site)+30)], err)
 			}
 		}
@@ -180,7 +180,7 @@ func TestListedAnswersAsUnlisted(t *testing.T) {
 	t.Cleanup(func() { listed.Close() })
 	for _, dir := range []string{"", "dir", "dir/sub", "rel-link", "rel-link/sub", "abs-out", "abs-out/sub", "noexec"} {
 		for _, p := range missingPaths(filepath.Join(site, dir), "first", listed.opts.listAfter) {
-			if e, err := listed.GetConfined(context.Background(), site, SymlinksFollow, p); err == nil {
+			if e, err := listed.getConfined(context.Background(), site, SymlinksFollow, p); err == nil {
 				e.Release()
 			}
 		}
@@ -196,10 +196,10 @@ func TestListedAnswersAsUnlisted(t *testing.T) {
 		unlisted := New(Options{Workers: 2, Revalidate: time.Hour, listAfter: -1})
 		for _, rel := range paths {
 			p := filepath.Join(site, rel)
-			_, err := unlisted.GetConfined(context.Background(), site, mode, p)
+			_, err := unlisted.getConfined(context.Background(), site, mode, p)
 			want := errClass(err)
 			for i := range 2 {
-				e, err := listed.GetConfined(context.Background(), site, mode, p)
+				e, err := listed.getConfined(context.Background(), site, mode, p)
 				if e != nil {
 					e.Release()
 				}

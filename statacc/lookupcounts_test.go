@@ -30,7 +30,7 @@ func TestGetCountedCountsEachCallerApart(t *testing.T) {
 		get(&two, "missing")
 	}
 	get(&two, "a")
-	if e, err := c.GetConfined(ctx, dir, SymlinksFollow, filepath.Join(dir, "a")); err == nil {
+	if e, err := c.getConfined(ctx, dir, SymlinksFollow, filepath.Join(dir, "a")); err == nil {
 		e.Release()
 	}
 	for _, x := range []struct {

@@ -57,7 +57,7 @@ func TestSharedCacheKeepsEachConfinement(t *testing.T) {
 	c := New(Options{Workers: 4})
 	defer c.Close()
 	check := func(l lookup, path string, phase string) error {
-		e, err := c.GetConfined(context.Background(), l.root, l.mode, path)
+		e, err := c.getConfined(context.Background(), l.root, l.mode, path)
 		if l.want != nil {
 			if !errors.Is(err, l.want) {
 				return fmt.Errorf("%s: %s under %s (%v): error %v, want %v", phase, path, l.root, l.mode, err, l.want)

@@ -173,10 +173,10 @@ func TestFirstMissWhenFullAnswersAsACacheWithRoom(t *testing.T) {
 		room := New(Options{Workers: 2, Revalidate: time.Hour})
 		for _, rel := range paths {
 			p := filepath.Join(site, rel)
-			_, werr := room.GetConfined(context.Background(), site, mode, p)
+			_, werr := room.getConfined(context.Background(), site, mode, p)
 			want := errClass(werr)
 			for i := range 3 {
-				e, err := full.GetConfined(context.Background(), site, mode, p)
+				e, err := full.getConfined(context.Background(), site, mode, p)
 				if e != nil {
 					e.Release()
 				}

@@ -70,12 +70,12 @@ func TestRefusalBelowALinkSeesTheLinkReplaced(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := filepath.Join(site, "dl", "page.html")
-			_, err := c.GetConfined(t.Context(), site, mode, p)
+			_, err := c.getConfined(t.Context(), site, mode, p)
 			if !IsRefused(err) {
 				t.Fatalf("%s under %v: %v, want a refusal", p, mode, err)
 			}
 			hits := c.counts[NegativeHits].Load()
-			if _, err := c.GetConfined(t.Context(), site, mode, p); !IsRefused(err) || c.counts[NegativeHits].Load() != hits+1 {
+			if _, err := c.getConfined(t.Context(), site, mode, p); !IsRefused(err) || c.counts[NegativeHits].Load() != hits+1 {
 				t.Fatalf("second lookup: %v, %d negative hits, want a cached refusal", err, c.counts[NegativeHits].Load()-hits)
 			}
 			changed := time.Now()
@@ -85,7 +85,7 @@ func TestRefusalBelowALinkSeesTheLinkReplaced(t *testing.T) {
 			write(t, p, "in")
 			flushes := delays.start(t, c)
 			for {
-				e, err := c.GetConfined(t.Context(), site, mode, p)
+				e, err := c.getConfined(t.Context(), site, mode, p)
 				if err == nil {
 					e.Release()
 					break
