@@ -8,7 +8,7 @@ import (
 
 // TestGetCountedCountsEachCallerApart: two callers of one cache each get
 // their own hits, negative hits and misses, which add up to the cache's
-// counters; GetConfined counts in no caller's.
+// counters; getConfined counts in no caller's.
 func TestGetCountedCountsEachCallerApart(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "a"), "a")
