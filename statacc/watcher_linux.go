@@ -21,44 +21,30 @@ import (
 
 // watcher invalidates entries from inotify events. It watches directories,
 // not files, as lighttpd does: one watch covers every entry of a directory,
-// including the names that do not exist yet (negative entries).
+// names that do not exist yet included.
 //
 // A path is only as fresh as every directory it is looked up through, so
 // the watcher keeps a tree of directory nodes from "/" down to each
-// entry's directory, each watched, or down to the first directory on the
-// way that is missing (or cannot be watched): no node is made below it,
-// however deep the path, and the entries below are indexed under it. A
-// node whose name is a symlink also holds the node of the directory its
-// target names (resolved against the
-// real path of the link's directory, so relative targets, absolute ones,
-// ".." and chains of links are all looked up through watched nodes): when
-// that target node goes, the link's node goes with it. An event on a name
-// drops that name's entries and the subtree of its node; an event on a
-// directory itself (IN_ATTRIB, IN_MOVE_SELF, IN_DELETE_SELF, IN_IGNORED)
-// drops everything below it. Entries are indexed by their directory's
-// node, so no event scans the cache.
+// entry's directory, or to the first one on the way that is missing or
+// cannot be watched, under which the entries below are indexed. A node
+// whose name is a symlink holds the node of its target (resolved through
+// watched nodes), and goes with it. An event on a name drops its entries
+// and its node's subtree; an event on a directory itself drops everything
+// below it. Entries are indexed by node, so no event scans the cache.
+// Nodes are bounded by MaxWatches, least recently used leaf first.
 //
-// Nodes, and so watches, are bounded by Options.MaxWatches: past it the
-// least recently used leaf directory is forgotten with its entries and its
-// watch removed; a node that cannot be made leaves its entries unwatched
-// (revalidated after at most a second). A leaf whose last entry goes is
-// removed at once, and so are the ancestors it leaves empty.
-//
-// Locking: mu guards the tree and is never held across a system call.
-// A new node is a placeholder installed by the lookup that made it; an
-// event that drops it meanwhile marks it dropped, and the lookup starts
-// again. An entry is published in the cache map under mu, after checking
-// that its directory's node saw no event since the lookup's stat, so no
-// event falls between the check and the publication.
+// Locking: mu guards the tree and is never held across a system call. A
+// new node is a placeholder installed by the lookup that made it; an event
+// that drops it meanwhile marks it dropped, and the lookup starts again.
+// An entry is published under mu after checking that its node saw no
+// event since the lookup's stat.
 type watcher struct {
 	cache *Cache
 	file  *os.File // the inotify descriptor, read through the netpoller
 	fd    int
 	raw   syscall.RawConn // file's, to wait for events without reading them
-	// drainTurn (a semaphore of one) is held while the descriptor is read
-	// and what was read is handled, by the watcher's goroutine or by a
-	// lookup about to answer "no such file" from memory (catchUp);
-	// draining is set while it is.
+	// drainTurn (a semaphore of one) is held while events are read and
+	// handled, by the watcher's goroutine or by a lookup (catchUp).
 	drainTurn chan struct{}
 	draining  atomic.Bool
 	closing   atomic.Bool // set by close before the descriptor closes
@@ -68,9 +54,8 @@ type watcher struct {
 	mu   sync.Mutex
 	root *dirNode
 	byWD map[int32][]*dirNode // nodes on one watch: one directory reached by several paths
-	// dead holds the watches removed here lately: a lookup that added a
-	// watch just before its removal must not take it for live. Kept for
-	// deadFor after the removal (the kernel does not reuse numbers soon).
+	// dead holds the watches removed lately, for deadFor: a lookup that
+	// added a watch just before its removal must not take it for live.
 	dead     map[int32]int64
 	deadFIFO []int32
 	nodes    int
@@ -80,25 +65,18 @@ type watcher struct {
 	// negative store holds no pointers); nextID numbers the nodes.
 	byID   map[uint64]*dirNode
 	nextID uint64
-	// marks are the LRU second chances that negative hits give their
-	// directory's node (dirNode.used is the positive hits'): a node has
-	// one while it lives, a negative entry its index. Allocated for the
-	// node bound; a node past them gets none (mark -1).
+	// byID finds a node from the id a negative entry names it by (the
+	// negative store holds no pointers).
 	marks     []atomic.Bool
 	freeMarks []int32
-	// byReal finds the settled nodes by their real path, for the mount
-	// table's changes (mounts_linux.go); nodes of one path are chained by
-	// sameReal. mountGen counts those changes, mountsUnread is set from
-	// the kernel's word that the table changed until it was read: a
-	// lookup that installed nodes meanwhile starts again (ensure).
+	// marks are the LRU second chances that negative hits give their
+	// directory's node: one per node while there are some (else mark -1).
 	byReal       map[string]*dirNode
 	mountGen     uint64
 	mountsUnread atomic.Bool
-	// listed is the names the directories' listings hold in all
-	// (maxListedNames bounds it), listedNodes the nodes that hold one, by
-	// path (a lookup finds its directory's at once),
-	// misses the missing names looked up by directory, which decide what
-	// is listed (nil until the first); nameSeed hashes names and paths.
+	// byReal finds the settled nodes by real path, for the mount table's
+	// changes (mounts_linux.go); mountGen counts those changes; mountsUnread
+	// is set until a changed table is read (ensure starts again meanwhile).
 	listed      int
 	listedNodes map[string]*dirNode
 	misses      *missCounts
@@ -126,16 +104,11 @@ type dirNode struct {
 	dependents map[*dirNode]struct{}
 	// sameReal is the next node in watcher.byReal with the same real path.
 	sameReal *dirNode
-	// entries are the cached entries of the directory, by name: one per
-	// name, since the cache holds one entry per path. A publication
-	// replaces the entry of its name, which has left the cache map by
-	// then (publish). A missing or failed node also holds those of the
-	// paths below it, by their path below it (entryKey).
+	// entries are the directory's cached entries by name; a missing or
+	// failed node also holds those of the paths below it (entryKey).
 	entries map[string]*Entry
-	// negs indexes the negative entries of the directory (and, on a
-	// missing or failed node, of the paths below it): the hash of each
-	// one's path to its seq (negstore.go). One per hash: the store holds
-	// one entry per hash too.
+	// negs indexes the directory's negative entries (and, on a missing or
+	// failed node, those below it): path hash to seq (negstore.go).
 	negs    map[uint64]uint64
 	id      uint64 // the node's number, unique in the watcher's life
 	mark    int32  // index of the node's negative-hit mark, -1 if none
@@ -161,17 +134,14 @@ const (
 	nodeWatched                  // watched (and its link, if any, resolved)
 	nodeMissing                  // does not exist or is not a directory: its parent sees it appear
 	nodeFailed                   // exists but cannot be watched
-	// nodeBlind exists and may be searched but not read (mode 0711, as
-	// many home directories): inotify refuses it. Its parent sees it
-	// renamed or removed; a rename inside it is seen after Revalidate, as
-	// before ancestors were watched. Below it, paths stay watched, but for
-	// a name missing in it, whose making no event tells (pathOK).
+	// nodeBlind may be searched but not read (mode 0711): inotify refuses
+	// it. Its parent sees it renamed or removed; a name missing in it is
+	// not watched (pathOK).
 	nodeBlind
 )
 
-// watchRetry is how long a directory that could not be watched (watch
-// limit, permission) waits before another try, unless its parent's event
-// drops it sooner.
+// watchRetry is how long a directory that could not be watched waits
+// before another try.
 const watchRetry = int64(10 * time.Second)
 
 // testHookWatchAdded, if set by a test, runs after a node's watch is
@@ -254,9 +224,8 @@ const (
 	fsSlotOnly              // every lookup holds a slot (FUSE, NFS, ...)
 )
 
-// learnFS records the filesystem of a watched directory, once: a statfs
-// by a lookup that holds a slot, since it can block where the verdict is
-// "slot only".
+// learnFS records a watched directory's filesystem once, by a lookup
+// that holds a slot, since statfs can block.
 func (w *watcher) learnFS(t watchTicket, dir string) {
 	if w == nil || t.leaf == nil || !t.watched || t.fsKnown {
 		return
@@ -270,10 +239,10 @@ func (w *watcher) learnFS(t watchTicket, dir string) {
 	w.mu.Unlock()
 }
 
-// enterCached is enter for a lookup that must not block: it gives a
-// ticket only if every directory from "/" down to dir is watched already,
-// none through a symlink, and dir's filesystem allows cached opens. It
-// makes no node and no watch (inotify_add_watch can block).
+// enterCached is enter for a lookup that must not block: a ticket only
+// if every directory down to dir is watched already, none through a
+// symlink, on a filesystem that allows cached opens. It makes no watch
+// (inotify_add_watch can block).
 func (w *watcher) enterCached(dir string) (watchTicket, bool) {
 	if w == nil || !filepath.IsAbs(dir) {
 		return watchTicket{}, false
@@ -301,9 +270,8 @@ func (w *watcher) enterCached(dir string) (watchTicket, bool) {
 }
 
 // enter makes sure every directory from "/" down to dir is watched and
-// returns a ticket for publish or leave. ticket.watched is false when some
-// directory on the way cannot be watched: the entry then falls back to the
-// one-second revalidation.
+// returns a ticket for publish or leave; unwatched, the entry lives a
+// second.
 func (w *watcher) enter(dir string) watchTicket {
 	if w == nil {
 		return watchTicket{}
@@ -328,11 +296,8 @@ func (w *watcher) enter(dir string) watchTicket {
 }
 
 // enterKnown is enter for a directory whose nodes all exist and are
-// settled, as on most misses: one walk under mu, without the work of
-// making nodes (ensure). As ensure, it stops at a node that is missing or
-// failed: a path below a directory known missing finds its node. It
-// reports false where ensure has work to do: a node to make, one being
-// installed, or a failed one due for another try.
+// settled, as on most misses: one walk under mu. It reports false where
+// ensure has work to do.
 func (w *watcher) enterKnown(dir string) (watchTicket, bool) {
 	if !filepath.IsAbs(dir) {
 		return watchTicket{}, false
@@ -359,15 +324,12 @@ func (w *watcher) enterKnown(dir string) (watchTicket, bool) {
 	return watchTicket{leaf: n, gen: n.gen, watched: w.pathOK(n), fsKnown: fsKnown(n)}, true
 }
 
-// fsKnown reports whether learnFS has nothing to learn of n: its verdict
-// is known, or n is not a watched directory (enterCached uses no other),
-// such as a missing one, whose statfs would fail.
+// fsKnown reports whether learnFS has nothing to learn of n (a missing
+// directory's statfs would fail).
 func fsKnown(n *dirNode) bool { return n.fs != fsUnknown || n.state != nodeWatched }
 
 // entryKey is the name an entry of path is indexed by under n: its path
-// below n. n is the entry's directory's node, where this is its base name
-// (which an event on n names), or the missing or failed ancestor its
-// lookup stopped at (ensure).
+// below n, the base name when n is its directory's node.
 func entryKey(n *dirNode, path string) string {
 	if p := n.path; len(path) > len(p) && strings.HasPrefix(path, p) {
 		if p == "/" {
@@ -381,12 +343,9 @@ func entryKey(n *dirNode, path string) string {
 }
 
 // enterSettled is enterKnown for a lookup that must make no node for a
-// directory that may not exist (a negative answer that will not be kept):
-// ok is false where enter would have to make or install one, unless the
-// listing of the deepest directory known on the way holds the next name
-// (listedAsExisting), whose nodes enter then makes: they are directories
-// that exist, which a client cannot make up. Without a watcher there is
-// nothing to make.
+// directory that may not exist (a negative answer that will not be kept),
+// unless a listing shows the next name exists: a client cannot make up
+// directories that exist.
 func (w *watcher) enterSettled(dir string) (watchTicket, bool) {
 	if w == nil {
 		return watchTicket{}, true
@@ -401,9 +360,8 @@ func (w *watcher) enterSettled(dir string) (watchTicket, bool) {
 }
 
 // pathOK reports whether every node from the root to n is watched, or
-// watched down to one that is missing (whose appearance its parent sees).
-// A missing name in a directory inotify refused (nodeBlind) is not: no
-// event tells that it was made.
+// down to a missing one (its parent sees it appear), not through a blind
+// one (no event tells that a name was made in it).
 func (w *watcher) pathOK(n *dirNode) bool {
 	if n.state != nodeWatched && n.state != nodeMissing {
 		return false
@@ -419,13 +377,10 @@ func (w *watcher) pathOK(n *dirNode) bool {
 	return true
 }
 
-// publish stores e (through store, which puts it in the cache map) and
-// indexes it under its directory's node, unless that node saw an event
-// since enter: then e is stored as stale, so that the requests waiting for
-// it get it and the next one looks again. It gives up the ticket.
-//
-// store also takes out the path's negative entry, if there was one, and
-// returns it for unindexing.
+// publish stores e (store puts it in the cache map and takes out the
+// path's negative entry) and indexes it under its node, unless the node
+// saw an event since enter: then e is stored as stale, so that the waiting
+// requests get it and the next one looks again. It gives up the ticket.
 func (w *watcher) publish(t watchTicket, e *Entry, store func() (negGone, bool)) {
 	if w == nil || t.leaf == nil {
 		if g, ok := store(); ok {
@@ -446,9 +401,8 @@ func (w *watcher) publish(t watchTicket, e *Entry, store func() (negGone, bool))
 		if n.entries == nil {
 			n.entries = make(map[string]*Entry)
 		}
-		// An entry indexed under this name left the cache map already
-		// (store swaps it out, under mu, or it was dropped and its forget
-		// is on its way, and then finds e and leaves it).
+		// An entry under this name left the cache map already (store swapped
+		// it out under mu, or its forget is on its way and leaves e).
 		n.entries[name] = e
 	}
 	if g, ok := store(); ok {
@@ -458,11 +412,9 @@ func (w *watcher) publish(t watchTicket, e *Entry, store func() (negGone, bool))
 	w.mu.Unlock()
 }
 
-// publishNegative stores a negative entry through insert, as publish
-// stores a positive one: insert is given the node to index it under (its
-// id and mark; 0 and -1 for none) and whether it is stale, and returns
-// the entry and the one it replaced in the store, if any. The entry is
-// indexed under the node by h, its path's hash. It gives up the ticket.
+// publishNegative is publish for a negative entry: insert is given the
+// node (id and mark; 0 and -1 for none) and whether it is stale. The
+// entry is indexed by its path's hash h.
 func (w *watcher) publishNegative(t watchTicket, h uint64, insert func(node uint64, mark int32, stale bool) (negRef, negGone, bool)) {
 	if w == nil || t.leaf == nil {
 		if _, old, replaced := insert(0, -1, false); replaced {
@@ -514,9 +466,8 @@ func (w *watcher) forgetNegatives(gs []negGone) {
 	w.mu.Unlock()
 }
 
-// forgetNegativeLocked is forgetNegative with mu held. The node's index
-// is taken only if it still names g: a later entry of the same path (or
-// hash) indexed since keeps its place.
+// forgetNegativeLocked takes the node's index only if it still names
+// g: a later entry of the same hash keeps its place.
 func (w *watcher) forgetNegativeLocked(g negGone) {
 	n := w.byID[g.node]
 	if n == nil || n.dropped || n.negs[g.hash] != g.seq {
@@ -536,9 +487,8 @@ func (w *watcher) markUsed(mark int32) {
 	}
 }
 
-// dropNegativesLocked takes n's negative entries out of the store;
-// counted as invalidations where gone is set (an event or an eviction,
-// not a node removed because it was empty).
+// dropNegativesLocked takes n's negative entries out of the store,
+// counted as invalidations where gone is set.
 func (w *watcher) dropNegativesLocked(n *dirNode, gone *[]*Entry) {
 	for h, seq := range n.negs {
 		if _, ok := w.cache.negatives.remove(h, seq); ok && gone != nil {
@@ -575,25 +525,16 @@ func (w *watcher) forget(e *Entry) {
 }
 
 // ensure finds or makes the nodes of path, from the root down, and
-// returns the deepest one, pinned: path's own node, or the first node on
-// the way that is missing (its name does not exist, is not a directory, or
-// is a dangling link) or failed (it cannot be watched), in which case
-// below is set. No node is made below such a node: nothing below a missing
-// directory can change before the directory appears, which its parent's
-// watch reports (dropping the node and everything indexed under it), and
-// below a failed one nothing is watched anyway. So a lookup makes at most
-// one node per directory that exists on the way, plus one: a 380-level
-// path missing from its first level below the site makes one node more
-// than the site's directory has, where a node per level cost memory
-// quadratic in the depth (each node held its path) and time under mu for
-// every distinct path.
+// returns the deepest one, pinned: path's own node, or the first one on
+// the way that is missing or failed (below is then set). No node is made
+// below it: nothing below a missing directory changes before it appears,
+// which its parent's watch reports; so a deep path missing near the top
+// costs one node, not one per level.
 //
-// Nodes are made and installed one level at a time, each once its parent
-// is settled, so that the first missing one ends the walk. again asks the
-// caller to start over: a node on the way was dropped by an event
-// meanwhile. A nil leaf means the path cannot be watched (no room under
-// the bound, a link loop). stack holds the link nodes whose targets the
-// caller is resolving: meeting one of them again is a loop.
+// Nodes are installed one level at a time, each once its parent is
+// settled. again asks the caller to start over (a node on the way was
+// dropped meanwhile). A nil leaf means the path cannot be watched. stack
+// holds the link nodes being resolved: meeting one again is a loop.
 func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, again bool) {
 	if len(stack) > maxLinkDepth || !filepath.IsAbs(path) {
 		return nil, false, false
@@ -655,12 +596,9 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, a
 			again := w.install(n, stack)
 			w.mu.Lock()
 			if !again && !n.dropped && (w.mountGen != mountGen || w.mountsUnread.Load()) {
-				// A mount came or went while n was installed, or the
-				// table changed and is not read yet: its watch may be on
-				// the directory a mount covers now (or uncovered, or on
-				// one that came and went, which no read of the table will
-				// show). Make it again, with what was made below it
-				// meanwhile.
+				// A mount came or went while n was installed, or the table is
+				// not read yet: its watch may be on a covered directory. Make
+				// it again.
 				w.dropLocked(n, &gone)
 				again = true
 			}
@@ -741,8 +679,7 @@ func (w *watcher) touchLocked(n *dirNode) {
 }
 
 // evictLocked forgets up to k least recently used leaves that nothing
-// pins, giving a second chance to those a hit used. It reports whether it
-// made k places.
+// pins, with a second chance for those a hit used.
 func (w *watcher) evictLocked(k int, gone *[]*Entry) bool {
 	for steps := 2 * w.nodes; k > 0 && steps > 0; steps-- {
 		n := w.lru.prev
@@ -766,15 +703,12 @@ func (w *watcher) evictLocked(k int, gone *[]*Entry) bool {
 }
 
 // install watches a placeholder node and, if its name is a symlink,
-// resolves the target to its own node. Called without mu; the node is
-// pinned by the caller (ensure).
+// resolves the target to its own node. Called without mu, n pinned.
 //
 // The first call looks at the name itself (IN_DONT_FOLLOW), so that one
-// system call tells the common cases apart: a directory, which it
-// watches; a name that does not exist (ENOENT, not even as a dangling
-// link), whose parent sees it appear; and anything else (ENOTDIR), a file
-// or a symlink, which lstat tells apart. The parent is watched before, so
-// a change of the name after the call is an event that drops the node.
+// system call tells a directory (watched), a missing name (ENOENT) and
+// anything else (ENOTDIR: lstat tells a file from a link) apart. The
+// parent is watched first, so a later change of the name drops the node.
 func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 	defer close(n.installing)
 	w.mu.Lock()
@@ -848,11 +782,9 @@ func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 	}
 	state := nodeWatched
 	if err != nil || toBelow {
-		// Dangling, or naming a file (ENOTDIR), or a directory the
-		// watcher still knows as missing (it appeared since, and the
-		// event that says so drops to and this node with it): the
-		// target's node, or its first missing ancestor's, sees it
-		// appear or change.
+		// Dangling, naming a file, or a directory still known as
+		// missing: the target's node, or its first missing ancestor's,
+		// sees it appear or change.
 		state = nodeMissing
 	}
 	return w.settle(n, state, "", to)
@@ -862,9 +794,8 @@ func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 // removed by another lookup.
 var errWatchLost = errors.New("statacc: inotify watch removed while added")
 
-// watch adds an inotify watch of n's path with mask and registers it as
-// n's, so that any change after this is an event for n. again says that n
-// was dropped meanwhile.
+// watch adds n's inotify watch and registers it, so that any change
+// after this is an event for n. again: n was dropped meanwhile.
 func (w *watcher) watch(n *dirNode, mask uint32) (err error, again bool) {
 	wd, err := unix.InotifyAddWatch(w.fd, n.path, mask)
 	if err != nil {
@@ -944,9 +875,8 @@ func (w *watcher) unpinLocked(n *dirNode) {
 	w.maybeRemoveLocked(n)
 }
 
-// maybeRemoveLocked removes n and then its ancestors while nothing needs
-// them: no entries, children, pins or listing. Their entries are gone
-// already.
+// maybeRemoveLocked removes n and then its ancestors while nothing
+// needs them: no entries, children, pins or listing.
 func (w *watcher) maybeRemoveLocked(n *dirNode) {
 	for n != nil && !n.dropped && n.pins <= 0 && len(n.entries) == 0 && len(n.negs) == 0 && len(n.children) == 0 && len(n.dependents) == 0 && n.listing == nil {
 		parent := n.parent
@@ -955,13 +885,11 @@ func (w *watcher) maybeRemoveLocked(n *dirNode) {
 	}
 }
 
-// dropLocked forgets n, its subtree and the links that resolve through
-// them, with their entries: gone collects the entries to drop once mu is
-// released (nil when there are none). A watch nothing else uses is
-// removed here, under mu: inotify_rm_watch touches no filesystem, and
-// removing it before mu is released means that a lookup's later
-// inotify_add_watch of the same directory makes a new watch rather than
-// getting one that is about to go.
+// dropLocked forgets n, its subtree and the links through them, with
+// their entries (collected in gone, dropped once mu is released). A watch
+// nothing else uses is removed here, under mu, so that a lookup's later
+// inotify_add_watch of the directory makes a new watch, not one about to
+// go (inotify_rm_watch touches no filesystem).
 func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 	if n.dropped {
 		return
@@ -1029,9 +957,8 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 	}
 }
 
-// rmUnused removes a watch added for a node that was dropped before it
-// could use it, unless another node uses the same watch.
-// Called with mu held.
+// rmUnusedLocked removes a watch added for a node dropped before it
+// could use it, unless another node uses it.
 func (w *watcher) rmUnusedLocked(wd int32) {
 	if len(w.byWD[wd]) == 0 {
 		w.markDeadLocked(wd)
@@ -1145,43 +1072,33 @@ func (w *watcher) handleBatch(buf []byte) {
 		w.handle(ev.Wd, ev.Mask, name)
 	}
 	if w.cache.counts[Invalidations].Load() != invalidated {
-		// Events take entries out one at a time, a deleted directory
-		// many at once: what a purge of it would give back is given
-		// back here, once per batch of events.
+		// Give back what a purge would, once per batch of events.
 		w.cache.tidyAfterRemovals()
 	}
 }
 
-// catchUpWait bounds how long a lookup waits for the batch of events
-// the watcher's goroutine is handling before it looks in the filesystem
-// instead of trusting what the cache says is missing: short, since the
-// filesystem's answer costs a few microseconds, and under a storm of
-// events (a deploy) waiting would buy nothing.
+// catchUpWait bounds how long a lookup waits for the events being
+// handled before it asks the filesystem instead: short, since the
+// filesystem answers in microseconds.
 const catchUpWait = 5 * time.Millisecond
 
-// eventsQueued reports whether the kernel holds events on the inotify
-// descriptor fd (or cannot tell). poll, not FIONREAD: the kernel answers
-// it by looking whether its queue is empty, where FIONREAD walks the
-// whole queue under the lock every event producer takes.
+// eventsQueued reports whether the kernel holds events on fd (or cannot
+// tell). poll, not FIONREAD, which walks the queue under the lock every
+// event producer takes.
 func eventsQueued(fd int) bool {
 	fds := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	n, err := unix.Poll(fds[:], 0)
 	return err != nil || n > 0
 }
 
-// catchUp reports whether every event queued before it was called is
-// handled when it returns. A lookup calls it before it answers "no such
-// file" from memory: a file made and closed just before the request had
-// its event queued before the close returned, and until the watcher's
-// goroutine got its turn the cache would still say the name is missing
-// (a 404 where file_server finds the file; at once for every name of a
-// listed directory). When the kernel holds no event and none is being
-// handled, the usual case, it costs one poll(2); otherwise the lookup
-// handles the events itself, or waits for the batch being handled, up to
-// catchUpWait or ctx's end, and reports false if it is not done by then
-// (the lookup then goes to the filesystem). The order (the kernel's count,
-// then draining) leaves no gap: an event the count missed was read
-// already, by a drain that is still going or is done.
+// catchUp reports whether every event queued before the call is handled
+// when it returns. A lookup calls it before it answers "no such file" from
+// memory: a file made just before the request had its event queued, and
+// the cache would answer 404 where file_server finds it. Usually one
+// poll(2); else the lookup handles the events itself or waits for the
+// batch being handled, up to catchUpWait or ctx's end, and reports false
+// if not done (the lookup then goes to the filesystem). Count first, then
+// drain: an event the count missed was read already.
 func (w *watcher) catchUp(ctx context.Context) bool {
 	if w == nil {
 		return true
