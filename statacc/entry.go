@@ -28,7 +28,7 @@ type Entry struct {
 	size int64
 	// modSec and modNsec are the mtime, modSec 0 when it carries no
 	// information (usefulModTime): 12 bytes where a time.Time takes 24.
-	modSec int64
+	modSec                                  int64
 	etag, lastModified, contentType, length string
 	// err is set on a negative entry: what looking the path up gave.
 	err error
@@ -47,9 +47,9 @@ type Entry struct {
 	// residentAt is when the whole file was last seen in the page cache, 0
 	// if never; probedAt when it was last looked for there.
 	residentAt, probedAt atomic.Int64
-	hot   hotset.Tally
-	cache *Cache
-	root  string // the root it was confined to, "" with SymlinksFollow
+	hot                  hotset.Tally
+	cache                *Cache
+	root                 string // the root it was confined to, "" with SymlinksFollow
 	// dir is the watcher's node of the entry's directory, nil if unwatched.
 	dir    *dirNode
 	fileID uint64 // device and inode, mixed; 0 if unknown
