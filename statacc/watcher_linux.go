@@ -8,6 +8,7 @@ import (
 	"hash/maphash"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -262,10 +263,7 @@ func (w *watcher) enterCached(dir string) (watchTicket, bool) {
 		return watchTicket{}, false
 	}
 	n.pins++
-	// As ensure: most recently used first, ancestors before descendants.
-	for m := n; m != nil; m = m.parent {
-		w.touchLocked(m)
-	}
+	w.touchPathLocked(n)
 	return watchTicket{leaf: n, gen: n.gen, watched: true, fsKnown: true}, true
 }
 
@@ -317,10 +315,7 @@ func (w *watcher) enterKnown(dir string) (watchTicket, bool) {
 		return watchTicket{}, false
 	}
 	n.pins++
-	// As ensure: most recently used first, ancestors before descendants.
-	for m := n; m != nil; m = m.parent {
-		w.touchLocked(m)
-	}
+	w.touchPathLocked(n)
 	return watchTicket{leaf: n, gen: n.gen, watched: w.pathOK(n), fsKnown: fsKnown(n)}, true
 }
 
@@ -635,11 +630,7 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, a
 			return nil, false, true
 		}
 	}
-	// Most recently used first, ancestors before descendants, so that the
-	// tail of the list is always a leaf.
-	for m := n; m != nil; m = m.parent {
-		w.touchLocked(m)
-	}
+	w.touchPathLocked(n)
 	unlock()
 	return n, rest != "", false
 }
@@ -670,6 +661,14 @@ func (w *watcher) newNodeLocked(parent *dirNode, name, path string) *dirNode {
 	n.prev, n.next = &w.lru, w.lru.next
 	n.prev.next, n.next.prev = n, n
 	return n
+}
+
+// touchPathLocked makes n and its ancestors the most recently used,
+// ancestors before descendants, so that the tail of the list is a leaf.
+func (w *watcher) touchPathLocked(n *dirNode) {
+	for ; n != nil; n = n.parent {
+		w.touchLocked(n)
+	}
 }
 
 func (w *watcher) touchLocked(n *dirNode) {
@@ -832,23 +831,15 @@ func (w *watcher) watch(n *dirNode, mask uint32) (err error, again bool) {
 // settle records what install found. to, if set, is the pinned node of a
 // symlink's target; its pin passes to the link.
 func (w *watcher) settle(n *dirNode, state nodeState, real string, to *dirNode) (again bool) {
-	var gone []*Entry
 	w.mu.Lock()
-	if n.dropped {
+	defer w.mu.Unlock()
+	if n.dropped || to != nil && to.dropped {
 		if to != nil {
 			w.unpinLocked(to)
 		}
-		w.mu.Unlock()
-		w.finish(gone)
 		return true
 	}
 	if to != nil {
-		if to.dropped {
-			w.unpinLocked(to)
-			w.mu.Unlock()
-			w.finish(gone)
-			return true
-		}
 		n.link = to
 		if to.dependents == nil {
 			to.dependents = make(map[*dirNode]struct{})
@@ -865,8 +856,6 @@ func (w *watcher) settle(n *dirNode, state nodeState, real string, to *dirNode) 
 		n.failedAt = nanotime()
 		w.cache.counts[UnwatchedDirs].Add(1)
 	}
-	w.mu.Unlock()
-	w.finish(gone)
 	return false
 }
 
@@ -930,13 +919,7 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 		w.unpinLocked(to)
 	}
 	if n.wd >= 0 {
-		users := w.byWD[n.wd]
-		for i, x := range users {
-			if x == n {
-				users = append(users[:i], users[i+1:]...)
-				break
-			}
-		}
+		users := slices.DeleteFunc(w.byWD[n.wd], func(x *dirNode) bool { return x == n })
 		if len(users) == 0 {
 			delete(w.byWD, n.wd)
 			w.markDeadLocked(n.wd)
