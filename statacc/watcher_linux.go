@@ -66,18 +66,19 @@ type watcher struct {
 	// negative store holds no pointers); nextID numbers the nodes.
 	byID   map[uint64]*dirNode
 	nextID uint64
-	// byID finds a node from the id a negative entry names it by (the
-	// negative store holds no pointers).
-	marks     []atomic.Bool
-	freeMarks []int32
 	// marks are the LRU second chances that negative hits give their
 	// directory's node: one per node while there are some (else mark -1).
-	byReal       map[string]*dirNode
-	mountGen     uint64
-	mountsUnread atomic.Bool
+	marks     []atomic.Bool
+	freeMarks []int32
 	// byReal finds the settled nodes by real path, for the mount table's
 	// changes (mounts_linux.go); mountGen counts those changes; mountsUnread
 	// is set until a changed table is read (ensure starts again meanwhile).
+	byReal       map[string]*dirNode
+	mountGen     uint64
+	mountsUnread atomic.Bool
+	// listed is the names all listings hold (maxListedNames bounds it),
+	// listedNodes the nodes that hold one, by path; misses counts the
+	// missing names by directory; nameSeed hashes names and paths.
 	listed      int
 	listedNodes map[string]*dirNode
 	misses      *missCounts
