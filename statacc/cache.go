@@ -71,8 +71,7 @@ type Options struct {
 // should answer 503 with a Retry-After.
 var ErrQueueFull = errors.New("statacc: too many filesystem lookups waiting")
 
-// errRetry means an entry was invalidated between its resolution and its
-// acquisition; Get tries again.
+// errRetry: the entry was invalidated between resolution and acquisition.
 var errRetry = errors.New("statacc: entry invalidated while acquired")
 
 // defaultWorkers: a cold miss holds its worker for a disk read, so the
@@ -88,12 +87,10 @@ func defaultWorkers() int { return max(32, 4*runtime.GOMAXPROCS(0)) }
 type Cache struct {
 	opts    Options
 	entries sync.Map // path string → *Entry, for the paths that exist
-	// negatives holds the cached "no such file" answers, apart and
-	// pointer-free (negstore.go).
+	// negatives holds the negative entries, pointer-free (negstore.go).
 	negatives *negStore
 	jobs      chan *call
-	// slots holds one token per lookup in the filesystem, inline or by a
-	// worker: at most Workers at once, and so at most Workers threads.
+	// slots bound the lookups in the filesystem, and so its threads, to Workers.
 	slots chan struct{}
 	// cachedSlots bounds the lookups tried without a slot (resolveCached):
 	// they wait for a CPU, not a disk, so GOMAXPROCS of them suffice.
@@ -101,12 +98,10 @@ type Cache struct {
 	mu          sync.Mutex // guards inflight; taken on the miss path only
 	inflight    map[lookupKey]*call
 	watch       *watcher
-	// fds holds the cached entries that hold a descriptor, negs the
-	// negative ones, each in the order its eviction clock visits them.
+	// fds and negs are the eviction clocks of descriptors and negative entries.
 	fds  clock[*Entry]
 	negs clock[negRef]
-	// doors remembers the paths that missed while the negative cache was
-	// full (negative.go); nil until then.
+	// doors is nil until the negative cache was first full (negative.go).
 	doors  atomic.Pointer[doorkeeper]
 	counts counters
 	stop   chan struct{}
@@ -140,8 +135,7 @@ type lookupKey struct {
 // taken its own, so that an eviction cannot close the descriptor under them.
 type call struct {
 	key lookupKey // root is "" and mode follow for unconfined lookups
-	// site is the root the first lookup was made for, with any mode
-	// (closeIdle).
+	// site is the root of the first lookup, with any mode (closeIdle).
 	site string
 	// done is closed when entry is set; made by the first waiter
 	// (doneLocked), so that a miss nobody merges with makes no channel.
@@ -153,8 +147,7 @@ type call struct {
 	pending atomic.Int32
 }
 
-// doneLocked returns the channel closed when the call is complete, making
-// it if need be. Called with Cache.mu held, before complete.
+// doneLocked returns done, making it if need be. Cache.mu held.
 func (cl *call) doneLocked() chan struct{} {
 	if cl.done == nil {
 		cl.done = make(chan struct{})
@@ -221,8 +214,7 @@ func New(o Options) *Cache {
 		c.watch = newWatcher(c, o.MaxWatches)
 	}
 	if c.watch != nil {
-		// The mount table's changes end entries as inotify's events do:
-		// through the watcher's nodes (mounts_linux.go).
+		// Mount changes end entries through the watcher's nodes.
 		watchMounts(c)
 	}
 	for range o.Workers {
@@ -261,8 +253,7 @@ func (c *Cache) janitor() {
 		case <-c.janitorWake:
 			t.Stop()
 			if c.sawUnwatched.Load() {
-				// Walk a second from now, rather than after the longer
-				// sleep it was in.
+				// Walk a second from now, not after the longer sleep.
 				if next := time.Now().Add(c.stalePeriod()); next.Before(nextStale) {
 					nextStale = next
 				}
@@ -301,7 +292,6 @@ func (c *Cache) stalePeriod() time.Duration {
 	return max(period, 100*time.Millisecond)
 }
 
-// wakeJanitor makes the janitor look at its schedule again.
 func (c *Cache) wakeJanitor() {
 	select {
 	case c.janitorWake <- struct{}{}:
@@ -309,8 +299,7 @@ func (c *Cache) wakeJanitor() {
 	}
 }
 
-// armIdle makes sure the janitor closes idle descriptors: called once a
-// descriptor is cached.
+// armIdle makes sure the janitor closes idle descriptors.
 func (c *Cache) armIdle() {
 	if !c.idleArmed.Load() && c.idleArmed.CompareAndSwap(false, true) {
 		c.wakeJanitor()
@@ -353,7 +342,6 @@ func (c *Cache) rootMount(root string) uint64 {
 	return m
 }
 
-// rootMount is a site root's mount, as seen at nanotime at.
 type rootMount struct {
 	mount uint64
 	at    int64
@@ -421,8 +409,8 @@ func (c *Cache) dropStale() int {
 	return n + len(gone)
 }
 
-// tidyAfterRemovals gives back the room of entries that the watcher's
-// events took one at a time, as after a purge.
+// tidyAfterRemovals gives back the room of entries the watcher's events
+// took one at a time.
 func (c *Cache) tidyAfterRemovals() {
 	c.negatives.shrink()
 	c.tidyRings(true, true)
@@ -668,7 +656,6 @@ func sameMissing(err, old error) bool {
 
 func (c *Cache) fresh(e *Entry) bool { return c.freshSince(e.checked.Load(), e.watched) }
 
-// freshNegative is fresh for a negative entry.
 func (c *Cache) freshNegative(sl *negSlot) bool { return c.freshSince(sl.checked.Load(), sl.watched) }
 
 // freshSince: Revalidate where inotify watches, else at most a second.
@@ -747,7 +734,6 @@ func (c *Cache) wait(ctx context.Context, cl *call, done <-chan struct{}) (*Entr
 	return c.acquireResult(cl)
 }
 
-// acquireResult takes the caller's reference to a finished call's entry.
 func (c *Cache) acquireResult(cl *call) (*Entry, error) {
 	e := cl.entry
 	if e.err != nil {
@@ -775,7 +761,6 @@ func (c *Cache) finish(cl *call, inline bool) {
 	}
 }
 
-// complete publishes a call's entry to its waiters.
 func (c *Cache) complete(cl *call, e *Entry) {
 	cl.entry = e
 	c.mu.Lock()
@@ -799,30 +784,28 @@ func (c *Cache) worker() {
 	}
 }
 
-// resolve stats and opens path and caches the result. It always returns
-// an entry: a negative one holds the error.
+// resolve looks key up and caches the result; a negative entry holds the
+// error.
 func (c *Cache) resolve(key lookupKey, site string) *Entry {
 	dir := filepath.Dir(key.path)
 	admit := admitAsk
 	var ticket watchTicket
 	entered := false
 	if c.opts.NegativeEntries >= 0 && c.negativesFull(key) {
-		// With negative caching off there is nothing to keep out, and no
-		// probe: a miss is one open, as before the negative cache.
+		// With negative caching off a miss is one open, with no probe.
 		admit = admitNo
 		if c.keepsNegative(key) {
 			admit = admitYes
 		} else if ticket, entered = c.watch.enterSettled(dir); !entered {
-			// A negative answer would not be kept, and entering the
-			// watcher would make nodes and watches for it: open first.
+			// The answer would not be kept, and entering the watcher
+			// would make nodes for it: open first.
 			if e := c.probeMissing(key, dir, site); e != nil {
 				c.noteMissing(key, e, watchTicket{})
 				return e
 			}
 		}
 	}
-	// Watch every directory on the way before the stat, so that a change
-	// after it is an event for the entry.
+	// Watch the way before the stat: a later change is an event.
 	if !entered {
 		ticket = c.watch.enter(dir)
 	}
@@ -835,8 +818,7 @@ func (c *Cache) resolve(key lookupKey, site string) *Entry {
 	return c.record(key, ticket, checked, e, admit, links != notLinked)
 }
 
-// noteMissing tells the watcher of a path found missing, so that a
-// directory with many is listed.
+// noteMissing lets a directory with many missing names be listed.
 func (c *Cache) noteMissing(key lookupKey, e *Entry, t watchTicket) {
 	if e.err != nil && c.opts.listAfter > 0 && errors.Is(e.err, fs.ErrNotExist) {
 		c.watch.noteMissing(key.path, t, c.opts.listAfter)
@@ -1008,11 +990,9 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *
 	}
 }
 
-// unpublish removes e from the map if it is still there under its key.
 func (c *Cache) unpublish(e *Entry) bool { return c.entries.CompareAndDelete(e.path, e) }
 
-// load does the system calls for one path, for a lookup made for site.
-// links is Cache.open's: an entry of a linked file is trusted briefly.
+// load looks key up, making room and trying again if the fd table is full.
 func (c *Cache) load(key lookupKey, site string) (e *Entry, links linkKind) {
 	path := key.path
 	info, f, links, err := c.open(key)
@@ -1078,16 +1058,15 @@ func (c *Cache) open(key lookupKey) (info fs.FileInfo, f handle, links linkKind,
 		info, f, viaLink, err := openConfinedRegular(key.root, path, key.mode)
 		return info, fromOSFile(f), unwatchable(path, info, viaLink, err), err
 	}
-	// Open first and fstat, as nginx does: a stat first would walk the path
-	// twice. O_NONBLOCK keeps a FIFO from blocking the open.
+	// Open first and fstat, as nginx does: one path walk, not two. O_NONBLOCK
+	// keeps a FIFO from blocking.
 	f, viaLink, err := openRegularFile(path)
 	if err != nil {
 		links = unwatchable(path, nil, viaLink, err)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || IsFDExhaustion(err) {
 			return nil, nil, links, err
 		}
-		// A directory without read permission, a socket (ENXIO): stat
-		// describes what cannot be opened.
+		// Describe what cannot be opened (an unreadable directory, a socket).
 		info, serr := os.Stat(path)
 		if serr != nil || info.Mode().IsRegular() || unreadableDir(info, err) {
 			return nil, nil, links, err
@@ -1123,8 +1102,7 @@ func unwatchable(path string, info fs.FileInfo, viaLink bool, err error) linkKin
 	return notLinked
 }
 
-// linkKind tells how a file reached by a lookup may change without an
-// inotify event for the name looked up (unwatchable).
+// linkKind tells how a file may change without an event for its name.
 type linkKind uint8
 
 const (
@@ -1142,8 +1120,8 @@ func unreadableDir(info fs.FileInfo, err error) bool {
 	return info.IsDir() && errors.Is(err, fs.ErrPermission)
 }
 
-// cacheableError reports whether an error describes the path rather than
-// the server's state: only those are cached as negative entries.
+// cacheableError: only errors about the path, not the server's state, are
+// cached.
 func cacheableError(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || isConfinementError(err)
 }
@@ -1153,7 +1131,6 @@ func IsFDExhaustion(err error) bool {
 	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
-// drop removes the cache's reference to an entry that left the map.
 func (c *Cache) drop(e *Entry) {
 	e.gone.Store(true)
 	c.watch.forget(e)
@@ -1197,7 +1174,6 @@ func (c *Cache) Purge(path string, subtree bool) int {
 	return n
 }
 
-// flush forgets every entry.
 func (c *Cache) flush() {
 	c.counts[Flushes].Add(1)
 	gone := c.negatives.removeWhere(func(*negSlot, []byte) bool { return true })
@@ -1218,7 +1194,6 @@ func (c *Cache) evict(target int, secondChance bool) {
 	sweep(&c.fds, fdOps{c}, over, c.opts.MaxOpenFiles, secondChance, &c.counts[Evictions], nil)
 }
 
-// entryCount is the number of cached entries, negative ones included.
 func (c *Cache) entryCount() int {
 	n := c.negatives.len()
 	c.entries.Range(func(any, any) bool { n++; return true })
@@ -1230,6 +1205,5 @@ var clockBase = time.Now()
 // staleSince is a checked time that is never fresh.
 const staleSince = math.MinInt64 / 2
 
-// nanotime is a monotonic clock reading, without a system call on Linux
-// (vDSO).
+// nanotime is a monotonic clock reading, with no system call on Linux.
 func nanotime() int64 { return int64(time.Since(clockBase)) }
