@@ -80,3 +80,7 @@ func (c *Cache) Counts() Counters {
 	s[QueueDepth] = int64(len(c.jobs))
 	return s
 }
+
+// ShedCount is the Shed counter alone, one atomic load, for those that
+// back off when descriptors run short (a warm-up).
+func (c *Cache) ShedCount() int64 { return c.counts[Shed].Load() }
