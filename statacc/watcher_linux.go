@@ -44,8 +44,7 @@ type watcher struct {
 	file  *os.File // the inotify descriptor, read through the netpoller
 	fd    int
 	raw   syscall.RawConn // file's, to wait for events without reading them
-	// drainTurn (a semaphore of one) is held while events are read and
-	// handled, by the watcher's goroutine or by a lookup (catchUp).
+	// drainTurn (a semaphore of one) is held while events are read and handled.
 	drainTurn chan struct{}
 	draining  atomic.Bool
 	closing   atomic.Bool // set by close before the descriptor closes
@@ -55,19 +54,17 @@ type watcher struct {
 	mu   sync.Mutex
 	root *dirNode
 	byWD map[int32][]*dirNode // nodes on one watch: one directory reached by several paths
-	// dead holds the watches removed lately, for deadFor: a lookup that
-	// added a watch just before its removal must not take it for live.
+	// dead holds the watches removed lately: a lookup that added one just
+	// before its removal must not take it for live.
 	dead     map[int32]int64
 	deadFIFO []int32
 	nodes    int
 	lru      dirNode // sentinel of the list of nodes, most recently used first
 	done     chan struct{}
-	// byID finds a node from the id a negative entry names it by (the
-	// negative store holds no pointers); nextID numbers the nodes.
+	// byID finds a node by the id a negative entry names it by.
 	byID   map[uint64]*dirNode
 	nextID uint64
-	// marks are the LRU second chances that negative hits give their
-	// directory's node: one per node while there are some (else mark -1).
+	// marks are the LRU second chances negative hits give nodes (-1: none).
 	marks     []atomic.Bool
 	freeMarks []int32
 	// byReal finds the settled nodes by real path, for the mount table's
@@ -85,7 +82,6 @@ type watcher struct {
 	nameSeed    maphash.Seed
 }
 
-// maxMarks bounds the marks allocated for a very large MaxWatches.
 const maxMarks = 1 << 20
 
 // dirNode is one directory on the way to cached entries.
@@ -101,30 +97,26 @@ type dirNode struct {
 	// installing is closed when a placeholder's lookup has finished.
 	installing chan struct{}
 	// link is the node of the directory this node's symlink names;
-	// dependents are the link nodes whose target this node is.
+	// dependents the link nodes whose target this node is.
 	link       *dirNode
 	dependents map[*dirNode]struct{}
-	// sameReal is the next node in watcher.byReal with the same real path.
-	sameReal *dirNode
-	// entries are the directory's cached entries by name; a missing or
-	// failed node also holds those of the paths below it (entryKey).
+	sameReal   *dirNode
+	// entries are the directory's cached entries by name; a missing or failed
+	// node also holds those below it (entryKey).
 	entries map[string]*Entry
-	// negs indexes the directory's negative entries (and, on a missing or
-	// failed node, those below it): path hash to seq (negstore.go).
+	// negs indexes the negative entries the same way: path hash to seq.
 	negs    map[uint64]uint64
 	id      uint64 // the node's number, unique in the watcher's life
 	mark    int32  // index of the node's negative-hit mark, -1 if none
 	pins    int    // lookups in progress, plus dependents
 	gen     uint64 // events on this node's watch
 	dropped bool
-	// fs says whether an open in this directory may be done without a
-	// filesystem slot when the kernel has its dentry cached (learnFS).
+	// fs says whether opens here may skip the slot (learnFS).
 	fs fsVerdict
-	// listing holds the hashes of the directory's names once it is listed
-	// (listing_linux.go): a name not there does not exist.
+	// listing holds the hashes of the directory's names (listing_linux.go).
 	listing *dirListing
 	list    listState
-	// used is the second chance of the LRU, set by a cache hit.
+	// used is the LRU's second chance, set by a hit.
 	used       atomic.Bool
 	prev, next *dirNode
 }
@@ -146,22 +138,20 @@ const (
 // before another try.
 const watchRetry = int64(10 * time.Second)
 
-// testHookWatchAdded, if set by a test, runs after a node's watch is
-// registered and before its name is looked at.
+// testHookWatchAdded runs after a node's watch is registered.
 var testHookWatchAdded func(path string)
 
 // maxLinkDepth bounds chains of symlinks, as the kernel's ELOOP does.
 const maxLinkDepth = 40
 
-// deadFor is how long a removed watch is remembered.
 const deadFor = int64(10 * time.Second)
 
 const watchMask = unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CLOSE_WRITE | unix.IN_CREATE |
 	unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF |
 	unix.IN_ONLYDIR
 
-// defaultMaxWatches is a quarter of the user's inotify watches (the rest is
-// for other instances and programs of the same user), at most 65536.
+// defaultMaxWatches is a quarter of the user's inotify watches, at most
+// 65536.
 func defaultMaxWatches() int {
 	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_watches")
 	if err != nil {
@@ -207,8 +197,7 @@ func newWatcher(c *Cache, limit int) *watcher {
 	return w
 }
 
-// watchTicket is what a lookup holds between finding its directory's node
-// and publishing its entry.
+// watchTicket is what a lookup holds between enter and publish.
 type watchTicket struct {
 	leaf    *dirNode // pinned; nil when unwatched
 	gen     uint64
@@ -216,8 +205,7 @@ type watchTicket struct {
 	fsKnown bool // leaf's fs verdict was known at enter
 }
 
-// fsVerdict is what a directory's filesystem allows: fsUnknown until the
-// first lookup in it that holds a slot asks statfs.
+// fsVerdict is what a directory's filesystem allows.
 type fsVerdict uint8
 
 const (
@@ -390,8 +378,7 @@ func (w *watcher) publish(t watchTicket, e *Entry, store func() (negGone, bool))
 		e.checked.Store(staleSince)
 	}
 	if !n.dropped {
-		// Indexed even when stale or unwatched: an event drops it all the
-		// same, and its directory's node is kept while it is cached.
+		// Indexed even when stale or unwatched: an event drops it the same.
 		e.dir = n
 		name := entryKey(n, e.path)
 		if n.entries == nil {
@@ -440,7 +427,6 @@ func (w *watcher) publishNegative(t watchTicket, h uint64, insert func(node uint
 	w.mu.Unlock()
 }
 
-// forgetNegative unindexes a negative entry that left the store.
 func (w *watcher) forgetNegative(g negGone) {
 	if w == nil || g.node == 0 {
 		return
@@ -450,7 +436,6 @@ func (w *watcher) forgetNegative(g negGone) {
 	w.mu.Unlock()
 }
 
-// forgetNegatives is forgetNegative for many, under one lock.
 func (w *watcher) forgetNegatives(gs []negGone) {
 	if w == nil || len(gs) == 0 {
 		return
@@ -473,7 +458,6 @@ func (w *watcher) forgetNegativeLocked(g negGone) {
 	w.maybeRemoveLocked(n)
 }
 
-// markUsed gives the node of mark its second chance, for a negative hit.
 func (w *watcher) markUsed(mark int32) {
 	if w == nil || mark < 0 {
 		return
@@ -483,8 +467,7 @@ func (w *watcher) markUsed(mark int32) {
 	}
 }
 
-// dropNegativesLocked takes n's negative entries out of the store,
-// counted as invalidations where gone is set.
+// dropNegativesLocked takes n's negative entries out of the store.
 func (w *watcher) dropNegativesLocked(n *dirNode, gone *[]*Entry) {
 	for h, seq := range n.negs {
 		if _, ok := w.cache.negatives.remove(h, seq); ok && gone != nil {
@@ -494,7 +477,6 @@ func (w *watcher) dropNegativesLocked(n *dirNode, gone *[]*Entry) {
 	n.negs = nil
 }
 
-// leave gives up a ticket without publishing.
 func (w *watcher) leave(t watchTicket) {
 	if w == nil || t.leaf == nil {
 		return
@@ -504,8 +486,7 @@ func (w *watcher) leave(t watchTicket) {
 	w.mu.Unlock()
 }
 
-// forget unindexes an entry that left the cache; its directory's node
-// goes if nothing else needs it.
+// forget unindexes an entry that left the cache.
 func (w *watcher) forget(e *Entry) {
 	if w == nil || e.dir == nil {
 		return
@@ -537,8 +518,7 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, a
 	}
 	rest := strings.Trim(path, "/")
 	var gone []*Entry
-	// unlock releases mu and drops what the walk took out (retried failed
-	// nodes, evicted ones) once it is released.
+	// unlock releases mu and drops what the walk took out.
 	unlock := func() {
 		w.mu.Unlock()
 		w.finish(gone)
@@ -563,8 +543,7 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, a
 			next = nil
 		}
 		if next == nil {
-			// Make it, after making room for it under the bound (n is
-			// pinned, so the part of the path that exists stays).
+			// Make room under the bound (n is pinned, so it stays).
 			if w.nodes >= w.limit && !w.evictLocked(w.nodes+1-w.limit, &gone) {
 				w.cache.counts[WatchRefused].Add(1)
 				if n != nil {
@@ -577,8 +556,7 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, a
 				next = w.newNodeLocked(nil, "/", "/")
 				w.root = next
 			} else {
-				// A copy: name is a part of path, which a node must not
-				// keep (a 3.4 KB path for an 8-byte name).
+				// A copy: a node must not keep the whole path.
 				name = strings.Clone(name)
 				next = w.newNodeLocked(n, name, filepath.Join(n.path, name))
 			}
@@ -613,8 +591,7 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, a
 		if n.state != nodePending {
 			continue
 		}
-		// Another lookup is installing it, or this one is: a link whose
-		// target goes through itself (ELOOP).
+		// Being installed, or by this lookup: a link loop.
 		for _, l := range stack {
 			if l == n {
 				w.unpinLocked(n)
@@ -636,8 +613,6 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, a
 	return n, rest != "", false
 }
 
-// retryDueLocked reports whether n failed to be watched long enough ago
-// (watchRetry) to be tried again.
 func (w *watcher) retryDueLocked(n *dirNode) bool {
 	return n.state == nodeFailed && nanotime()-n.failedAt > watchRetry
 }
@@ -665,7 +640,7 @@ func (w *watcher) newNodeLocked(parent *dirNode, name, path string) *dirNode {
 }
 
 // touchPathLocked makes n and its ancestors the most recently used,
-// ancestors before descendants, so that the tail of the list is a leaf.
+// ancestors first, so that the list's tail is a leaf.
 func (w *watcher) touchPathLocked(n *dirNode) {
 	for ; n != nil; n = n.parent {
 		w.touchLocked(n)
@@ -678,8 +653,7 @@ func (w *watcher) touchLocked(n *dirNode) {
 	n.prev.next, n.next.prev = n, n
 }
 
-// evictLocked forgets up to k least recently used leaves that nothing
-// pins, with a second chance for those a hit used.
+// evictLocked forgets up to k unpinned, unused leaves, least recent first.
 func (w *watcher) evictLocked(k int, gone *[]*Entry) bool {
 	for steps := 2 * w.nodes; k > 0 && steps > 0; steps-- {
 		n := w.lru.prev
@@ -717,14 +691,12 @@ func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 		pstate, preal, ppath = n.parent.state, n.parent.real, n.parent.path
 	}
 	w.mu.Unlock()
-	// Without a link on the way the real path is the path: one string.
 	real := n.path
 	if preal != ppath {
 		real = filepath.Join(preal, n.name)
 	}
 	if pstate == nodeMissing || pstate == nodeFailed {
-		// Nothing to look at below (ensure makes no such node): the
-		// parent's own state decides.
+		// Nothing below (ensure makes no such node): the parent decides.
 		return w.settle(n, pstate, real, nil)
 	}
 	err, again := w.watch(n, watchMask|unix.IN_DONT_FOLLOW)
@@ -736,8 +708,7 @@ func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 	case errors.Is(err, unix.ENOENT):
 		return w.settle(n, nodeMissing, real, nil)
 	case errors.Is(err, unix.EACCES) && unix.Access(n.path, unix.X_OK) == nil:
-		// A directory that may be searched but not read (a link would
-		// have given ENOTDIR).
+		// Searchable but not readable (a link would give ENOTDIR).
 		return w.settle(n, nodeBlind, real, nil)
 	case !errors.Is(err, unix.ENOTDIR):
 		return w.settle(n, nodeFailed, real, nil)
@@ -751,8 +722,7 @@ func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 	case fi.Mode()&os.ModeSymlink == 0:
 		return w.settle(n, nodeMissing, real, nil) // a file: its parent sees it become a directory
 	}
-	// A symlink: watch the directory it names, if it names one, before
-	// reading it; its target is looked up through other directories.
+	// A symlink: watch what it names, if a directory, before reading it.
 	err, again = w.watch(n, watchMask)
 	switch {
 	case again:
@@ -790,12 +760,11 @@ func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 	return w.settle(n, state, "", to)
 }
 
-// errWatchLost is watch's error when every watch it added was one just
-// removed by another lookup.
+// errWatchLost: every watch added was one just removed by another lookup.
 var errWatchLost = errors.New("statacc: inotify watch removed while added")
 
-// watch adds n's inotify watch and registers it, so that any change
-// after this is an event for n. again: n was dropped meanwhile.
+// watch adds and registers n's watch: a later change is an event for n.
+// again: n was dropped meanwhile.
 func (w *watcher) watch(n *dirNode, mask uint32) (err error, again bool) {
 	wd, err := unix.InotifyAddWatch(w.fd, n.path, mask)
 	if err != nil {
@@ -803,8 +772,7 @@ func (w *watcher) watch(n *dirNode, mask uint32) (err error, again bool) {
 	}
 	w.mu.Lock()
 	for try := 0; w.isDeadLocked(int32(wd)); try++ {
-		// Added just before another lookup removed it (under mu, so it is
-		// gone now): a new call makes a new watch.
+		// Added just before another lookup removed it: add again.
 		w.mu.Unlock()
 		if try == 3 {
 			return errWatchLost, false
@@ -865,8 +833,7 @@ func (w *watcher) unpinLocked(n *dirNode) {
 	w.maybeRemoveLocked(n)
 }
 
-// maybeRemoveLocked removes n and then its ancestors while nothing
-// needs them: no entries, children, pins or listing.
+// maybeRemoveLocked removes n and its ancestors while nothing needs them.
 func (w *watcher) maybeRemoveLocked(n *dirNode) {
 	for n != nil && !n.dropped && n.pins <= 0 && len(n.entries) == 0 && len(n.negs) == 0 && len(n.children) == 0 && len(n.dependents) == 0 && n.listing == nil {
 		parent := n.parent
@@ -936,13 +903,11 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 	w.nodes--
 	w.cache.counts[WatchedDirs].Store(int64(w.nodes))
 	if n.parent != nil {
-		// The parent may now be an empty leaf.
 		w.maybeRemoveLocked(n.parent)
 	}
 }
 
-// rmUnusedLocked removes a watch added for a node dropped before it
-// could use it, unless another node uses it.
+// rmUnusedLocked removes a watch added for a dropped node, if unused.
 func (w *watcher) rmUnusedLocked(wd int32) {
 	if len(w.byWD[wd]) == 0 {
 		w.markDeadLocked(wd)
@@ -950,7 +915,6 @@ func (w *watcher) rmUnusedLocked(wd int32) {
 	}
 }
 
-// markDeadLocked remembers a watch about to be removed.
 func (w *watcher) markDeadLocked(wd int32) {
 	now := nanotime()
 	for len(w.deadFIFO) > 0 {
@@ -987,19 +951,18 @@ func (w *watcher) close() {
 	w.closing.Store(true)
 	w.file.Close() // ends read
 	<-w.done
-	// A lookup may still be handling events it read (catchUp): wait for
-	// it, so that no event is handled after the cache's last flush.
+	// Wait for a lookup handling events (catchUp): none may be handled
+	// after the cache's last flush.
 	w.drainTurn <- struct{}{}
 	<-w.drainTurn
 }
 
-// read handles events until the descriptor is closed. The descriptor is
-// non-blocking, so the wait parks on the netpoller instead of a thread.
+// read handles events until the descriptor is closed, parked on the
+// netpoller.
 func (w *watcher) read() {
 	defer close(w.done)
 	for {
-		// Wait until the kernel holds events, reading none: drain reads
-		// them, here or in a lookup that got there first.
+		// Wait for events without reading them: drain reads them.
 		err := w.raw.Read(func(fd uintptr) bool { return eventsQueued(int(fd)) })
 		if err != nil || !w.drain() {
 			return // closed
@@ -1007,14 +970,12 @@ func (w *watcher) read() {
 	}
 }
 
-// drain reads and handles every event the kernel holds, until it holds
-// none; it reports false once the descriptor is closed.
+// drain reads and handles events until there are none; false once closed.
 func (w *watcher) drain() bool {
 	w.drainTurn <- struct{}{}
 	return w.drainHeld()
 }
 
-// drainHeld is drain with the turn taken; it gives it back.
 func (w *watcher) drainHeld() bool {
 	w.draining.Store(true)
 	defer func() {
@@ -1025,7 +986,7 @@ func (w *watcher) drainHeld() bool {
 		var n int
 		var rerr error
 		// Control, not Read: the watcher's goroutine may be parked in
-		// raw.Read, which holds the descriptor's read lock while it waits.
+		// raw.Read, holding the read lock.
 		err := w.raw.Control(func(fd uintptr) {
 			for {
 				if n, rerr = unix.Read(int(fd), w.buf); rerr != unix.EINTR {
@@ -1045,7 +1006,6 @@ func (w *watcher) drainHeld() bool {
 	}
 }
 
-// handleBatch handles the events of one read.
 func (w *watcher) handleBatch(buf []byte) {
 	invalidated := w.cache.counts[Invalidations].Load()
 	for off := 0; off+unix.SizeofInotifyEvent <= len(buf); {
@@ -1127,8 +1087,7 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 	}
 	w.mu.Lock()
 	if mask&unix.IN_IGNORED != 0 {
-		// The kernel removed the watch (ours, or the directory is gone):
-		// nothing to remove any more.
+		// The kernel removed the watch: nothing to remove any more.
 		for _, n := range w.byWD[wd] {
 			n.wd = -1
 		}
