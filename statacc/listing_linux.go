@@ -31,24 +31,19 @@ import (
 // most maxDirNames names.
 
 const (
-	// maxDirNames is the most names of a directory that is listed;
-	// maxListedNames the most names all listings hold (about 4 MiB).
+	// maxDirNames bounds a listed directory's names, maxListedNames all listings'.
 	maxDirNames    = 1 << 14
 	maxListedNames = 1 << 18
-	// nameMax is NAME_MAX: a longer name is refused by the filesystem's
-	// lookup (ENAMETOOLONG), not answered missing.
+	// nameMax is NAME_MAX: a longer name is refused (ENAMETOOLONG), not missing.
 	nameMax = 255
-	// fsCasefoldFL is FS_CASEFOLD_FL, which golang.org/x/sys does not
-	// define: a directory whose names are looked up without case.
+	// fsCasefoldFL is FS_CASEFOLD_FL (not in x/sys): a case-insensitive directory.
 	fsCasefoldFL = 0x40000000
 )
 
-// testHookListingRead, if set by a test, runs after a directory's names
-// are read and before they are kept.
+// testHookListingRead runs after a directory's names are read.
 var testHookListingRead func(dir string)
 
-// dirListing is what a listed directory holds: the hashes of its names,
-// and when it was read.
+// dirListing is a listed directory's name hashes and when they were read.
 type dirListing struct {
 	names    map[uint64]struct{}
 	listedAt int64
@@ -194,8 +189,7 @@ func (w *watcher) noteMissing(path string, t watchTicket, listAfter int) {
 			name, rest, _ = strings.Cut(rest, "/")
 			ch := n.children[name]
 			if ch == nil && n.listing != nil {
-				// Listed already: the name exists, and n's listing is no
-				// help below it.
+				// Listed already: the name exists; no help below it.
 				n = nil
 				break
 			}

@@ -30,21 +30,18 @@ import (
 // again, a listing read then is not kept. Without inotify every entry is
 // trusted for a second at most anyway.
 
-// mountRegistry is the process's set of caches that want mount changes,
-// and the watcher that serves them while there are any.
+// mountRegistry is the caches that want mount changes, and their watcher.
 type mountRegistry struct {
 	mu     sync.Mutex
 	caches map[*Cache]struct{}
 	w      *mountWatcher
-	// notifying is held while caches are told of a change: a cache that
-	// leaves waits for it, so that no change reaches a closed cache.
+	// notifying is held while caches are told: one that leaves waits for it.
 	notifying sync.Mutex
 }
 
 var mountReg = mountRegistry{caches: make(map[*Cache]struct{})}
 
-// watchMounts tells c of the mount table's changes from now on, starting
-// the process's watcher for the first cache.
+// watchMounts tells c of the mount table's changes, from now on.
 func watchMounts(c *Cache) {
 	r := &mountReg
 	r.mu.Lock()
@@ -55,8 +52,7 @@ func watchMounts(c *Cache) {
 	r.caches[c] = struct{}{}
 }
 
-// unwatchMounts ends watchMounts; the watcher stops with its last cache.
-// No change reaches c once it returns.
+// unwatchMounts ends watchMounts: no change reaches c once it returns.
 func unwatchMounts(c *Cache) {
 	r := &mountReg
 	r.mu.Lock()
@@ -94,8 +90,7 @@ func (r *mountRegistry) changing() {
 	r.each(func(c *Cache) { c.watch.mountsChanging() })
 }
 
-// read tells every cache of the mount points that changed since the last
-// read of the table (none, if the changes cancelled out), now read.
+// read tells every cache of the mount points that changed since the last read.
 func (r *mountRegistry) read(points []string) {
 	r.each(func(c *Cache) {
 		if c.watch.mountsChanged(points) {
@@ -122,8 +117,7 @@ type mountWatcher struct {
 // mountinfoPath is the table read; tests read it too.
 const mountinfoPath = "/proc/self/mountinfo"
 
-// startMountWatcher reads the table and starts watching it, or returns
-// nil if it cannot.
+// startMountWatcher starts watching the table, or returns nil if it cannot.
 func startMountWatcher(r *mountRegistry) *mountWatcher {
 	// O_NONBLOCK, so that the goroutine waits in the netpoller.
 	fd, err := unix.Open(mountinfoPath, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
