@@ -109,12 +109,15 @@ type CacheFigures struct {
 	MaxWatches     int64 `json:"max_watches"`
 	InotifyWatches int64 `json:"inotify_watches"`
 	UnwatchedDirs  int64 `json:"unwatched_dirs"`
-	// Invalidations, Flushes, Evictions, NegativeEvictions, Expired,
-	// IdleClosed and Shed count the entries dropped: their file changed,
-	// an inotify overflow flushed the cache, a descriptor evicted for
-	// max_open_files, a negative entry for negative_cache, stale, idle on a
-	// filesystem mounted below the site's root (so that it can be
-	// unmounted), closed because the fd table was full.
+	CacheDrops
+}
+
+// CacheDrops count the entries dropped: their file changed, an inotify
+// overflow flushed the cache, a descriptor evicted for max_open_files, a
+// negative entry for negative_cache, stale, idle on a filesystem mounted
+// below the site's root (so that it can be unmounted), closed because the
+// fd table was full.
+type CacheDrops struct {
 	Invalidations     int64 `json:"invalidations"`
 	Flushes           int64 `json:"flushes"`
 	Evictions         int64 `json:"evictions"`
@@ -174,25 +177,19 @@ type ColdReadStats struct {
 // CacheStats are the deprecated "statacc" object: the figures of
 // LookupStats and CacheFigures under their 0.1.0 names.
 type CacheStats struct {
-	Hits              int64   `json:"hits"`
-	NegativeHits      int64   `json:"negative_hits"`
-	Misses            int64   `json:"misses"`
-	Merged            int64   `json:"merged"`
-	QueueDepth        int64   `json:"queue_depth"`
-	WaitSeconds       float64 `json:"wait_seconds"`
-	Invalidations     int64   `json:"invalidations"`
-	Flushes           int64   `json:"flushes"`
-	Evictions         int64   `json:"evictions"`
-	NegativeEvictions int64   `json:"negative_evictions"`
-	Expired           int64   `json:"expired"`
-	IdleClosed        int64   `json:"idle_closed"`
-	Shed              int64   `json:"shed"`
-	QueueFull         int64   `json:"queue_full"`
-	OpenFiles         int64   `json:"open_files"`
-	Entries           int64   `json:"entries"`
-	NegativeCount     int64   `json:"negative_entries"`
-	MemoryBytes       int64   `json:"memory_bytes"`
-	UnwatchedDirs     int64   `json:"unwatched_dirs"`
+	Hits         int64   `json:"hits"`
+	NegativeHits int64   `json:"negative_hits"`
+	Misses       int64   `json:"misses"`
+	Merged       int64   `json:"merged"`
+	QueueDepth   int64   `json:"queue_depth"`
+	WaitSeconds  float64 `json:"wait_seconds"`
+	CacheDrops
+	QueueFull     int64 `json:"queue_full"`
+	OpenFiles     int64 `json:"open_files"`
+	Entries       int64 `json:"entries"`
+	NegativeCount int64 `json:"negative_entries"`
+	MemoryBytes   int64 `json:"memory_bytes"`
+	UnwatchedDirs int64 `json:"unwatched_dirs"`
 }
 
 // PrewarmStats describe the page-cache warm-ups and the hot set.
@@ -302,8 +299,7 @@ func collect(countEntries bool) Stats {
 		QueueDepth: total[statacc.QueueDepth], WaitSeconds: wait}
 	f := s.Cache
 	s.Statacc = CacheStats{Hits: s.Lookups.Hits, NegativeHits: s.Lookups.NegativeHits, Misses: s.Lookups.Misses, Merged: s.Lookups.Merged,
-		QueueDepth: s.Lookups.QueueDepth, WaitSeconds: wait, Invalidations: f.Invalidations, Flushes: f.Flushes, Evictions: f.Evictions,
-		NegativeEvictions: f.NegativeEvictions, Expired: f.Expired, IdleClosed: f.IdleClosed, Shed: f.Shed, QueueFull: total[statacc.QueueFull],
+		QueueDepth: s.Lookups.QueueDepth, WaitSeconds: wait, CacheDrops: f.CacheDrops, QueueFull: total[statacc.QueueFull],
 		OpenFiles: f.OpenFiles, Entries: f.Entries, NegativeCount: f.NegativeEntries, MemoryBytes: f.MemoryBytes, UnwatchedDirs: f.UnwatchedDirs}
 	s.Rejected = map[string]int64{
 		"max_transfers": counters.limited.Load(),
@@ -327,8 +323,8 @@ func cacheFigures(c statacc.Counters) CacheFigures {
 		Entries: c[statacc.Entries], NegativeEntries: c[statacc.NegativeEntries], Listings: c[statacc.Listings],
 		OpenFiles: c[statacc.OpenFiles], MemoryBytes: c[statacc.MemoryBytes],
 		WatchedDirs: c[statacc.WatchedDirs], InotifyWatches: c[statacc.Watches], UnwatchedDirs: c[statacc.UnwatchedDirs],
-		Invalidations: c[statacc.Invalidations], Flushes: c[statacc.Flushes], Evictions: c[statacc.Evictions],
-		NegativeEvictions: c[statacc.NegativeEvictions], Expired: c[statacc.Expired], IdleClosed: c[statacc.IdleClosed], Shed: c[statacc.Shed],
+		CacheDrops: CacheDrops{Invalidations: c[statacc.Invalidations], Flushes: c[statacc.Flushes], Evictions: c[statacc.Evictions],
+			NegativeEvictions: c[statacc.NegativeEvictions], Expired: c[statacc.Expired], IdleClosed: c[statacc.IdleClosed], Shed: c[statacc.Shed]},
 	}
 }
 
