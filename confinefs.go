@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/fileserver"
 
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 	"github.com/flashserve/caddy-flash-serve/statacc"
 )
 
@@ -116,7 +117,7 @@ func (c *confinedFS) Stat(name string) (fs.FileInfo, error) {
 // other error as it is.
 func tableFull(err error) error {
 	var errno syscall.Errno
-	if statacc.IsFDExhaustion(err) && errors.As(err, &errno) {
+	if fileio.IsFDExhaustion(err) && errors.As(err, &errno) {
 		return &tableFullError{err: err, errno: errno}
 	}
 	return err
@@ -153,7 +154,7 @@ func (c *confinedFS) listed(dir string, e fs.DirEntry) (bool, error) {
 		return false, nil
 	}
 	_, err := c.Stat(filepath.Join(dir, e.Name()))
-	if statacc.IsFDExhaustion(err) {
+	if fileio.IsFDExhaustion(err) {
 		return false, tableFull(err)
 	}
 	return err == nil, nil

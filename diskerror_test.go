@@ -20,6 +20,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/flashserve/caddy-flash-serve/internal/fusetest"
+	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
 // failingFile is a FUSE file whose reads fail with EIO from goodUpTo on,
@@ -85,7 +86,7 @@ func TestDiskReadError(t *testing.T) {
 		fuse.MountOptions{DirectMount: true, DisableSplice: true, FsName: "flashserve-test", Name: "failing"})
 	t.Cleanup(func() { server.Unmount() })
 
-	ports := map[string]int{engineSendfile: freePort(t), engineCopy: freePort(t)}
+	ports := map[string]int{transmit.PolicySendfile: freePort(t), transmit.PolicyCopy: freePort(t)}
 	var sites strings.Builder
 	for engine, port := range ports {
 		sites.WriteString(siteBlock(port, mnt, flashServe("transmit "+engine, "inotify off")))

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
 const (
@@ -108,7 +110,7 @@ func TestFileChangedDuringLargeTransfer(t *testing.T) {
 	}
 	warm.CloseIdleConnections()
 	base := settledResources(t)
-	for _, engine := range []string{engineSendfile, engineCopy} {
+	for _, engine := range []string{transmit.PolicySendfile, transmit.PolicyCopy} {
 		for _, change := range []string{"replace", "delete", "truncate"} {
 			t.Run(engine+"/"+change, func(t *testing.T) {
 				name := fmt.Sprintf("big-%s-%s.bin", engine, change)

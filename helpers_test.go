@@ -1,8 +1,10 @@
 package flashserve
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/flashserve/caddy-flash-serve/internal/proctest"
 	"github.com/flashserve/caddy-flash-serve/prewarm"
@@ -189,6 +191,15 @@ func settled[T comparable](sample func() T) T {
 		}
 	}
 	return last
+}
+
+// droppedByReload reports whether err is a connection closed or reset
+// before any byte of its answer: what a listener of a stopping config does
+// to a connection it accepted as it stopped (for either handler, as the
+// README's limits say), which no config answered. Such a request is sent
+// again.
+func droppedByReload(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // skipIfShort skips one of the long tests (about 10 s or more on a quiet

@@ -2,7 +2,6 @@ package flashserve
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -258,11 +256,9 @@ func TestCachedHitsMatchFileServerAcrossReload(t *testing.T) {
 	}
 }
 
-// reloadedGet is rawGet just after a reload: a connection the old
-// server accepted as it stopped (see TestCachedHitsMatchFileServerAcrossReload) can be reset before it answers (the fresh
-// clone's CI saw it once for flash_serve, the first in 19 runs; the test
-// passed 8 times alone after). That is no answer of either config, so it
-// is asked again, up to twice, and logged; every answer is compared.
+// reloadedGet is rawGet just after a reload: a request the old server
+// dropped (droppedByReload) is asked again, up to twice, and logged; every
+// answer is compared.
 func reloadedGet(t *testing.T, port int, target string) (int, http.Header, string) {
 	t.Helper()
 	for try := 1; ; try++ {
@@ -270,7 +266,7 @@ func reloadedGet(t *testing.T, port int, target string) (int, http.Header, strin
 		if err == nil {
 			return status, h, b
 		}
-		if try == 3 || !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		if try == 3 || !droppedByReload(err) {
 			t.Fatalf("GET %q: %v", target, err)
 		}
 		t.Logf("GET %q on port %d right after a reload: %v; again", target, port, err)

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 	"github.com/flashserve/caddy-flash-serve/statacc"
 )
 
@@ -397,7 +398,7 @@ func (fsrv *FlashServe) fileServerFailed(w http.ResponseWriter, err error) error
 		return nil
 	}
 	var he caddyhttp.HandlerError
-	if !errors.As(err, &he) || !statacc.IsFDExhaustion(he.Err) {
+	if !errors.As(err, &he) || !fileio.IsFDExhaustion(he.Err) {
 		return err
 	}
 	if he.StatusCode == http.StatusInternalServerError {
@@ -495,7 +496,7 @@ func absent(err error) bool {
 // rather than go on as if it were: to the next index file, to the file
 // without its sidecar, to the computed ETag.
 func transientLookupError(err error) bool {
-	return err != nil && (statacc.IsFDExhaustion(err) || errors.Is(err, statacc.ErrQueueFull) ||
+	return err != nil && (fileio.IsFDExhaustion(err) || errors.Is(err, statacc.ErrQueueFull) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
 }
 
@@ -507,7 +508,7 @@ func statError(err error) error {
 		return errNotFound
 	case errors.Is(err, fs.ErrPermission):
 		return caddyhttp.Error(http.StatusForbidden, err)
-	case statacc.IsFDExhaustion(err), errors.Is(err, statacc.ErrQueueFull):
+	case fileio.IsFDExhaustion(err), errors.Is(err, statacc.ErrQueueFull):
 		return serviceUnavailable(err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The client hung up while its lookup waited; nobody reads the

@@ -245,12 +245,8 @@ type FlashServe struct {
 
 	precompressors map[string]encode.Precompressed
 	transfers      *transferSlots
-	// ring is the shared io_uring, nil where it is unavailable or unused;
-	// holdsRing says Cleanup must give the reference back.
-	ring      *transmit.Ring
-	holdsRing bool
-	cache     *statacc.Cache
-	shared    *sharedCache
+	cache          *statacc.Cache
+	shared         *sharedCache
 	// site counts this handler's lookups for the status page.
 	site     *site
 	cacheKey string
@@ -262,7 +258,6 @@ type FlashServe struct {
 	hideDynamic      bool
 	hideList         hideList
 	maxRanges        int
-	policy           string // the transmit setting: auto, or the engine it forces
 	sender           transmit.Sender
 	sendfileMaxChunk int
 	warnOnce         *sync.Once
@@ -330,10 +325,6 @@ func (fsrv *FlashServe) Provision(ctx caddy.Context) error {
 	fsrv.fsmap = ctx.FileSystems()
 	fsrv.sidecarWarned = new(pathSet)
 	fsrv.cleanupOnce = new(sync.Once)
-	fsrv.policy = fsrv.Transmit
-	if fsrv.policy == "" {
-		fsrv.policy = engineAuto
-	}
 	fsrv.sendfileMaxChunk = fsrv.SendfileMaxChunk
 	if fsrv.sendfileMaxChunk == 0 {
 		fsrv.sendfileMaxChunk = 2 << 20
@@ -488,7 +479,7 @@ func (fsrv *FlashServe) checkSettings() error {
 		}
 	}
 	switch fsrv.Transmit {
-	case "", engineAuto, engineSendfile, engineCopy, engineIOUring:
+	case "", transmit.PolicyAuto, transmit.PolicySendfile, transmit.PolicyCopy, transmit.PolicyIOUring:
 	default:
 		return refuse("transmit", "need %s, got %q", transmitEngines, fsrv.Transmit)
 	}
@@ -631,9 +622,7 @@ func (fsrv *FlashServe) Cleanup() error {
 		if fsrv.cache != nil {
 			_, err = caches.Delete(fsrv.cacheKey)
 		}
-		if fsrv.holdsRing {
-			transmit.ReleaseRing()
-		}
+		fsrv.sender.Close()
 	})
 	return err
 }

@@ -2,11 +2,8 @@ package flashserve
 
 import (
 	"net/http"
-	"reflect"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"go.uber.org/zap/zapcore"
 )
 
 // A 404 is returned to Caddy as an error, as file_server returns it. Caddy's
@@ -20,14 +17,6 @@ import (
 // When nothing can tell the two apart, the handler writes the 404 itself,
 // as `respond 404` does: same status, same headers (the ones already set,
 // nothing added), same empty body. quietNotFound says when that is.
-
-// errorLogDebug reports whether Caddy's error log for the HTTP app
-// ("http.log.error", the logger its servers write handler errors to) would
-// write a DEBUG entry: then a 404 goes through Caddy, which logs it. The
-// logger is built the way the HTTP app builds its own.
-func errorLogDebug(ctx caddy.Context) bool {
-	return ctx.Logger(caddyhttp.App{}).Named("log.error").Check(zapcore.DebugLevel, "") != nil
-}
 
 // quietNotFound reports whether a 404 may be written here instead of being
 // returned: only where Caddy's error path would do nothing but write the
@@ -59,7 +48,7 @@ func (fsrv *FlashServe) quietNotFound(w http.ResponseWriter, r *http.Request) bo
 		return q.ok
 	}
 	// Once per handler and server: routes do not change after Provision.
-	q := &quietIn{srv: srv, ok: fsrv.reachedWithoutErrorRoutes(srv)}
+	q := &quietIn{srv: srv, ok: routesReach(srv.Routes, fsrv, 0)}
 	fsrv.quiet.Store(q)
 	return q.ok
 }
@@ -68,58 +57,4 @@ func (fsrv *FlashServe) quietNotFound(w http.ResponseWriter, r *http.Request) bo
 type quietIn struct {
 	srv *caddyhttp.Server
 	ok  bool
-}
-
-// reachedWithoutErrorRoutes reports whether this handler is found in the
-// server's routes through subroutes none of which has an error config. A
-// handler found nowhere, only in named routes (whose invoke may sit inside
-// such a subroute), or only inside something that is not a subroute (a
-// handler of another kind holding routes of its own) is not: some code may
-// look at its errors.
-func (fsrv *FlashServe) reachedWithoutErrorRoutes(srv *caddyhttp.Server) bool {
-	return routesReach(srv.Routes, fsrv, 0)
-}
-
-// routesReach reports whether target is one of the routes' handlers,
-// directly or through subroutes without an error config.
-func routesReach(routes caddyhttp.RouteList, target caddyhttp.MiddlewareHandler, depth int) bool {
-	if depth > 64 {
-		return false // deeper than any config a person writes: do not guess
-	}
-	for _, route := range routes {
-		for _, h := range route.Handlers {
-			if h == target {
-				return true
-			}
-			// Any error config, even an empty one, takes the error: an
-			// empty list of error routes hands it to the next handler.
-			if sub, ok := h.(*caddyhttp.Subroute); ok && sub.Errors == nil {
-				if routesReach(sub.Routes, target, depth+1) {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
-
-// netHTTPWriter reports whether w is net/http's own HTTP/1.x response
-// writer (Caddy serves HTTP/2 with golang.org/x/net/http2 and HTTP/3 with
-// quic-go, whose 404s take the error path), possibly inside the idle-timeout
-// writers that Caddy's server puts around it before any handler runs: the
-// server's error path writes its status through those same wrappers. Any
-// other wrapper, including the access log's recorder (whose type intercept
-// and templates also use), is a handler's or may be.
-func netHTTPWriter(w http.ResponseWriter) bool {
-	for {
-		if _, ok := w.(*caddyhttp.IdleTimeoutWriter); !ok && reflect.TypeOf(w).String() != "*caddyhttp.readDeadlineWriter" {
-			t := reflect.TypeOf(w)
-			return t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "net/http"
-		}
-		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
-		if !ok {
-			return false
-		}
-		w = u.Unwrap()
-	}
 }

@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // TestQuietNotFound checks where a 404 is written by the handler itself
@@ -105,33 +103,5 @@ func TestQuietNotFound(t *testing.T) {
 				t.Errorf("here.txt: %d %q", status, body)
 			}
 		})
-	}
-}
-
-// TestRoutesReach checks the walk that decides whether a subroute's error
-// routes could see this handler's errors.
-func TestRoutesReach(t *testing.T) {
-	target := new(FlashServe)
-	other := new(FlashServe)
-	withErrors := &caddyhttp.HTTPErrorConfig{Routes: caddyhttp.RouteList{{}}}
-	route := func(hs ...caddyhttp.MiddlewareHandler) caddyhttp.Route { return caddyhttp.Route{Handlers: hs} }
-	sub := func(errs *caddyhttp.HTTPErrorConfig, hs ...caddyhttp.MiddlewareHandler) *caddyhttp.Subroute {
-		return &caddyhttp.Subroute{Routes: caddyhttp.RouteList{route(hs...)}, Errors: errs}
-	}
-	for _, tc := range []struct {
-		name   string
-		routes caddyhttp.RouteList
-		want   bool
-	}{
-		{"directly", caddyhttp.RouteList{route(other), route(target)}, true},
-		{"in nested subroutes without errors", caddyhttp.RouteList{route(sub(nil, sub(nil, target)))}, true},
-		{"in a subroute with an empty error config", caddyhttp.RouteList{route(sub(&caddyhttp.HTTPErrorConfig{}, target))}, false},
-		{"in a subroute with error routes", caddyhttp.RouteList{route(sub(withErrors, target))}, false},
-		{"below a subroute with error routes", caddyhttp.RouteList{route(sub(withErrors, sub(nil, target)))}, false},
-		{"not there", caddyhttp.RouteList{route(other, sub(nil, other))}, false},
-	} {
-		if got := routesReach(tc.routes, target, 0); got != tc.want {
-			t.Errorf("%s: routesReach = %v, want %v", tc.name, got, tc.want)
-		}
 	}
 }

@@ -387,8 +387,8 @@ func dedupeTargets(ts []prewarm.Target) []prewarm.Target {
 
 // ringReader reads through the handler's io_uring, or is nil without one.
 func (fsrv *FlashServe) ringReader() prewarm.ReaderAt {
-	if fsrv.ring == nil {
+	if fsrv.sender.Ring == nil {
 		return nil
 	}
-	return fsrv.ring.ReadLending
+	return fsrv.sender.Ring.ReadLending
 }

@@ -13,93 +13,16 @@ import (
 	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
-// Transmission engines, the values of the transmit option.
-const (
-	engineAuto     = "auto"
-	engineSendfile = "sendfile"
-	engineCopy     = "copy"
-	engineIOUring  = "io_uring"
-)
-
-// pickEngine applies the transmit policy to one response:
-//   - memory: a small file kept in memory, one Write (with the headers,
-//     which net/http still holds in its buffer);
-//   - sendfile: cleartext HTTP/1.x through the flash_serve listener wrapper;
-//   - copy: pread into pooled buffers, for TLS, HTTP/2, HTTP/3 and encode;
-//   - io_uring: data not known to be in the page cache, probed span by
-//     span (mincore where it tells the truth, no-wait reads elsewhere);
-//     what is resident leaves as above, the rest is read through the
-//     ring (transmit.Sender).
-func (fsrv *FlashServe) pickEngine(w http.ResponseWriter, r *http.Request, res *resolved) transmit.Transfer {
-	if res.body.Data() != nil && fsrv.policy == engineAuto {
-		return transmit.Transfer{Engine: transmit.EngineMemory}
-	}
-	if fsrv.ring != nil && res.body.FD() >= 0 && (!res.body.InMemoryFS() || fsrv.policy == engineIOUring) {
-		// io_uring where it wins: data that may not be in the page cache
-		// (a file on tmpfs always is).
-		// A file seen whole in it within the last second goes straight to
-		// sendfile or copy, without a probe.
-		// A small body is not probed here: the ring's engine reads it with
-		// one RWF_NOWAIT read, which is the probe and the read at once.
-		t := transmit.Transfer{Engine: transmit.EngineIOUring}
-		if fsrv.policy == engineIOUring {
-			return t
-		}
-		if !res.body.RecentlyResident() && (res.body.Size() <= transmit.NoWaitMax || !fsrv.probeWhole(res.body, &t)) {
-			return t
-		}
-	}
-	if fsrv.policy != engineCopy && r.ProtoMajor == 1 && r.TLS == nil && res.body.FD() >= 0 {
-		if _, ok := w.(io.ReaderFrom); ok {
-			return transmit.Transfer{Engine: transmit.EngineSendfile}
-		}
-	}
-	return transmit.Transfer{Engine: transmit.EngineCopy}
-}
-
-// provisionSender sets up how the handler's bodies leave: with io_uring
-// where the policy may use it (a reference to the process's ring, which
-// Cleanup gives back; without io_uring, transmit says why once), and the
-// sendfile chunk.
+// provisionSender sets up how the handler's bodies leave (transmit.Sender):
+// with the process's io_uring where the policy may use it, which Cleanup
+// gives back.
 func (fsrv *FlashServe) provisionSender(workers int) {
-	if fsrv.policy == engineAuto || fsrv.policy == engineIOUring {
-		fsrv.ring = transmit.AcquireRing(workers, fsrv.policy == engineIOUring, fsrv.logger)
-		fsrv.holdsRing = true
-	}
 	fsrv.sender = transmit.Sender{
-		Ring:             fsrv.ring,
-		RingOnly:         fsrv.policy == engineIOUring,
+		Policy:           fsrv.Transmit,
 		SendfileMaxChunk: fsrv.sendfileMaxChunk,
-		Logger:           fsrv.logger,
 		Copied:           fsrv.noZeroCopy,
 	}
-}
-
-// wholeProbeMax is the largest file probed whole (one mincore over all
-// of it, a byte of vector per page: 256 KiB for 1 GiB; or, for a file
-// mincore cannot see, a no-wait read per 2 MiB span); larger files are
-// probed chunk by chunk as they are sent.
-const wholeProbeMax = 1 << 30
-
-// probeWhole looks for the whole body in the page cache, at most once a
-// second per file, and reports whether it is all there. A hot file then
-// leaves by sendfile or copy without a probe per request, as a range
-// request of a large file would otherwise cost one. Where it is not, t
-// learns where its data stops being there (Transfer.MissingAt).
-func (fsrv *FlashServe) probeWhole(body *statacc.Entry, t *transmit.Transfer) bool {
-	if body.Size() > wholeProbeMax || !body.ClaimProbe() {
-		return false
-	}
-	off, ok := transmit.FirstMissing(body)
-	if !ok {
-		return false
-	}
-	if off < body.Size() {
-		t.MissingAt, t.MissingKnown = off, true
-		return false
-	}
-	body.MarkResident()
-	return true
+	fsrv.sender.Open(workers, fsrv.logger)
 }
 
 // writeResponse writes the status line, the headers that decide set, and
@@ -115,7 +38,7 @@ func (fsrv *FlashServe) writeResponse(w http.ResponseWriter, r *http.Request, re
 	if p.noBody || r.Method == http.MethodHead {
 		return nil
 	}
-	t := transfer{Transfer: fsrv.pickEngine(w, r, res), body: res.body}
+	t := transfer{Transfer: fsrv.sender.Choose(w, r, res.body), body: res.body}
 	t.FileServerWrites = !serverWriter(w)
 	t.ContentLength = p.length // what decide put in the header
 	// Counted after the body, by the engine that really sent it.

@@ -33,7 +33,7 @@ func TestSendfileCarriesTheBody(t *testing.T) {
 		// through io_uring, since they are never in the page cache
 		// (TestColdBodiesGoThroughTheRing shows auto's sendfile for
 		// resident data).
-		req, _ := http.NewRequest("GET", s.base[engineSendfile]+"/sparse-1g.bin", nil)
+		req, _ := http.NewRequest("GET", s.base[transmit.PolicySendfile]+"/sparse-1g.bin", nil)
 		if rg != "" {
 			req.Header.Set("Range", rg)
 		}

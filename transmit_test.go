@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/flashserve/caddy-flash-serve/transmit"
 )
 
 // engineSites starts one Caddy with a flash_serve site per engine, all
@@ -29,7 +31,7 @@ type engineSites struct {
 	files map[string][]byte
 }
 
-var engines = []string{engineAuto, engineSendfile, engineCopy, engineIOUring}
+var engines = []string{transmit.PolicyAuto, transmit.PolicySendfile, transmit.PolicyCopy, transmit.PolicyIOUring}
 
 // sniffLen is what net/http copies through its own buffer before it
 // hands a body's ReadFrom to the connection: those bytes never leave
@@ -164,7 +166,7 @@ func TestEnginesByteExactWithKeepAlive(t *testing.T) {
 
 func TestTruncatedFileAbortsTheConnection(t *testing.T) {
 	s := startEngineSites(t)
-	for _, engine := range []string{engineSendfile, engineCopy} {
+	for _, engine := range []string{transmit.PolicySendfile, transmit.PolicyCopy} {
 		t.Run(engine, func(t *testing.T) {
 			name := "shrinking-" + engine + ".bin"
 			p := filepath.Join(s.root, name)

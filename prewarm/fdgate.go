@@ -7,9 +7,8 @@ import (
 	"time"
 )
 
-// The pauses of a warm-up that found the fd table full: the first, the
-// longest, and how long it goes on trying without one successful open
-// before it gives the rest of its files up.
+// The pauses of a warm-up that found the fd table full, and how long it
+// goes on without one successful open before it gives the rest up.
 const (
 	fdPauseMin = 10 * time.Millisecond
 	fdPauseMax = time.Second
@@ -21,11 +20,10 @@ const (
 var errNoDescriptor = errors.New("prewarm: the fd table is full")
 
 // fdGate keeps a warm-up from taking the descriptors that the server
-// needs: when an open finds the fd table full (EMFILE, ENFILE), or the
-// server's cache says it found it full (Warmer.FDPressure), batches open
-// fewer files (half as many, down to one) and none opens before a pause
-// (doubled each time, up to fdPauseMax); each batch that opens all its
-// files lets the next take one more, up to prefetchBatch.
+// needs: when an open finds the fd table full, or the server says it did
+// (Warmer.FDPressure), batches open half as many files, down to one, and
+// none opens before a pause, doubled each time; each batch that opens all
+// its files lets the next take one more, up to prefetchBatch.
 type fdGate struct {
 	pressure func() bool
 
@@ -71,6 +69,10 @@ func (g *fdGate) wait(ctx context.Context) error {
 func (g *fdGate) backOff() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.backOffLocked()
+}
+
+func (g *fdGate) backOffLocked() {
 	g.limit = max(1, g.limit/2)
 	g.pause = min(fdPauseMax, max(fdPauseMin, 2*g.pause))
 	g.until = time.Now().Add(g.pause)
@@ -80,19 +82,15 @@ func (g *fdGate) backOff() {
 // (full) or not. It reports whether the warm-up gives up: the table has
 // been full for fdGiveUp with no batch opening a file.
 func (g *fdGate) opened(n int, full bool) (giveUp bool) {
-	if n > 0 {
-		g.mu.Lock()
-		g.lastOK = time.Now()
-		g.mu.Unlock()
-	}
-	if full {
-		g.backOff()
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		return time.Since(g.lastOK) > fdGiveUp
-	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if n > 0 {
+		g.lastOK = time.Now()
+	}
+	if full {
+		g.backOffLocked()
+		return time.Since(g.lastOK) > fdGiveUp
+	}
 	g.limit = min(prefetchBatch, g.limit+1)
 	g.pause = 0
 	return false

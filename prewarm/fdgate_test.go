@@ -54,7 +54,7 @@ func TestFDPressureBacksOff(t *testing.T) {
 		mu.Lock()
 		reading = true
 		mu.Unlock()
-		return readPrefix(ctx, f, n, nil)
+		return readPrefix(ctx, nil, f, n, nil)
 	}
 	p, err := w.Run(context.Background(), targets)
 	t.Logf("first open after %v; batches %v", firstOpen, batches)

@@ -57,7 +57,7 @@ func holdFirstReads(w *Warmer, d time.Duration) {
 			case <-time.After(d):
 			}
 		}
-		return readPrefix(ctx, f, n, nil)
+		return readPrefix(ctx, nil, f, n, nil)
 	}
 }
 

@@ -37,7 +37,7 @@ func TestLentBufferIsLeftAlone(t *testing.T) {
 		release = hold()
 		return 0, errors.New("ring closed")
 	}
-	readPrefix(context.Background(), f, 3<<20, readAt)
+	readPrefix(context.Background(), nil, f, 3<<20, readAt)
 	if release == nil {
 		t.Fatal("the reader was not called with hold")
 	}

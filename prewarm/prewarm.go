@@ -6,118 +6,27 @@ package prewarm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
-	"github.com/flashserve/caddy-flash-serve/statacc"
 )
 
 // pageSize is the unit of residency and of the budget.
 var pageSize = int64(os.Getpagesize())
 
-// Residency is how much of one file is in the page cache.
-type Residency struct {
-	Path string
-	Size int64
-	// Known is false when this process cannot find out: mincore(2) reports
-	// every page resident to a process that neither owns the file nor may
-	// write it (and cachestat(2) refuses it), and reading the pages to find
-	// out would bring them in. Resident is 0 then, and its JSON null.
-	Known    bool
-	Resident int64
-}
-
-// MarshalJSON writes {"path", "size", "known", "resident_bytes"}, with
-// resident_bytes null when the residency is not known.
-func (r Residency) MarshalJSON() ([]byte, error) {
-	var resident *int64
-	if r.Known {
-		resident = &r.Resident
-	}
-	return json.Marshal(struct {
-		Path     string `json:"path"`
-		Size     int64  `json:"size"`
-		Known    bool   `json:"known"`
-		Resident *int64 `json:"resident_bytes"`
-	}{r.Path, r.Size, r.Known, resident})
-}
-
-// Percent is the resident share of the file, 100 for an empty file; 0
-// when the residency is not known (check Known first).
-func (r Residency) Percent() float64 {
-	if !r.Known {
-		return 0
-	}
-	if r.Size == 0 {
-		return 100
-	}
-	return 100 * float64(min(r.Resident, r.Size)) / float64(r.Size)
-}
-
-// Summary adds up the residencies of many files, keeping apart those whose
-// residency this process cannot know.
-type Summary struct {
-	Files, Bytes int64
-	// Resident counts the resident bytes of the files in KnownBytes.
-	Resident, KnownBytes int64
-	// UnknownFiles and UnknownBytes are the files Known is false for.
-	UnknownFiles, UnknownBytes int64
-}
-
-// Summarize adds up residencies.
-func Summarize(rs []Residency) Summary {
-	var s Summary
-	for _, r := range rs {
-		s.Files++
-		s.Bytes += r.Size
-		if r.Known {
-			s.Resident += r.Resident
-			s.KnownBytes += r.Size
-		} else {
-			s.UnknownFiles++
-			s.UnknownBytes += r.Size
-		}
-	}
-	return s
-}
-
-// Known reports whether the residency of every file is known.
-func (s Summary) Known() bool { return s.UnknownFiles == 0 }
-
-// AnyKnown reports whether the residency of some file is known, or there
-// is no file at all: Resident and Percent then mean something.
-func (s Summary) AnyKnown() bool { return s.Files == 0 || s.UnknownFiles < s.Files }
-
-// Percent is the resident share of the bytes whose residency is known:
-// 100 when those are empty files or none, 0 when nothing is known.
-func (s Summary) Percent() float64 {
-	if !s.AnyKnown() {
-		return 0
-	}
-	if s.KnownBytes == 0 {
-		return 100
-	}
-	return 100 * float64(min(s.Resident, s.KnownBytes)) / float64(s.KnownBytes)
-}
-
-// totals counts what every warm-up of the process has read, for the
-// metrics endpoint.
+// totals counts what every warm-up of the process has read (Snapshot).
 var totals struct{ bytes, files atomic.Int64 }
 
-// Totals is what every warm-up of the process has read so far.
+// Totals is what every warm-up of the process has read so far: a file
+// counts once it is read as far as its budget allowed.
 type Totals struct {
-	// Bytes and Files count what was read; a file counts once it is read
-	// as far as its budget allowed.
 	Bytes, Files int64
 }
 
@@ -126,16 +35,13 @@ func Snapshot() Totals {
 	return Totals{Bytes: totals.bytes.Load(), Files: totals.files.Load()}
 }
 
-// Progress is what a warm-up has done so far.
+// Progress is what a warm-up has done so far, counted as Totals.
 type Progress struct {
-	// Files and Bytes are what was read: a file counts once it is read as
-	// far as the budget allowed.
 	Files, Bytes int64
-	// Spent is the budget the reads took: each file's bytes read rounded
-	// up to whole pages, as the budget is counted. What is left of a
-	// budget for another warm-up is the budget less Spent, not less Bytes.
+	// Spent is the budget the reads took, in whole pages: what is left of
+	// a budget is the budget less Spent.
 	Spent   int64
-	Budget  int64     // the warm-up's budget, as in Warmer
+	Budget  int64
 	Started time.Time // when Run began
 	Done    bool      // set in the last report, when Run returns
 }
@@ -147,13 +53,6 @@ func (p Progress) Rate() float64 {
 		return 0
 	}
 	return float64(p.Bytes) / d
-}
-
-// Target is one file to warm: Size bytes of it from the start, or fewer
-// if the budget runs out.
-type Target struct {
-	Path string
-	Size int64
 }
 
 // Warmer warms targets with a few workers until the budget is spent.
@@ -171,53 +70,36 @@ type Warmer struct {
 	// pread: the handler passes its io_uring, so that a worker waiting
 	// for the disk holds no OS thread.
 	ReadAt ReaderAt
-	// Busy, if set, reports whether requests are being served. While it
-	// does, the workers take turns: one batch of small files (or one
-	// chunk of a large file) is read at a time, so that a warm-up takes
-	// at most prefetchBatch of the disk's queue slots (and about one
-	// core) from the requests it is meant to help; all of them read when
-	// it does not.
+	// Busy, if set, reports whether requests are being served: the
+	// workers then take turns (yielder), one batch or chunk at a time, so
+	// that a warm-up takes little of the disk and of a core from the
+	// requests it is meant to help.
 	Busy func() bool
 	// Cold, if set, reports whether the requests being served wait for
-	// the disk themselves (their data was not in the page cache). While it
-	// does, the workers read as when no request is served, without turns
-	// or pauses: the files a warm-up of the hot set reads are those the
-	// requests would wait for, and a file read ahead costs less CPU than
-	// the cold read of a request (about 35 µs against 60). Busy's turns
-	// are for requests served from memory, which a warm-up only slows.
+	// the disk themselves: the workers then read as with no request, since
+	// the files a hot-set warm-up reads are those the requests wait for.
 	Cold func() bool
 	// Background marks a warm-up of files no request is known to wait
-	// for (the rest of a tree, a set that is mostly resident): while
-	// requests are served its turns take a twentieth of a core
-	// (backgroundPause), not a quarter, and Cold is not asked.
+	// for: its turns take a twentieth of a core, and Cold is not asked.
 	Background bool
-	// BusyRate, if more than 0, bounds the bytes per second the reads
-	// take while requests are served (while they take turns): the pages a
-	// warm-up reads cost the requests more than its threads' CPU, in the
-	// disk's completions and the kernel's work to add them to the page
-	// cache, which no clock of this process is charged with. Reads run at
-	// full speed when no request is served.
+	// BusyRate, if more than 0, bounds the bytes per second the reads take
+	// while they take turns: pages read cost the requests more than the
+	// warm-up's CPU (completions, page-cache inserts), unseen by its clock.
 	BusyRate int64
 	// FDPressure, if set, reports whether the server found the fd table
-	// full lately (the cache shed descriptors). The warm-up then backs
-	// off as when its own open finds it full (fdGate): fewer files per
-	// batch and a pause, so that it does not take the descriptors the
-	// requests need.
+	// full lately: the warm-up then backs off as when its own open does.
 	FDPressure func() bool
 
 	files, bytes, spent atomic.Int64
 	yield               atomic.Pointer[yielder] // the last Run's, for tests
-	// prefetched, if set, is told of each file of a batch whose readahead
-	// started, and verify, if set, reads the file instead of pread (which
-	// closes f): for tests.
+	// For tests: prefetched is told of each batch file advised; verify
+	// reads (and closes) a batch file instead of pread; cpu, pause and now
+	// stand for the thread's CPU clock, the pause and the budget's clock.
 	prefetched func(path string)
 	verify     func(ctx context.Context, path string, f readFile, n int64) (int64, error)
-	// cpu and pause, if set, stand for the thread's CPU clock and the
-	// pause of a batch while requests are served (yielder): for tests.
-	cpu   func() time.Duration
-	pause func(context.Context, time.Duration)
-	// now, if set, stands for the clock of BusyRate's budget: for tests.
-	now func() time.Time
+	cpu        func() time.Duration
+	pause      func(context.Context, time.Duration)
+	now        func() time.Time
 }
 
 // Run warms the targets in order. The budget is counted in whole pages: a
@@ -226,13 +108,9 @@ type Warmer struct {
 func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 	workers := max(1, w.Workers)
 	start := time.Now()
-	// Reserve the budget in target order, so that the hottest files are
-	// the ones that fit.
-	type job struct {
-		t Target
-		n int64
-	}
-	var jobs []job
+	// The budget is reserved in target order, so that the hottest files
+	// are the ones that fit.
+	var jobs []batchFile
 	left := w.Budget
 	for _, t := range targets {
 		n := roundUp(t.Size)
@@ -246,7 +124,7 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 			left -= n
 		}
 		if n > 0 {
-			jobs = append(jobs, job{t, min(n, t.Size)})
+			jobs = append(jobs, batchFile{path: t.Path, n: min(n, t.Size)})
 		}
 	}
 	snapshot := func(done bool) Progress {
@@ -255,9 +133,7 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 	stop := make(chan struct{})
 	var reporter sync.WaitGroup
 	if w.OnProgress != nil && w.Every > 0 {
-		reporter.Add(1)
-		go func() {
-			defer reporter.Done()
+		reporter.Go(func() {
 			t := time.NewTicker(w.Every)
 			defer t.Stop()
 			for {
@@ -268,14 +144,12 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 					w.OnProgress(snapshot(false))
 				}
 			}
-		}()
+		})
 	}
-	yctx := ctx
-	if y := w.newYielder(); y != nil {
+	y := w.newYielder()
+	if y != nil {
 		w.yield.Store(y)
-		yctx = context.WithValue(ctx, yielderKey{}, y)
 	}
-	var wg sync.WaitGroup
 	var firstErr atomic.Value
 	done := func(n int64, err error) {
 		w.bytes.Add(n)
@@ -290,36 +164,22 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 			firstErr.CompareAndSwap(nil, err)
 		}
 	}
-	// take hands a worker the next files in order, those put back first:
-	// a large file alone, or a batch of up to gate.batchLimit small ones
-	// that come in a row.
 	gate := newFDGate(w.FDPressure)
 	limit := fdTableSize()
 	var mu sync.Mutex
-	next := 0
-	var back []batchFile
+	queue := jobs // files put back for a full fd table go first
+	// take hands a worker the next files in order: a large file alone, or
+	// a batch of up to gate.batchLimit small ones that come in a row.
 	take := func(batch []batchFile) []batchFile {
 		limit := gate.batchLimit()
 		mu.Lock()
 		defer mu.Unlock()
-		for len(batch) < limit {
-			var b batchFile
-			switch {
-			case len(back) > 0:
-				b = back[0]
-			case next < len(jobs):
-				b = batchFile{path: jobs[next].t.Path, n: jobs[next].n}
-			default:
-				return batch
-			}
+		for len(batch) < limit && len(queue) > 0 {
+			b := queue[0]
 			if b.n > batchFileMax && len(batch) > 0 {
 				break
 			}
-			if len(back) > 0 {
-				back = back[1:]
-			} else {
-				next++
-			}
+			queue = queue[1:]
 			batch = append(batch, b)
 			if b.n > batchFileMax {
 				break
@@ -345,13 +205,12 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 			return
 		}
 		mu.Lock()
-		back = append(again, back...)
+		queue = append(again, queue...)
 		mu.Unlock()
 	}
+	var wg sync.WaitGroup
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			batch := make([]batchFile, 0, prefetchBatch)
 			for ctx.Err() == nil {
 				if gate.wait(ctx) != nil {
@@ -362,17 +221,24 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 					return
 				}
 				opened := 1
-				if batch[0].n > batchFileMax {
-					b := &batch[0]
-					if b.got, b.err = w.warm(yctx, b.path, b.n, limit); errors.Is(b.err, errNoDescriptor) {
-						opened = 0
+				if b := &batch[0]; b.n > batchFileMax {
+					// A large file alone, read through ReadAt. Its n stays
+					// as it was: a file put back is queued with it.
+					f, n, err := openPrefetched(b.path, b.n, limit)
+					switch {
+					case err == nil:
+						b.got, b.err = readPrefix(ctx, y, f, n, w.ReadAt)
+					case errors.Is(err, errNoDescriptor):
+						b.err, opened = err, 0
+					default:
+						b.err = err
 					}
 				} else {
-					opened = w.warmBatch(ctx, yctx, batch, limit)
+					opened = w.warmBatch(ctx, y, batch, limit)
 				}
 				putBack(opened, batch)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(stop)
@@ -390,8 +256,7 @@ func (w *Warmer) Run(ctx context.Context, targets []Target) (Progress, error) {
 	return p, nil
 }
 
-// newYielder returns the yielder of a Run or a walk (Expand), nil without
-// Busy.
+// newYielder returns the yielder of a Run or Expand, nil without Busy.
 func (w *Warmer) newYielder() *yielder {
 	if w.Busy == nil {
 		return nil
@@ -417,49 +282,32 @@ func (w *Warmer) newYielder() *yielder {
 // earlier run.
 var errSkipped = errors.New("not a regular file any more")
 
-// fdTableSize reads the size of the fd table, once per Run (a var for
-// tests).
-var fdTableSize = fdLimit
+// fdTableSize reads the size of the fd table, once per Run: a limit
+// lowered later is met by the opens that fail. A var for tests.
+var fdTableSize = fileio.FDLimit
 
-// readFile is an open file a warm-up reads: a bare descriptor where there
-// is one (rawFile), else an *os.File.
-type readFile interface {
-	ReadAt(b []byte, off int64) (int, error)
-	Close() error
-	Fd() uintptr
-}
+// readFile is an open file a warm-up reads.
+type readFile = fileio.File
 
-// warm warms up to n bytes of the file at path, if it is still a regular
-// file; limit is the size of the fd table (fdLimit).
-func (w *Warmer) warm(ctx context.Context, path string, n int64, limit uint64) (int64, error) {
-	f, n, err := openPrefetched(path, n)
-	if statacc.IsFDExhaustion(err) {
-		return 0, fmt.Errorf("%w: %w", errNoDescriptor, err)
-	}
-	if f != nil && tableNearlyFull(f.Fd(), limit) {
-		f.Close()
-		return 0, errNoDescriptor
-	}
-	if f == nil {
-		return 0, err
-	}
-	return readPrefix(ctx, f, n, w.ReadAt)
-}
-
-// openPrefetched opens the file at path, if it is a regular file, and
-// starts the readahead of its first n bytes (fewer if it shrank), which
-// it returns; a nil file comes with errSkipped or the error. The
-// readahead covers the span, up to prefetchAhead, with the kernel's own
-// readahead off for this descriptor, so that exactly the budgeted pages
-// are read, no more; the reads of readPrefix make sure it has landed
-// before the file counts as warm, and advise the rest of a larger span
-// as they go. A file read whole in one advice needs no readahead off
-// (there is nothing past its end to read, and an advice marks no page to
-// start more): one fadvise less for each small file.
-func openPrefetched(path string, n int64) (readFile, int64, error) {
-	f, size, err := openWarm(path)
-	if err != nil {
+// openPrefetched opens the file at path, if it is still a regular file
+// (else errSkipped), and starts the readahead of its first n bytes (fewer
+// if it shrank), which it returns; a full or nearly full fd table is
+// errNoDescriptor. The
+// kernel's own readahead is turned off so that exactly the budgeted pages
+// are read, except for a file advised whole (nothing lies past its end).
+func openPrefetched(path string, n int64, limit uint64) (readFile, int64, error) {
+	f, size, err := fileio.OpenRegular(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, fileio.ErrNotRegular):
+		return nil, 0, errSkipped
+	case fileio.IsFDExhaustion(err):
+		return nil, 0, fmt.Errorf("%w: %w", errNoDescriptor, err)
+	case err != nil:
 		return nil, 0, err
+	}
+	if tableNearlyFull(f.Fd(), limit) {
+		f.Close()
+		return nil, 0, errNoDescriptor
 	}
 	n = min(n, size)
 	if n == size && n <= prefetchAhead {
@@ -470,30 +318,24 @@ func openPrefetched(path string, n int64) (readFile, int64, error) {
 	return f, n, nil
 }
 
-// prefetchAhead is how far ahead of its reads a large file is advised
-// (fadvise WILLNEED). The kernel reads at most one readahead window
-// (read_ahead_kb) of an advice, however long, so an advice of the whole
-// file at open brought in its first window only, and then each 1 MiB
-// read waited for its own I/O, the readahead being off. Advised window
-// by window as its reads go, the file keeps that much queued ahead of
-// them while no request is served; while the reads take turns nothing is
-// advised ahead: a turn reads its chunk, no more.
+// prefetchAhead is how far ahead of its reads a large file is advised:
+// the kernel reads at most one readahead window of an advice however
+// long, so the advice follows the reads (unless they take turns).
 const prefetchAhead = 8 << 20
 
 // adviseRange advises the next window of a large file (a var for tests).
 var adviseRange = pagecache.PrefetchRange
 
 // batchFileMax is the largest file warmed in a batch, and prefetchBatch
-// the most files in one: a worker starts the readahead of a batch's files
-// one after the other, then waits for them, so that a warm-up of small
-// files keeps Workers × prefetchBatch reads in flight with at most
-// Workers threads (in the opens of cold inodes and the waits).
+// the most files in one: a worker starts the readahead of a batch's files,
+// then waits for them, so that Workers threads keep Workers ×
+// prefetchBatch reads in flight.
 const (
 	batchFileMax  = 128 << 10
 	prefetchBatch = 16
 )
 
-// batchFile is one file of a batch and, once warmed, what it gave.
+// batchFile is one file to warm and, once warmed, what it gave.
 type batchFile struct {
 	path string
 	n    int64
@@ -502,19 +344,11 @@ type batchFile struct {
 }
 
 // warmBatch warms small files: it opens each and starts its readahead,
-// then reads them one after the other with pread, which waits for the
-// readahead to land. Not through ReadAt: the disk has the whole batch in
-// flight already, and a pread that finds the pages there costs one
-// syscall where the ring costs a round trip through its reaper; one that
-// does not waits in the worker's thread, so threads stay at most Workers.
-// While requests are served the batch takes the one lane (yielder) for
-// all of it, so that a warm-up then has one batch in flight. An open that
-// finds the fd table full, or nearly (tableNearlyFull), ends the opens:
-// the batch reads what it has,
-// and the files it did not open get errNoDescriptor (Run queues them
-// again). It returns how many files it opened.
-func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile, limit uint64) (opened int) {
-	y := yielderFrom(yctx)
+// then reads them with pread, which waits for the readahead to land (not
+// through ReadAt: a pread that finds the pages costs one syscall, the
+// ring a round trip). A full fd table ends the opens: the files not
+// opened get errNoDescriptor. It returns how many files it opened.
+func (w *Warmer) warmBatch(ctx context.Context, y *yielder, batch []batchFile, limit uint64) (opened int) {
 	var n int64
 	for _, b := range batch {
 		n += b.n
@@ -530,14 +364,7 @@ func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile, limit u
 	defer y.charge(ctx, held)()
 	files := make([]readFile, len(batch))
 	for i := range batch {
-		f, n, err := openPrefetched(batch[i].path, batch[i].n)
-		if f != nil && tableNearlyFull(f.Fd(), limit) {
-			f.Close()
-			f, err = nil, errNoDescriptor
-		}
-		if statacc.IsFDExhaustion(err) {
-			err = fmt.Errorf("%w: %w", errNoDescriptor, err)
-		}
+		f, n, err := openPrefetched(batch[i].path, batch[i].n, limit)
 		if errors.Is(err, errNoDescriptor) {
 			for j := i; j < len(batch); j++ {
 				batch[j].err = err
@@ -555,7 +382,7 @@ func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile, limit u
 	verify := w.verify
 	if verify == nil {
 		verify = func(ctx context.Context, _ string, f readFile, n int64) (int64, error) {
-			return readPrefix(ctx, f, n, nil)
+			return readPrefix(ctx, nil, f, n, nil) // the batch holds the lane
 		}
 	}
 	for i := range batch {
@@ -566,9 +393,7 @@ func (w *Warmer) warmBatch(ctx, yctx context.Context, batch []batchFile, limit u
 	return opened
 }
 
-// ReadBufferSize is the buffer each worker reads into: a warm-up holds at
-// most Workers of them at once (and those a ring read let go of keeps
-// until it completes).
+// ReadBufferSize is the buffer each worker reads into.
 const ReadBufferSize = 1 << 20
 
 var readBufs = sync.Pool{New: func() any { b := make([]byte, ReadBufferSize); return &b }}
@@ -576,18 +401,16 @@ var readBufs = sync.Pool{New: func() any { b := make([]byte, ReadBufferSize); re
 // ReaderAt reads len(buf) bytes of the open file fd at off, going on
 // after short reads, and stops short only at the end of the file. It
 // redoes itself what its own machinery fails (the handler's ring falls
-// back to pread): an error is the file's, or ctx's. If ctx
-// ends while the read is in the kernel, it may return at once after
-// calling hold, which hands the buffer and the file to the reader: the
-// func hold returns gives them back when the kernel is done with them.
+// back to pread): an error is the file's, or ctx's. If ctx ends while the
+// read is in the kernel, it may return at once after calling hold, which
+// hands the buffer and the file to the reader: the func hold returns gives
+// them back when the kernel is done with them.
 type ReaderAt func(ctx context.Context, fd int, buf []byte, off int64, hold func() (release func())) (int, error)
 
-// readPrefix reads the first n bytes of f through a pooled buffer, which
-// leaves them in the page cache, and closes f: at once, or when a read
-// that was let go completes. Of a file larger than prefetchAhead it
-// advises the next window as it goes, while its reads need not take
-// turns.
-func readPrefix(ctx context.Context, f readFile, n int64, readAt ReaderAt) (int64, error) {
+// readPrefix reads the first n bytes of f, which leaves them in the page
+// cache, and closes f: at once, or when a read that was let go completes.
+// Each chunk takes its turn with y (nil: none).
+func readPrefix(ctx context.Context, y *yielder, f readFile, n int64, readAt ReaderAt) (int64, error) {
 	bp := readBufs.Get().(*[]byte)
 	lent := false
 	hold := func() func() {
@@ -604,7 +427,6 @@ func readPrefix(ctx context.Context, f readFile, n int64, readAt ReaderAt) (int6
 		}
 	}()
 	buf := *bp
-	y := yielderFrom(ctx)
 	var done int64
 	advised := min(n, prefetchAhead) // openPrefetched's advice
 	for done < n {
@@ -612,7 +434,6 @@ func readPrefix(ctx context.Context, f readFile, n int64, readAt ReaderAt) (int6
 			return done, ctx.Err()
 		}
 		chunk := buf[:min(int64(len(buf)), n-done)]
-		// Each read waits its turn while requests are being served.
 		release, held, err := y.wait(ctx, int64(len(chunk)))
 		if err != nil {
 			return done, err
@@ -630,20 +451,15 @@ func readPrefix(ctx context.Context, f readFile, n int64, readAt ReaderAt) (int6
 			case ctx.Err() != nil:
 				return done, ctx.Err()
 			case lent:
-				// The reader let go of a read the kernel still has (a ring
-				// closed under a running warm-up): the buffer and the file
-				// are the ring's until it completes, so this file's
-				// warm-up ends here.
+				// The buffer and the file are the ring's until the read
+				// it let go of completes: this file's warm-up ends here.
 				return done, err
 			}
 		} else {
-			// The copy is this thread's CPU: it pays for it as a batch
-			// does. That is why a read that takes its turn goes through
-			// pread, not the ring: through the ring the kernel's threads
-			// fill the pages and copy, which no thread clock of this
-			// process sees, so a large file's turns would cost the
-			// requests a core's worth of copies unpaid. The lane keeps
-			// such reads to one thread at a time.
+			// A read that takes its turn goes through pread, not the ring,
+			// and pays for the copy with this thread's CPU as a batch does:
+			// through the ring the kernel's threads would copy, unseen by
+			// any clock of this process.
 			pay := y.charge(ctx, held)
 			m, err = f.ReadAt(chunk, done)
 			pay()
@@ -662,152 +478,12 @@ func readPrefix(ctx context.Context, f readFile, n int64, readAt ReaderAt) (int6
 
 func roundUp(n int64) int64 { return (n + pageSize - 1) / pageSize * pageSize }
 
-// Expand turns patterns into files under root: "*" is the whole tree, a
-// directory is everything below it, and anything else is a glob relative
-// to root. A pattern cannot leave root.
-func Expand(root string, patterns []string) ([]Target, error) {
-	return expand(context.Background(), root, patterns, nil)
-}
-
-// Expand expands patterns as the package's Expand does, taking turns with
-// the requests as the warm-up's reads do (Busy, Background): while
-// requests are served, the walk stops every walkTurn files to wait for the
-// lane and pause for factor times the CPU those files' stats took, a
-// twentieth of a core for a Background warm-up. Walked at once after the
-// hot set, a tree of 100,000 files took 0.8 s of the one core serving
-// the first 10 s after a restart (bench j), more than the paths pass read
-// in them. Without Busy, or with no request served, it walks at once. It
-// returns ctx's error if ctx ends first.
-func (w *Warmer) Expand(ctx context.Context, root string, patterns []string) ([]Target, error) {
-	return expand(ctx, root, patterns, w.newYielder())
-}
-
-// walkTurn is how many files a walk stats in one turn while requests are
-// served (Warmer.Expand): about 0.5 ms of CPU on a cold tree.
-const walkTurn = 64
-
-// walkTurns paces a walk: it holds the lane and counts the thread's CPU
-// for walkTurn files at a time, while requests are served.
-type walkTurns struct {
-	y     *yielder
-	n     int    // files stat'ed so far
-	ended func() // pauses, then gives the lane back
-}
-
-// next is called before each file's stat: it ends the turn every walkTurn
-// files and waits for the next.
-func (t *walkTurns) next(ctx context.Context) error {
-	if t.y == nil {
-		return ctx.Err()
-	}
-	if t.n%walkTurn == 0 {
-		t.end()
-		if err := ctx.Err(); err != nil {
-			return err // no turn after the end: a pause would be for nothing
-		}
-		release, held, err := t.y.wait(ctx, 0)
-		if err != nil {
-			return err
-		}
-		pay := t.y.charge(ctx, held)
-		t.ended = func() { pay(); release() }
-	}
-	t.n++
-	return ctx.Err()
-}
-
-// end ends the turn in progress, if any: pause, then give the lane back.
-func (t *walkTurns) end() {
-	if t.ended != nil {
-		t.ended()
-		t.ended = nil
-	}
-}
-
-func expand(ctx context.Context, root string, patterns []string, y *yielder) ([]Target, error) {
-	seen := map[string]bool{}
-	var out []Target
-	turns := &walkTurns{y: y}
-	defer turns.end()
-	add := func(p string, info fs.FileInfo) {
-		if info.Mode().IsRegular() && !seen[p] {
-			seen[p] = true
-			out = append(out, Target{Path: p, Size: info.Size()})
-		}
-	}
-	walk := func(dir string) error {
-		return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return ctx.Err() // unreadable parts are skipped, not fatal
-			}
-			if d.Type().IsRegular() {
-				if err := turns.next(ctx); err != nil {
-					return err
-				}
-				if info, err := d.Info(); err == nil {
-					add(p, info)
-				}
-			}
-			return nil
-		})
-	}
-	for _, pat := range patterns {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if pat == "*" || pat == "/" || pat == "." {
-			if err := walk(root); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		rel := filepath.Clean("/" + filepath.ToSlash(pat))[1:]
-		matches, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(rel)))
-		if err != nil {
-			return nil, err
-		}
-		sort.Strings(matches)
-		for _, m := range matches {
-			if !strings.HasPrefix(m, filepath.Clean(root)) {
-				continue
-			}
-			info, err := os.Stat(m)
-			if err != nil {
-				continue
-			}
-			if info.IsDir() {
-				if walk(m) != nil && ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-			} else {
-				add(m, info)
-			}
-		}
-	}
-	return out, nil
-}
-
-// Residencies reports every regular file under the paths.
-func Residencies(paths []string) ([]Residency, error) {
-	var out []Residency
-	for _, p := range paths {
-		err := filepath.WalkDir(p, func(f string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if !d.Type().IsRegular() {
-				return nil
-			}
-			r, err := FileResidency(f)
-			if err != nil {
-				return err
-			}
-			out = append(out, r)
-			return nil
-		})
-		if err != nil {
-			return out, err
-		}
-	}
-	return out, nil
+// tableNearlyFull reports whether a descriptor numbered fd, just opened,
+// is in the last eighth of an fd table of limit descriptors (0 for
+// unknown): the kernel hands out the lowest free number, so the table is
+// then mostly taken, and a warm-up leaves the rest to the server's
+// connections and its cache. Holes below make it an underestimate: an
+// open that finds the table full is the other signal (fdGate).
+func tableNearlyFull(fd uintptr, limit uint64) bool {
+	return limit > 0 && uint64(fd)+limit/8 >= limit
 }

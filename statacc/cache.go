@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
@@ -439,7 +440,7 @@ func (c *Cache) keptForRevalidation(sl *negSlot) bool {
 func (c *Cache) Options() Options { return c.opts }
 
 func defaultMaxOpenFiles() int {
-	if n := rlimitNoFile(); n > 0 {
+	if n := fileio.FDLimit(); n > 0 {
 		return max(64, min(1<<18, int(n/4)))
 	}
 	return 1024
@@ -996,7 +997,7 @@ func (c *Cache) unpublish(e *Entry) bool { return c.entries.CompareAndDelete(e.p
 func (c *Cache) load(key lookupKey, site string) (e *Entry, links linkKind) {
 	path := key.path
 	info, f, links, err := c.open(key)
-	if err != nil && IsFDExhaustion(err) {
+	if err != nil && fileio.IsFDExhaustion(err) {
 		// Make room and try once more, so that a full fd table does not turn
 		// into errors: half of what is open now, since the table may be full far
 		// below max_open_files.
@@ -1063,7 +1064,7 @@ func (c *Cache) open(key lookupKey) (info fs.FileInfo, f handle, links linkKind,
 	f, viaLink, err := openRegularFile(path)
 	if err != nil {
 		links = unwatchable(path, nil, viaLink, err)
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || IsFDExhaustion(err) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || fileio.IsFDExhaustion(err) {
 			return nil, nil, links, err
 		}
 		// Describe what cannot be opened (an unreadable directory, a socket).
@@ -1124,11 +1125,6 @@ func unreadableDir(info fs.FileInfo, err error) bool {
 // cached.
 func cacheableError(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || isConfinementError(err)
-}
-
-// IsFDExhaustion reports whether err says the fd table is full.
-func IsFDExhaustion(err error) bool {
-	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
 func (c *Cache) drop(e *Entry) {

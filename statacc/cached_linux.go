@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 )
 
 // resolveCachedFlag is openat2's RESOLVE_CACHED (Linux 5.12): EAGAIN
@@ -28,7 +30,7 @@ func openCached(key lookupKey) (info fs.FileInfo, f handle, err error, ok bool) 
 		return nil, nil, nil, false
 	}
 	how := unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC,
+		Flags:   fileio.ReadFlags,
 		Resolve: resolveCachedFlag | unix.RESOLVE_NO_SYMLINKS,
 	}
 	dirFD, name, op := unix.AT_FDCWD, key.path, "open"

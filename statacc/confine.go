@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 )
 
 // Symlinks says how a lookup treats symbolic links below the root. The
@@ -229,7 +231,7 @@ func openWalkedLinked(root, path string, mode Symlinks, want openKinds) (fs.File
 	}
 	info, err := os.Stat(path)
 	if err == nil && want == openRegular && info.IsDir() {
-		if d, derr := openFile(path); derr != nil && unreadableDir(info, derr) {
+		if d, derr := fileio.OpenRead(path); derr != nil && unreadableDir(info, derr) {
 			return nil, nil, viaLink, derr
 		} else if d != nil {
 			d.Close()
@@ -238,7 +240,7 @@ func openWalkedLinked(root, path string, mode Symlinks, want openKinds) (fs.File
 	if err != nil || !want.has(info) {
 		return info, nil, viaLink, err
 	}
-	f, err := openFile(path)
+	f, err := fileio.OpenRead(path)
 	return info, f, viaLink, err
 }
 
@@ -260,7 +262,7 @@ func OpenConfined(root, path string, mode Symlinks) (*os.File, error) {
 	if mode == SymlinksFollow {
 		var info fs.FileInfo
 		if info, err = os.Stat(path); err == nil && openRegularOrDir.has(info) {
-			f, err = openFile(path)
+			f, err = fileio.OpenRead(path)
 		}
 	} else {
 		_, f, err = openConfined(root, path, mode, openRegularOrDir)

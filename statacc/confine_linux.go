@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 )
 
 // openConfined resolves path below root with openat2, so that the kernel
@@ -47,7 +49,7 @@ func openConfinedLinked(root, path string, mode Symlinks, want openKinds) (_ fs.
 		// (an unreadable directory, a socket) is described from O_PATH.
 		// Beneath, the last element is tried with O_NOFOLLOW, to tell
 		// a link (ELOOP).
-		how.Flags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+		how.Flags = fileio.ReadFlags
 		if mode == SymlinksBeneath {
 			how.Flags |= unix.O_NOFOLLOW
 		}
@@ -74,7 +76,7 @@ func openConfinedLinked(root, path string, mode Symlinks, want openKinds) (_ fs.
 		case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) && !openat2Works():
 			return openWalkedLinked(root, path, mode, want)
 		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EXDEV) ||
-			errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE):
+			errors.Is(err, unix.ELOOP) || fileio.IsFDExhaustion(err):
 			return nil, nil, viaLink, confinedError(path, err, mode)
 		}
 		openErr = &fs.PathError{Op: "openat2", Path: path, Err: err}

@@ -6,7 +6,7 @@ import (
 	"io/fs"
 	"syscall"
 
-	"golang.org/x/sys/unix"
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 )
 
 // fileIdentity reports whether info's device number has major 0 (an
@@ -17,5 +17,5 @@ func fileIdentity(info fs.FileInfo) (noBlockDevice bool, id uint64) {
 	if !ok {
 		return false, 0
 	}
-	return unix.Major(st.Dev) == 0, (st.Ino*0x9E3779B97F4A7C15 ^ st.Dev) | 1
+	return fileio.NoBlockDevice(info), (st.Ino*0x9E3779B97F4A7C15 ^ st.Dev) | 1
 }

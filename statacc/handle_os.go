@@ -2,13 +2,17 @@
 
 package statacc
 
-import "io/fs"
+import (
+	"io/fs"
 
-// openRegularFile opens path for reading (openFile) as a handle. Without
-// inotify no entry is trusted for longer than a second, links or not, so
-// it does not tell whether path's last element is a link.
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
+)
+
+// openRegularFile opens path for reading (fileio.OpenRead) as a handle.
+// Without inotify no entry is trusted for longer than a second, links or
+// not, so it does not tell whether path's last element is a link.
 func openRegularFile(path string) (h handle, viaLink bool, err error) {
-	f, err := openFile(path)
+	f, err := fileio.OpenRead(path)
 	if err != nil {
 		return nil, false, err
 	}

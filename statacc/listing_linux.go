@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 )
 
 // A directory's listing answers "no such file" for every name it does
@@ -325,7 +327,7 @@ func (w *watcher) unlistAll() {
 // readListing returns the hashes of dir's names, or nil if it cannot
 // now; refused: never list it while its node lives.
 func readListing(dir string, seed maphash.Seed) (names map[uint64]struct{}, refused bool) {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	fd, err := fileio.OpenFD(dir, unix.O_DIRECTORY|unix.O_NOFOLLOW)
 	if err != nil {
 		return nil, false // replaced since (its parent's event drops the node), the fd table full, ...
 	}

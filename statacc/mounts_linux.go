@@ -4,6 +4,7 @@ package statacc
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 )
 
 // Mounts are invisible to inotify: a bind mount over a file, an image
@@ -193,17 +196,15 @@ func (m *mountWatcher) read() error {
 		if n == len(m.buf) {
 			m.buf = append(m.buf, make([]byte, len(m.buf))...)
 		}
-		k, err := unix.Pread(m.fd, m.buf[n:], int64(n))
+		k, err := fileio.ReadAt(m.fd, m.buf[n:], int64(n))
+		n += k
 		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return err
-		case k == 0:
+		case err == io.EOF:
 			m.table = m.buf[:n]
 			return nil
+		case err != nil:
+			return err
 		}
-		n += k
 	}
 }
 

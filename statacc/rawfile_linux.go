@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 )
 
 // rawFile is a bare descriptor of a regular file, the handle of the
@@ -26,20 +28,18 @@ type rawFile struct {
 	path string
 }
 
-// openRegularFile opens path for reading, as openFile does (O_NONBLOCK: a
-// FIFO cannot block the open), with a bare descriptor. viaLink reports
+// openRegularFile opens path for reading, as fileio.OpenFD does (a FIFO
+// cannot block the open), with a bare descriptor. viaLink reports
 // that path's last element is a symbolic link: it is opened with
 // O_NOFOLLOW first, which costs nothing more for a file that is not one,
 // and again without it when it is (ELOOP).
 func openRegularFile(path string) (h handle, viaLink bool, err error) {
-	flags := syscall.O_RDONLY | syscall.O_NONBLOCK | syscall.O_NOCTTY | syscall.O_CLOEXEC | syscall.O_NOFOLLOW
+	flags := syscall.O_NOFOLLOW
 	for {
-		fd, err := syscall.Open(path, flags, 0)
+		fd, err := fileio.OpenFD(path, flags)
 		switch {
 		case err == nil:
 			return &rawFile{fd: fd, path: path}, viaLink, nil
-		case err == syscall.EINTR:
-			continue
 		case err == syscall.ELOOP && flags&syscall.O_NOFOLLOW != 0:
 			// The last element is a link (or the links on the way are
 			// too many, which the open that follows says again).
@@ -255,23 +255,11 @@ const (
 // ReadAt reads len(p) bytes from off with pread, as os.File.ReadAt does:
 // short only at the end of the file (io.EOF) or on an error.
 func (r *rawFile) ReadAt(p []byte, off int64) (int, error) {
-	n := 0
-	for len(p) > 0 {
-		m, err := syscall.Pread(r.fd, p, off)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return n, &fs.PathError{Op: "read", Path: r.path, Err: err}
-		}
-		if m == 0 {
-			return n, io.EOF
-		}
-		n += m
-		p = p[m:]
-		off += int64(m)
+	n, err := fileio.ReadAt(r.fd, p, off)
+	if err != nil && err != io.EOF {
+		err = &fs.PathError{Op: "read", Path: r.path, Err: err}
 	}
-	return n, nil
+	return n, err
 }
 
 // Close closes the descriptor, once (the entry's last Release). It is not

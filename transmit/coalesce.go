@@ -7,33 +7,24 @@ import (
 	"sync"
 )
 
-// A response's head and its body leave in one write.
-//
-// net/http writes an HTTP/1 response through a 4 KiB buffer: a body of
-// more than about 3.8 KiB leaves as two writes or more, the headers with
-// the body's first bytes, then the rest. Each write is a TCP segment the
-// kernel sends and, on loopback, delivers, so an 8 KiB file costs two
-// sends where nginx, which corks its headers, makes one. While
-// flash_serve copies a body to the connection (from memory, or read from
-// the page cache), the listener wrapper's connection gathers the writes,
-// up to heldMax bytes, and sends them in one write: when the next write
-// would pass heldMax (with it, in one writev), when the body is written
-// (releaseHead, also on a panic), or before a sendfile. A body sendfile
-// sends has its headers held the same way (headerFirst), which then leave
-// with MSG_MORE, in the segment of sendfile's first bytes.
+// A response's head and its body leave in one write. net/http writes an
+// HTTP/1 response through a 4 KiB buffer, so a larger body leaves in two
+// writes or more, each a TCP segment, where nginx corks its headers into
+// one. While flash_serve copies a body, the listener wrapper's connection
+// gathers the writes, up to heldMax bytes, and sends them in one write:
+// when the next would pass heldMax (with it, in one writev), when the body
+// is written (releaseHead), or before a sendfile, whose headers then leave
+// with MSG_MORE in the segment of its first bytes (headerFirst).
 
 // heldMax is the most bytes a connection gathers.
 const heldMax = 64 << 10
 
 var heldPool = sync.Pool{New: func() any { b := make([]byte, 0, heldMax); return &b }}
 
-// connCtxKey is the request context's key for the listener wrapper's
-// connection that the request came on.
+// connCtxKey keys the listener wrapper's connection in a request context.
 type connCtxKey struct{}
 
-// withConn is registered with each server that lists the listener
-// wrapper: the connections the wrapper made are put in their requests'
-// contexts, for holdHead.
+// withConn puts the wrapper's connections in their requests' contexts.
 func withConn(ctx context.Context, c net.Conn) context.Context {
 	if cc, ok := c.(*conn); ok {
 		return context.WithValue(ctx, connCtxKey{}, cc)
@@ -42,9 +33,8 @@ func withConn(ctx context.Context, c net.Conn) context.Context {
 }
 
 // holdHead makes the connection of r, if the listener wrapper made it and
-// r is cleartext HTTP/1, gather its writes until releaseHead, and returns
-// it; nil if it does not. The caller must call releaseHead when the body
-// is written, also on a panic.
+// r is cleartext HTTP/1, gather its writes until releaseHead (which the
+// caller must call, also on a panic), and returns it.
 func holdHead(r *http.Request) *conn {
 	if r.ProtoMajor != 1 || r.TLS != nil {
 		return nil
@@ -77,8 +67,6 @@ func (c *conn) Write(p []byte) (int, error) {
 		held = len(*c.held)
 	}
 	switch {
-	case !c.armed.Load() && held == 0:
-		return c.TCPConn.Write(p)
 	case held+len(p) <= heldMax && c.armed.Load():
 		if c.held == nil {
 			c.held = heldPool.Get().(*[]byte)
@@ -94,14 +82,12 @@ func (c *conn) Write(p []byte) (int, error) {
 	n, err := bufs.WriteTo(c.TCPConn)
 	c.iov = [2][]byte{}
 	c.dropHeld()
-	// The gathered bytes were reported written already; what p had sent
-	// is what went past them.
+	// The gathered bytes were reported written already.
 	return int(max(0, n-int64(held))), err
 }
 
-// flushHeld sends what is held, if anything; c.mu is held. more says
-// that sendfile sends the next bytes at once: the kernel may then keep
-// the last partial segment for them (writeMore).
+// flushHeld sends what is held; c.mu is held. more: sendfile sends the
+// next bytes at once, so the last partial segment may wait for them.
 func (c *conn) flushHeld(more bool) error {
 	if c.held == nil {
 		return nil

@@ -15,18 +15,16 @@ import (
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
-// coldChunk is the most bytes one io_uring read brings in (a window of
-// the body): large enough for the disk's queue, small enough to start
-// writing soon.
+// coldChunk is the most bytes one ring read brings in (a window): large
+// enough for the disk's queue, small enough to start writing soon.
 const coldChunk = 256 << 10
 
 var coldBufPool = sync.Pool{New: func() any { b := make([]byte, coldChunk); return &b }}
 
-// coldBuf returns a buffer for a ring read of want bytes: a chunk of
-// coldChunk, or for a small body (at most NoWaitMax) a buffer of its size
-// (smallBuf); putColdBuf gives it back to its pool.
+// coldBuf returns a buffer for a ring read of want bytes: a chunk, or for
+// a small body one of its size class; putColdBuf gives it back.
 func coldBuf(want int64) *[]byte {
-	if want <= NoWaitMax {
+	if want <= noWaitMax {
 		return smallBuf(want)
 	}
 	return coldBufPool.Get().(*[]byte)
@@ -40,15 +38,12 @@ func putColdBuf(bufp *[]byte) {
 	coldBufPool.Put(bufp)
 }
 
-// smallBufPools hold the buffers of small bodies by size class: 4, 8,
-// 16, 32 and 64 KiB (NoWaitMax). A small body is read into one of its own
-// size and written from it, so that what a response that waits for its
-// client holds is about its body's size, as file_server's io.Copy buffer
-// is, rather than NoWaitMax.
+// smallBufPools hold the buffers of small bodies by size class, 4 KiB to
+// noWaitMax: what a response waiting for its client holds is about its
+// body's size, as with file_server's io.Copy buffer.
 var smallBufPools [5]sync.Pool
 
-// smallClass is the size class of a buffer of n bytes, n <= NoWaitMax
-// (an empty body's too).
+// smallClass is the size class of n bytes, n <= noWaitMax.
 func smallClass(n int64) int {
 	if n <= 4<<10 {
 		return 0
@@ -56,7 +51,6 @@ func smallClass(n int64) int {
 	return bits.Len64(uint64(n-1)) - 12
 }
 
-// smallBuf returns a buffer of at least n bytes, n <= NoWaitMax.
 func smallBuf(n int64) *[]byte {
 	c := smallClass(n)
 	if b, ok := smallBufPools[c].Get().(*[]byte); ok {
@@ -71,41 +65,29 @@ func putSmallBuf(bufp *[]byte) {
 }
 
 // coldBudget bounds the memory of ring reads: a read takes a token for
-// its buffer once it has its turn (its file's gate and a slot of the
-// ring) and gives it back as soon as the read has completed, before any
-// of its bytes is written to the client; a read its request let go of
-// keeps it until the kernel completes it. So at most 64 MiB of buffers
-// are in ring reads at once, however many clients there are, and a client
-// that does not read holds no token: the bytes it waits for are in its
-// response's own buffer or in the page cache.
+// its buffer once it has its turn and gives it back when it completes,
+// before any byte is written to the client (a read let go of keeps it
+// until the kernel is done). A client that does not read holds no token.
 var coldBudget = make(chan struct{}, 64<<20/coldChunk)
 
-// NoWaitMax is the largest EngineIOUring body read with one no-wait read
-// (preadv2 with RWF_NOWAIT) instead of a residency probe: copying it
-// costs less than the probe's two extra system calls and its mmap lock.
-// The handler's policy therefore sends such a body to the ring's engine
-// unprobed: that one read is the probe and the read at once.
-const NoWaitMax = 64 << 10
+// noWaitMax is the largest EngineIOUring body read with one no-wait read
+// (preadv2 RWF_NOWAIT) instead of a residency probe: copying it costs less
+// than the probe's extra system calls and its mmap lock.
+const noWaitMax = 64 << 10
 
 // firstReads chooses how the first read of a small body not known to be
 // resident is made, from how the recent ones went. While most found the
-// page cache warm, a no-wait read (preadv2 with RWF_NOWAIT) is the probe
-// and the read at once, the cheapest read of a warm body (e's files).
-// While most found it cold, each such read started its disk read in its
-// own call, and so signalled the disk on its own (on a VM, an exit to the
-// host, a large part of a cold small-file tree's CPU: bench/RESULTS.md);
-// the body is then read through the ring at once, with a no-wait half in
-// the same batched submission (readOptions.NoWaitFirst), which tells the
-// cold ones as the no-wait read did and starts their disk reads together.
-// Both ways see whether a first read met the disk, so the choice follows
-// the tree.
+// page cache warm, a no-wait read is the probe and the read at once, the
+// cheapest read of a warm body. While most found it cold, each such read
+// signalled the disk on its own (on a VM an exit to the host, a large part
+// of a cold tree's CPU: bench/RESULTS.md), so the body is read through the
+// ring at once, with a no-wait half in the batched submission
+// (readOptions.NoWaitFirst), which tells the cold ones apart just as well.
 type firstReads struct {
-	// score goes up by one for a first read that met the disk and down by
-	// one for one that did not, within [0, firstReadsMax]; the ring goes
-	// first from firstReadsRing up. The updates may lose a step to a
-	// concurrent one: it is a trend, not a count. A plain int32 read and
-	// written with sync/atomic's functions: the handler's module value,
-	// which holds the Sender, is copied before it is provisioned.
+	// score moves up for a first read that met the disk, down for one that
+	// did not, within [0, firstReadsMax]; lost concurrent steps do not
+	// matter. A plain int32 with sync/atomic's functions: the module value
+	// holding the Sender is copied before it is provisioned.
 	score int32
 }
 
@@ -114,10 +96,8 @@ const (
 	firstReadsRing = 16
 )
 
-// ringFirst reports whether most recent first reads met the disk.
 func (f *firstReads) ringFirst() bool { return atomic.LoadInt32(&f.score) >= firstReadsRing }
 
-// saw records how a first read went.
 func (f *firstReads) saw(cold bool) {
 	switch v := atomic.LoadInt32(&f.score); {
 	case cold && v < firstReadsMax:
@@ -127,9 +107,8 @@ func (f *firstReads) saw(cold bool) {
 	}
 }
 
-// coldRead is one ring read's share of the budget: a token, the buffer it
-// reads into, and the body's file, which the ring keeps a reference on if
-// the request lets go of the read while the kernel has it.
+// coldRead is one ring read's share of the budget: a token, its buffer,
+// and the body's file, which the ring holds if the read is let go of.
 type coldRead struct {
 	file  Body
 	bufp  *[]byte
@@ -138,7 +117,7 @@ type coldRead struct {
 }
 
 // hold is readOptions.Hold: the ring owns the buffer, the token and a
-// reference on the open file until the kernel completes the read.
+// reference on the file until the kernel completes the read.
 func (c *coldRead) hold() func() {
 	c.file.Hold()
 	file, bufp := c.file, c.bufp
@@ -150,8 +129,7 @@ func (c *coldRead) hold() func() {
 	}
 }
 
-// borrow takes a token, waiting while the budget is spent, and a buffer
-// of at least want bytes (coldBuf).
+// borrow takes a token, waiting while the budget is spent, and a buffer.
 func (c *coldRead) borrow(ctx context.Context, want int64) error {
 	select {
 	case coldBudget <- struct{}{}:
@@ -162,9 +140,8 @@ func (c *coldRead) borrow(ctx context.Context, want int64) error {
 	return nil
 }
 
-// readDone gives the token back once the read has completed: what is
-// done with its bytes after (a copy, a write to the client) is the
-// response's own business, not the budget's.
+// readDone gives the token back once the read has completed: what is done
+// with its bytes after is the response's business, not the budget's.
 func (c *coldRead) readDone() {
 	if c.token && !c.lent {
 		<-coldBudget
@@ -172,8 +149,7 @@ func (c *coldRead) readDone() {
 	c.token = false
 }
 
-// giveBack returns the token, if the read still has it, and the buffer,
-// unless the ring has them.
+// giveBack returns the token and the buffer, unless the ring has them.
 func (c *coldRead) giveBack() {
 	c.readDone()
 	if c.bufp != nil && !c.lent {
@@ -183,14 +159,11 @@ func (c *coldRead) giveBack() {
 }
 
 // ringRead reads want bytes of src at off through the ring into a buffer
-// of the budget (borrowed once the read has its turn, so that the readers
-// of a stalled file, waiting for it, hold none), and gives the token back
-// once the read is done. It returns the buffer, whose first n bytes were
-// read, for the caller to give back (c.giveBack); nil when the request
-// ended or the budget could not be had (err says why), the buffer then
-// being the ring's if the kernel still has the read. A read the ring
-// failed is done again with pread (eng EngineCopy); err is a *ReadError
-// when the file ended or failed after n bytes.
+// of the budget, borrowed once the read has its turn, and gives the token
+// back once the read is done. It returns the buffer for the caller to give
+// back (c.giveBack); nil when the request ended or no budget could be had.
+// A read the ring failed is done again with pread (eng EngineCopy); err is
+// a *ReadError when the file ended or failed after n bytes.
 func (s *Sender) ringRead(ctx context.Context, src Body, opts *readOptions, c *coldRead, off, want int64) (buf []byte, n int, eng Engine, err error) {
 	fd := src.FD()
 	c.file = src
@@ -204,17 +177,12 @@ func (s *Sender) ringRead(ctx context.Context, src Body, opts *readOptions, c *c
 	})
 	opts.Hold = nil
 	if c.lent {
-		// The read was let go of while in the kernel: the buffer, the
-		// token and a reference on the descriptor are the ring's until it
-		// completes.
-		c.bufp = nil
+		c.bufp = nil // the ring's until the kernel completes the read
 		if ctx.Err() != nil || !errors.Is(err, errRingClosed) {
 			return nil, 0, eng, err // the request went away
 		}
-		// The ring closed under a request that is still there (a reload
-		// whose config holds no ring gave the last reference back): the
-		// read is done again with pread, into a buffer of the request's
-		// own, and the response goes on.
+		// The ring closed under a live request (a reload gave the last
+		// reference back): pread into a buffer of the request's own.
 		if err := c.borrow(ctx, want); err != nil {
 			return nil, 0, eng, err
 		}
@@ -232,8 +200,6 @@ func (s *Sender) ringRead(ctx context.Context, src Body, opts *readOptions, c *c
 		buf = (*c.bufp)[:want]
 	}
 	if m, perr, redone := preadIfRingFailed(ctx, fd, buf, off, n, err); redone {
-		// The ring failed, not the disk: this read went on with pread,
-		// and the response does not notice.
 		s.Logger.Debug("io_uring read failed; reading with pread", zap.Error(err))
 		n, err, eng = m, perr, EngineCopy
 	}
@@ -246,26 +212,21 @@ func (s *Sender) ringRead(ctx context.Context, src Body, opts *readOptions, c *c
 	return buf, n, eng, nil
 }
 
-// noWaitWorks reports whether the page cache can be asked for fd's data
-// without waiting (preadv2 with RWF_NOWAIT): not on FUSE, where the data
-// read by the ring may not even stay in the page cache (direct I/O).
-func noWaitWorks(fd int, off int64) bool {
-	var b [1]byte
-	_, err := pagecache.ReadNoWait(fd, b[:], off)
-	return err == nil || errors.Is(err, syscall.EAGAIN)
-}
-
-// cachedByte reports whether the byte of fd at off is in the page cache.
-func cachedByte(fd int, off int64) bool {
+// noWaitByte asks the page cache for fd's byte at off without waiting:
+// cached if it is there; works if the page cache can be asked at all (not
+// on FUSE, whose direct I/O may keep no page).
+func noWaitByte(fd int, off int64) (cached, works bool) {
 	var b [1]byte
 	n, err := pagecache.ReadNoWait(fd, b[:], off)
-	return n == 1 && err == nil
+	return n == 1 && err == nil, err == nil || errors.Is(err, syscall.EAGAIN)
 }
 
+func cached(fd int, off int64) bool { c, _ := noWaitByte(fd, off); return c }
+
 // copyCached writes up to n bytes of fd from off to w through buf, with
-// no-wait reads: only what the page cache holds. It stops at the first
-// byte that is not there (missing), which the caller reads through the
-// ring, so that a page evicted since the ring read it holds no thread.
+// no-wait reads, and stops at the first byte not in the page cache
+// (missing), which the caller reads through the ring, so that a page
+// evicted since the ring read it holds no thread.
 func copyCached(w io.Writer, fd int, buf []byte, off, n int64) (sent int64, missing bool, err error) {
 	for sent < n {
 		chunk := buf[:min(int64(len(buf)), n-sent)]
@@ -288,275 +249,282 @@ func copyCached(w io.Writer, fd int, buf []byte, off, n int64) (sent int64, miss
 	return sent, false, nil
 }
 
-// sendThroughRing sends a body of which some data may be missing from the
-// page cache. Resident runs leave as they would without io_uring (sendfile
-// on cleartext HTTP/1.x, pread otherwise); the rest is read through the
-// ring, so that the goroutine parks while the disk answers instead of
-// holding an OS thread in a blocking read. With RingOnly every byte is
-// read through the ring.
+// sendThroughRing sends a body some of whose data may be missing from the
+// page cache. Resident runs leave as without io_uring (sendResident); the
+// rest is read through the ring, so that the goroutine parks while the
+// disk answers instead of holding an OS thread (readCold).
 //
-// Nothing shared is held across a write to the client, which may wait for
-// as long as the client likes (a client that never reads, an HTTP/2
-// stream at a zero window): a ring read's token of the budget goes back
-// when the read completes. A small body (or what is left of one, at most
-// NoWaitMax) is read into a buffer of its own size and written from it. A
-// larger one is read a window (coldChunk) at a time into a chunk of the
-// budget, which goes back at once: the window's first bytes are copied to
-// the response's own copy buffer (bufPool's, smallBufPool's on HTTP/2 and
-// HTTP/3) and written, and the rest of it leaves from the page cache, where
-// the ring read has just put it: by sendfile on cleartext HTTP/1.x, else
-// by no-wait reads into that buffer, a page evicted meanwhile going back
-// to the ring. A file whose data the page cache cannot be asked for (FUSE)
-// is read in pieces of the copy buffer's size, each written from its own
-// buffer.
+// Nothing shared is held across a write to the client, which may take as
+// long as it likes: a ring read's budget token goes back when the read
+// completes. A small rest is read into a buffer of its own size and
+// written from it; a larger one a window at a time, whose first bytes are
+// copied out and written and whose rest leaves from the page cache, where
+// the ring read has just put it (sendWindow). A file whose page cache
+// cannot be asked (FUSE) is read in pieces, each written from its buffer.
 func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Body, t *Transfer, start, length int64) (Counts, error) {
-	var sent Counts
-	file, fd := src.File(), src.FD()
-	sendfile := canSendfile(w, r, src)
-	// Ring reads end with the request: a client that leaves, a cancelled
-	// context or an unloaded config lets go of a read a stalled device
-	// holds.
-	ctx := r.Context()
-	opts := readOptions{NoBlockDevice: src.NoBlockDevice(), File: src.FileID()}
-	var done int64
-	probe := newProbe(src)
-	// missing is set when a no-wait read found the next page missing:
-	// that answers what a residency probe would ask (the kernel has also
-	// started reading it ahead), so the chunk goes to the ring without the
-	// probe's mmap, mincore and munmap, a visible share of the CPU of a
-	// cold small-file tree (bench/RESULTS.md).
-	//
-	// A cold small body is read here, through the ring, rather than by
-	// the miss that opened the file with a blocking pread while it holds
-	// its slot, as nginx's aio thread would: a goroutine blocked in a read
-	// keeps its P until the runtime hands it off, and with the server on
-	// one CPU every other request waits meanwhile (bench/RESULTS.md).
-	missing := false
-	// counted is set once this body is counted as one that met the disk
-	// (coldBody): the no-wait read or a probe found its data missing.
-	counted := false
-	// ringFirst: this small body's first read is the ring's, with a
-	// no-wait half (firstReads).
-	ringFirst := false
-	switch {
-	case s.RingOnly || length > NoWaitMax:
-	case s.firstReads.ringFirst() && s.Ring.NoWaitFirst() && !src.NoBlockDevice():
-		ringFirst = true
-		stats.ringFirstBodies.Add(1)
-	default:
-		// A small body: one read that takes only what the page cache holds
-		// answers the residency question and reads the data at once. What
-		// it cannot take whole goes the long way below.
-		bufp := smallBuf(length)
-		buf := (*bufp)[:length]
-		n, diskRead, err := pagecache.ReadNoWaitMetDisk(fd, buf, start)
-		// The disk read the no-wait read submitted was for this body's own
-		// pages when the read came back short (it stopped at the first one
-		// missing) or when the body ends the file (there is nothing after
-		// it to read ahead). After a whole range inside the file it may be
-		// only the kernel's readahead of what follows, which nobody waits
-		// for: not counted.
-		if diskRead && (n < len(buf) || start+length == src.Size()) {
-			counted = true
-			coldBody()
-		}
-		if err == nil && n == len(buf) {
-			s.firstReads.saw(counted)
-			k, err := w.Write(buf)
-			putSmallBuf(bufp)
-			sent[EngineCopy] = int64(k)
-			t.Engine = EngineCopy // the ring had nothing to do
-			if err == nil && start == 0 && length == src.Size() {
-				src.MarkResident()
+	rs := ringSend{s: s, w: w, r: r, ctx: r.Context(), src: src, t: t, fd: src.FD(),
+		sendfile: canSendfile(w, r, src), probe: newProbe(src),
+		opts: readOptions{NoBlockDevice: src.NoBlockDevice(), File: src.FileID()}}
+	// The copy buffer is taken for each copy and given back after its
+	// write, never kept across other writes: that would double what a
+	// client that does not read holds.
+	rs.copyPool, rs.pieceMax = copyPool(r)
+	if done, err := rs.firstRead(start, length); done {
+		return rs.sent, err
+	}
+	for rs.done < length {
+		off := start + rs.done
+		var err error
+		switch {
+		case off < rs.windowEnd:
+			err = rs.sendWindow(off)
+		case rs.windowErr != nil:
+			return rs.sent, rs.windowErr
+		default:
+			var sent bool
+			if sent, err = rs.sendResident(off, length-rs.done); !sent && err == nil {
+				err = rs.readCold(off, length-rs.done)
 			}
-			return sent, err
 		}
-		// The long way reads into a buffer of its own and writes from it:
-		// this one goes back now, rather than be held, unused, while that
-		// write waits for the client.
-		putSmallBuf(bufp)
-		missing = n == 0 && errors.Is(err, syscall.EAGAIN)
-		if missing {
-			s.firstReads.saw(true)
+		if err != nil {
+			return rs.sent, err
 		}
 	}
-	// The response's copy buffer comes from copyPool for each copy and
-	// goes back after its write: it is not kept across the writes of
-	// other buffers (a piece, the body's last bytes, a resident run),
-	// which would double what a client that does not read holds.
-	copyPool, pieceMax := &bufPool, int64(copyBufferSize)
-	if r.ProtoMajor >= 2 {
-		copyPool, pieceMax = &smallBufPool, smallCopyBufferSize
-	}
-	// The bytes up to windowEnd were read by the ring (windowEng) and
-	// leave from the page cache; windowErr, if set, is where that read
-	// stopped, returned once they are sent.
-	var windowEnd int64
-	var windowEng Engine
-	var windowErr error
-	// pieces is set for a file whose data the page cache cannot be asked
-	// for: ring reads of pieceMax, each written from its buffer. asked is
-	// set once that is known.
-	pieces, asked := false, false
-	for done < length {
-		off := start + done
-		if off < windowEnd {
-			var n int64
-			var err error
-			gone := false
-			if sendfile {
-				n, _, err = s.sendFile(w, r, src, t.ContentLength, off, windowEnd-off)
-			} else {
-				bp := copyPool.Get().(*[]byte)
-				n, gone, err = copyCached(w, fd, *bp, off, windowEnd-off)
-				copyPool.Put(bp)
-			}
-			done += n
-			sent[windowEng] += n
-			if err != nil {
-				return sent, err
-			}
-			if gone {
-				// Evicted since the ring read it: the ring reads it again.
-				windowEnd, missing = 0, true
-			}
-			continue
-		}
-		if windowErr != nil {
-			return sent, windowErr
-		}
-		span := min(length-done, residencyProbe)
-		knownCold := missing
-		if t.MissingKnown && !missing {
-			// What the handler's probe has just found missing is not asked
-			// again (Transfer.MissingAt); what comes before it is.
-			switch {
-			case off >= t.MissingAt && off < t.MissingAt+residencyProbe:
-				knownCold, t.MissingKnown = true, false
-			case off < t.MissingAt && t.MissingAt < off+span:
-				span = t.MissingAt - off
-			}
-		}
-		if !s.RingOnly && !knownCold && !ringFirst {
-			stats.residencyProbes.Add(1)
-			resident, err := probe.Resident(off, span)
-			knownCold = err == nil && resident == 0
-			if err == nil && resident > 0 {
-				var n int64
-				if sendfile {
-					var zeroCopy bool
-					n, zeroCopy, err = s.sendFile(w, r, src, t.ContentLength, off, resident)
-					if zeroCopy {
-						sent[EngineSendfile] += n
-					} else {
-						sent[EngineCopy] += n
-					}
-				} else {
-					n, err = copyWith(copyPool, w, file, off, resident)
-					sent[EngineCopy] += n
-				}
-				done += n
-				if err != nil {
-					return sent, err
-				}
-				continue
-			}
-		}
-		if knownCold && !counted {
-			counted = true
-			coldBody()
-		}
-		missing = false // past this read, probe again
-		left := length - done
-		want, direct := min(left, coldChunk), left <= NoWaitMax
-		if !direct && !asked {
-			asked = true
-			pieces = !noWaitWorks(fd, off)
-		}
-		if pieces {
-			want, direct = min(left, pieceMax), true
-		}
-		opts.NoWaitFirst = ringFirst
-		var cold coldRead
-		buf, n, eng, err := s.ringRead(ctx, src, &opts, &cold, off, want)
-		if ringFirst {
-			// Its no-wait half said whether the data was in the page cache.
-			ringFirst = false
-			s.firstReads.saw(opts.MetDisk)
-			if opts.MetDisk && !counted {
-				counted = true
-				coldBody()
-			}
-		}
-		if buf == nil {
-			return sent, err
-		}
-		if direct {
-			// Written from its own buffer: what a client that does not
-			// read holds is this buffer of the body's size.
-			var k int
-			var werr error
-			if n > 0 {
-				k, werr = w.Write(buf[:n])
-			}
-			cold.giveBack()
-			done += int64(k)
-			sent[eng] += int64(k)
-			if werr != nil {
-				return sent, werr
-			}
-			if err != nil {
-				return sent, err
-			}
-			continue
-		}
-		windowEnd, windowEng, windowErr = off+int64(n), eng, err
-		if sendfile && (n == 0 || cachedByte(fd, off+int64(n)-1)) {
-			// The whole window leaves by sendfile, from the page cache.
-			cold.giveBack()
-			continue
-		}
-		// Its first bytes are copied out and written from the response's
-		// own buffer, so that every window makes progress; the rest leaves
-		// from the page cache, or (not there, for sendfile) is read again in
-		// pieces.
-		bp := copyPool.Get().(*[]byte)
-		k := copy(*bp, buf[:n])
-		cold.giveBack()
-		if sendfile {
-			pieces, windowEnd = true, off+int64(k)
-		}
-		var m int
-		var werr error
-		if k > 0 {
-			m, werr = w.Write((*bp)[:k])
-		}
-		copyPool.Put(bp)
-		done += int64(m)
-		sent[eng] += int64(m)
-		if werr != nil {
-			return sent, werr
-		}
-	}
-	if windowErr != nil {
-		return sent, windowErr
+	if rs.windowErr != nil {
+		return rs.sent, rs.windowErr
 	}
 	if start == 0 && length == src.Size() {
 		// All of it was resident or has just been read: it is now.
 		src.MarkResident()
 	}
-	return sent, nil
+	return rs.sent, nil
 }
 
-// preadIfRingFailed is the one fallback of ring reads, for the bodies
-// and for prewarm: a read that failed for the ring's own reasons
-// (ringFault: the ring was closed under it, the kernel cancelled it or
-// had no memory for it) is done again, whole, with pread, and redone
-// says so. A failure of the file is returned as it is (n, err): pread
-// would meet the same disk error, holding an OS thread while it does,
-// which is what the ring is there to avoid; and an ended request (ctx's
-// error) wants no bytes at all. A short count from pread, with a nil
-// error, is the end of the file.
+// ringSend is one sendThroughRing call's state.
+type ringSend struct {
+	s        *Sender
+	w        http.ResponseWriter
+	r        *http.Request
+	ctx      context.Context // ring reads end with the request
+	src      Body
+	t        *Transfer
+	fd       int
+	sendfile bool
+	probe    pagecache.Probe
+	opts     readOptions
+	copyPool *sync.Pool
+	pieceMax int64
+
+	sent Counts
+	done int64
+	// missing: a no-wait read found the next page missing, which answers
+	// the residency probe's question, so the next read goes to the ring.
+	missing   bool
+	counted   bool // counted as a body that met the disk (coldBody)
+	ringFirst bool // the first read is the ring's, with a no-wait half
+	// pieces: the page cache cannot be asked (FUSE), so ring reads are of
+	// pieceMax, each written from its buffer; asked: that is known.
+	pieces, asked bool
+	// The bytes up to windowEnd were read by the ring (windowEng) and
+	// leave from the page cache; windowErr is where that read stopped.
+	windowEnd int64
+	windowEng Engine
+	windowErr error
+}
+
+func (rs *ringSend) countCold() {
+	if !rs.counted {
+		rs.counted = true
+		coldBody()
+	}
+}
+
+// firstRead makes the first read of a small body and reports whether it
+// sent the whole body. Unless the ring goes first (firstReads), it is one
+// read that takes only what the page cache holds: it answers the
+// residency question and reads the data at once. A cold small body is
+// then read through the ring rather than with a blocking pread, which
+// would keep its P until the runtime hands it off.
+func (rs *ringSend) firstRead(start, length int64) (bool, error) {
+	s, src := rs.s, rs.src
+	switch {
+	case s.ringOnly() || length > noWaitMax:
+		return false, nil
+	case s.firstReads.ringFirst() && s.Ring.NoWaitFirst() && !src.NoBlockDevice():
+		rs.ringFirst = true
+		stats.ringFirstBodies.Add(1)
+		return false, nil
+	}
+	bufp := smallBuf(length)
+	buf := (*bufp)[:length]
+	n, diskRead, err := pagecache.ReadNoWaitMetDisk(rs.fd, buf, start)
+	// The disk read it started was for this body's own pages when it came
+	// back short or the body ends the file; otherwise it may be only the
+	// kernel's readahead of what follows, which nobody waits for.
+	if diskRead && (n < len(buf) || start+length == src.Size()) {
+		rs.countCold()
+	}
+	if err == nil && n == len(buf) {
+		s.firstReads.saw(rs.counted)
+		k, err := rs.w.Write(buf)
+		putSmallBuf(bufp)
+		rs.sent[EngineCopy] = int64(k)
+		rs.t.Engine = EngineCopy // the ring had nothing to do
+		if err == nil && start == 0 && length == src.Size() {
+			src.MarkResident()
+		}
+		return true, err
+	}
+	// Given back now rather than held, unused, while the long way's write
+	// waits for the client.
+	putSmallBuf(bufp)
+	rs.missing = n == 0 && errors.Is(err, syscall.EAGAIN)
+	if rs.missing {
+		s.firstReads.saw(true)
+	}
+	return false, nil
+}
+
+// sendWindow sends the rest of the window the ring just read from off,
+// from the page cache.
+func (rs *ringSend) sendWindow(off int64) error {
+	var n int64
+	var err error
+	gone := false
+	if rs.sendfile {
+		n, _, err = rs.s.sendFile(rs.w, rs.r, rs.src, rs.t.ContentLength, off, rs.windowEnd-off)
+	} else {
+		bp := rs.copyPool.Get().(*[]byte)
+		n, gone, err = copyCached(rs.w, rs.fd, *bp, off, rs.windowEnd-off)
+		rs.copyPool.Put(bp)
+	}
+	rs.done += n
+	rs.sent[rs.windowEng] += n
+	if gone {
+		// Evicted since the ring read it: the ring reads it again.
+		rs.windowEnd, rs.missing = 0, true
+	}
+	return err
+}
+
+// sendResident probes the span from off and sends what of it is resident,
+// reporting whether it sent anything; a span known to be cold counts the
+// body as one that met the disk.
+func (rs *ringSend) sendResident(off, left int64) (bool, error) {
+	span := min(left, residencyProbe)
+	knownCold := rs.missing
+	if t := rs.t; t.missingKnown && !rs.missing {
+		// What the handler's probe has just found missing is not asked
+		// again (Transfer.missingAt); what comes before it is.
+		switch {
+		case off >= t.missingAt && off < t.missingAt+residencyProbe:
+			knownCold, t.missingKnown = true, false
+		case off < t.missingAt && t.missingAt < off+span:
+			span = t.missingAt - off
+		}
+	}
+	if !rs.s.ringOnly() && !knownCold && !rs.ringFirst {
+		stats.residencyProbes.Add(1)
+		resident, err := rs.probe.Resident(off, span)
+		knownCold = err == nil && resident == 0
+		if err == nil && resident > 0 {
+			var n int64
+			if rs.sendfile {
+				var zeroCopy bool
+				n, zeroCopy, err = rs.s.sendFile(rs.w, rs.r, rs.src, rs.t.ContentLength, off, resident)
+				if zeroCopy {
+					rs.sent[EngineSendfile] += n
+				} else {
+					rs.sent[EngineCopy] += n
+				}
+			} else {
+				n, err = copyWith(rs.copyPool, rs.w, rs.src.File(), off, resident)
+				rs.sent[EngineCopy] += n
+			}
+			rs.done += n
+			return true, err
+		}
+	}
+	if knownCold {
+		rs.countCold()
+	}
+	rs.missing = false // past this read, probe again
+	return false, nil
+}
+
+// readCold reads from off through the ring and writes what it read: a
+// small rest or a piece from its own buffer, a window's first bytes from
+// the response's copy buffer (the rest of the window then leaves from the
+// page cache, sendWindow).
+func (rs *ringSend) readCold(off, left int64) error {
+	want, direct := min(left, coldChunk), left <= noWaitMax
+	if !direct && !rs.asked {
+		rs.asked = true
+		_, works := noWaitByte(rs.fd, off)
+		rs.pieces = !works
+	}
+	if rs.pieces {
+		want, direct = min(left, rs.pieceMax), true
+	}
+	rs.opts.NoWaitFirst = rs.ringFirst
+	var cold coldRead
+	buf, n, eng, err := rs.s.ringRead(rs.ctx, rs.src, &rs.opts, &cold, off, want)
+	if rs.ringFirst {
+		// Its no-wait half said whether the data was in the page cache.
+		rs.ringFirst = false
+		rs.s.firstReads.saw(rs.opts.MetDisk)
+		if rs.opts.MetDisk {
+			rs.countCold()
+		}
+	}
+	if buf == nil {
+		return err
+	}
+	if direct {
+		var k int
+		var werr error
+		if n > 0 {
+			k, werr = rs.w.Write(buf[:n])
+		}
+		cold.giveBack()
+		rs.done += int64(k)
+		rs.sent[eng] += int64(k)
+		if werr != nil {
+			return werr
+		}
+		return err
+	}
+	rs.windowEnd, rs.windowEng, rs.windowErr = off+int64(n), eng, err
+	if rs.sendfile && (n == 0 || cached(rs.fd, off+int64(n)-1)) {
+		// The whole window leaves by sendfile, from the page cache.
+		cold.giveBack()
+		return nil
+	}
+	// Its first bytes are written from the response's own buffer, so that
+	// every window makes progress; the rest leaves from the page cache,
+	// or (not there, for sendfile) is read again in pieces.
+	bp := rs.copyPool.Get().(*[]byte)
+	k := copy(*bp, buf[:n])
+	cold.giveBack()
+	if rs.sendfile {
+		rs.pieces, rs.windowEnd = true, off+int64(k)
+	}
+	var m int
+	var werr error
+	if k > 0 {
+		m, werr = rs.w.Write((*bp)[:k])
+	}
+	rs.copyPool.Put(bp)
+	rs.done += int64(m)
+	rs.sent[eng] += int64(m)
+	return werr
+}
+
+// preadIfRingFailed is the one fallback of ring reads, for bodies and
+// prewarm: a read that failed for the ring's own reasons (ringFault) is
+// done again, whole, with pread, and redone says so. A failure of the file
+// is returned as it is: pread would meet the same disk error, holding a
+// thread; and an ended request wants no bytes at all.
 func preadIfRingFailed(ctx context.Context, fd int, buf []byte, off int64, n int, err error) (int, error, bool) {
 	if err == nil || ctx.Err() != nil || !ringFault(err) {
 		return n, err, false
@@ -566,9 +534,8 @@ func preadIfRingFailed(ctx context.Context, fd int, buf []byte, off int64, n int
 	return m, err, true
 }
 
-// ringFault reports whether a failed ring read is the ring's failure (it
-// was closed, cancelled, refused or out of memory) rather than the file's,
-// so that pread may do it instead.
+// ringFault reports whether a failed ring read is the ring's failure
+// (closed, cancelled, refused, out of memory) rather than the file's.
 func ringFault(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false // the request's end, not the ring's

@@ -40,12 +40,12 @@ func TestColdBuffersBounded(t *testing.T) {
 }
 
 // TestSmallColdReadTakesASmallChunk: a ring read of a small body borrows
-// a buffer of its own size class (4 KiB to NoWaitMax), not a chunk of
+// a buffer of its own size class (4 KiB to noWaitMax), not a chunk of
 // coldChunk; a larger one gets a whole chunk; each counts once in the
 // budget and goes back to it.
 func TestSmallColdReadTakesASmallChunk(t *testing.T) {
 	for _, tc := range []struct{ want, size int64 }{{0, 4 << 10}, {1, 4 << 10}, {4 << 10, 4 << 10}, {8 << 10, 8 << 10}, {8<<10 + 1, 16 << 10},
-		{NoWaitMax, NoWaitMax}, {NoWaitMax + 1, coldChunk}, {coldChunk, coldChunk}} {
+		{noWaitMax, noWaitMax}, {noWaitMax + 1, coldChunk}, {coldChunk, coldChunk}} {
 		c := &coldRead{}
 		if err := c.borrow(context.Background(), tc.want); err != nil {
 			t.Fatal(err)

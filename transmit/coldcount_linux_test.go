@@ -23,7 +23,7 @@ import (
 // reading already in (this VM's disk answers in tens of microseconds): the
 // no-wait read's answer, that it met the disk, must not be lost with it.
 func TestPartlyCachedSmallBodyCountsCold(t *testing.T) {
-	const size = NoWaitMax
+	const size = noWaitMax
 	const cached = 16 << 10
 	f, want := testFile(t, size)
 	fd := int(f.Fd())

@@ -59,7 +59,7 @@ func (w *stallingWriter) Write(p []byte) (int, error) {
 // half, a large one a window at a time, every byte through the ring, or
 // written as file_server writes it), over HTTP/1.1 and HTTP/2, a write
 // to a client that does not read holds no token of the cold reads'
-// budget, and what it holds is at most NoWaitMax bytes; once the client
+// budget, and what it holds is at most noWaitMax bytes; once the client
 // reads, the body is exact.
 func TestColdTokensNotHeldAcrossClientWrites(t *testing.T) {
 	small, smallWant := testFile(t, 16<<10)
@@ -86,7 +86,7 @@ func TestColdTokensNotHeldAcrossClientWrites(t *testing.T) {
 		for _, proto := range []int{1, 2} {
 			name := fmt.Sprintf("%s, HTTP/%d", c.name, proto)
 			evict(t, c.body.f)
-			s.RingOnly = c.ringOnly
+			s.setRingOnly(c.ringOnly)
 			s.firstReads.score = 0
 			if c.ringFirst {
 				s.firstReads.score = firstReadsMax
@@ -115,15 +115,15 @@ func TestColdTokensNotHeldAcrossClientWrites(t *testing.T) {
 			if !bytes.Equal(w.body.Bytes(), c.want) {
 				t.Errorf("%s: %d bytes, not the file's %d", name, w.body.Len(), len(c.want))
 			}
-			if w.largest > NoWaitMax {
-				t.Errorf("%s: a write was handed %d bytes, more than NoWaitMax", name, w.largest)
+			if w.largest > noWaitMax {
+				t.Errorf("%s: a write was handed %d bytes, more than noWaitMax", name, w.largest)
 			}
 			if n := len(coldBudget); n != 0 {
 				t.Errorf("%s: %d tokens still held after the body", name, n)
 			}
 		}
 	}
-	s.RingOnly = false
+	s.setRingOnly(false)
 }
 
 // fuseFileBody is a fileBody of a file without a block device.
@@ -147,7 +147,7 @@ func TestFileServerWritesLetGoOfStalledReads(t *testing.T) {
 		name := map[bool]string{false: "auto.bin", true: "ring.bin"}[ringOnly]
 		hang := files[name]
 		f := openFUSE(t, mnt, name)
-		s.RingOnly = ringOnly
+		s.setRingOnly(ringOnly)
 		ctx, cancel := context.WithCancel(context.Background())
 		r := httptest.NewRequest("GET", "/", nil).WithContext(ctx)
 		w := httptest.NewRecorder()
@@ -177,7 +177,7 @@ func TestFileServerWritesLetGoOfStalledReads(t *testing.T) {
 			t.Errorf("ring only %v: after the read completed: %d operations, %d files, %d tokens", ringOnly, ops, files, len(coldBudget))
 		}
 	}
-	s.RingOnly = false
+	s.setRingOnly(false)
 }
 
 // TestEmptyBodyThroughTheRing: an empty file (or range) sent by the ring's
@@ -187,7 +187,7 @@ func TestEmptyBodyThroughTheRing(t *testing.T) {
 	s := ringSender(t)
 	for _, ringOnly := range []bool{false, true} {
 		for _, fsw := range []bool{false, true} {
-			s.RingOnly = ringOnly
+			s.setRingOnly(ringOnly)
 			w := httptest.NewRecorder()
 			sent, err := s.Send(w, httptest.NewRequest("GET", "/", nil), fileBody{f}, &Transfer{Engine: EngineIOUring, FileServerWrites: fsw}, 0, 0)
 			if err != nil || w.Body.Len() != 0 || sent != (Counts{}) {
@@ -195,7 +195,7 @@ func TestEmptyBodyThroughTheRing(t *testing.T) {
 			}
 		}
 	}
-	s.RingOnly = false
+	s.setRingOnly(false)
 }
 
 // heapInUse is the heap in use after two collections: the second frees

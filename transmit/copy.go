@@ -1,15 +1,9 @@
-// Package transmit moves the body bytes of a response from a file to the
-// client. The handler picks an Engine per response (its policy) and hands
-// the body to its Sender, which owns the rest: the memory copy, the
-// sendfile hand-off through the writer chain to the ListenerWrapper's
-// connections, pread copies, and for data not in the page cache the
-// process's io_uring (AcquireRing), its cold-read loop and its one
-// fallback to pread.
 package transmit
 
 import (
 	"fmt"
 	"io"
+	"net/http"
 	"sync"
 
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
@@ -30,12 +24,12 @@ func (e *ReadError) Error() string {
 func (e *ReadError) Unwrap() error { return e.Err }
 
 // errTruncated is the ReadError cause when the file ended before the
-// length that the response declared: it was truncated while being sent.
+// length the response declared.
 var errTruncated = pagecache.ErrTruncated
 
-// Copy buffer sizes. HTTP/1.1 over TLS gets large buffers, so that a write
-// fills whole TLS records; HTTP/2 and HTTP/3 cut the body into frames of
-// 16 KiB or less anyway, so a smaller buffer pins less memory per stream.
+// Copy buffers. HTTP/1.1 over TLS gets large ones, so that a write fills
+// whole TLS records; HTTP/2 and HTTP/3 cut the body into frames of 16 KiB
+// or less anyway, so a smaller buffer pins less memory per stream.
 const (
 	copyBufferSize      = 64 << 10
 	smallCopyBufferSize = 32 << 10
@@ -46,18 +40,17 @@ var (
 	smallBufPool = sync.Pool{New: func() any { b := make([]byte, smallCopyBufferSize); return &b }}
 )
 
-// copyRange writes n bytes of f, starting at offset off, to w. It reads with
-// pread (ReadAt), so a descriptor shared by concurrent responses is never
-// moved, and it copies through a pooled buffer.
-func copyRange(w io.Writer, f io.ReaderAt, off, n int64) (int64, error) {
-	return copyWith(&bufPool, w, f, off, n)
+// copyPool returns the pool of r's copy buffers and their size.
+func copyPool(r *http.Request) (*sync.Pool, int64) {
+	if r.ProtoMajor >= 2 {
+		return &smallBufPool, smallCopyBufferSize
+	}
+	return &bufPool, copyBufferSize
 }
 
-// copyRangeSmall is copyRange with the smaller buffers meant for HTTP/2 and HTTP/3.
-func copyRangeSmall(w io.Writer, f io.ReaderAt, off, n int64) (int64, error) {
-	return copyWith(&smallBufPool, w, f, off, n)
-}
-
+// copyWith writes n bytes of f from off to w through a buffer of pool. It
+// reads with pread (ReadAt), so a descriptor shared by concurrent
+// responses is never moved.
 func copyWith(pool *sync.Pool, w io.Writer, f io.ReaderAt, off, n int64) (int64, error) {
 	bp := pool.Get().(*[]byte)
 	defer pool.Put(bp)

@@ -1,95 +1,245 @@
+// Package transmit moves a response's body bytes from a file to the
+// client: a handler's Sender chooses the Engine of each response (Choose)
+// and sends the body with it (Send).
 package transmit
 
 import (
-	"sync/atomic"
-	"time"
+	"io"
+	"net/http"
+
+	"go.uber.org/zap"
+
+	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
-// Engine is a way a body's bytes leave: the handler picks one per
-// response (its transmit policy), and Send may change it when the body
-// cannot, or need not, leave that way.
+// Engine is a way a body's bytes leave (see Choose).
 type Engine uint8
 
-// The engines.
+// The engines, and their number.
 const (
-	// EngineMemory writes a small file kept in memory.
 	EngineMemory Engine = iota
-	// EngineSendfile hands the file to the listener wrapper's connection,
-	// which sends it with sendfile(2).
 	EngineSendfile
-	// EngineIOUring reads data not in the page cache through io_uring;
-	// what is resident leaves by sendfile or copy.
 	EngineIOUring
-	// EngineCopy reads with pread into pooled buffers and writes them.
 	EngineCopy
-	// NumEngines is the number of engines.
 	NumEngines
 )
 
 var engineNames = [NumEngines]string{"memory", "sendfile", "io_uring", "copy"}
 
-// String returns the engine's name in the metrics: memory, sendfile,
-// io_uring or copy.
+// String returns the engine's name in the metrics.
 func (e Engine) String() string { return engineNames[e] }
 
 // Counts are body bytes sent, by the engine that sent them.
 type Counts [NumEngines]int64
 
-// Stats are the process-wide counters of package transmit.
-type Stats struct {
-	// SendfileBytes and SendfileCalls count what the listener wrapper's
-	// connections sent with sendfile(2), and in how many calls.
-	SendfileBytes, SendfileCalls int64
-	// SendfileFallbacks counts ReadFrom calls on a wrapped connection that
-	// were not a flash_serve body, or not a file, and were copied.
-	SendfileFallbacks int64
-	// SendfileRefused counts sendfile calls the kernel refused (EINVAL,
-	// ENOSYS, EOPNOTSUPP); the rest of each of those bodies was copied.
-	SendfileRefused int64
-	// RingFallbacks counts io_uring reads that failed for the ring's own
-	// reasons and were done again with pread.
-	RingFallbacks int64
-	// ResidencyProbes counts the spans of EngineIOUring bodies probed for
-	// residency, each a few system calls: tests see which bodies need
-	// none.
-	ResidencyProbes int64
-	// ColdBodies counts the bodies (or ranges of one) that a request read
-	// through the ring because the no-wait read or a residency probe found
-	// their data outside the page cache: requests that waited for the disk
-	// (a sender with RingOnly, which asks neither, counts none), and
-	// LastColdBody is when the last of them was counted (UnixNano, 0 for
-	// none). The warm-up of the hot set reads at full width while they
-	// are recent (prewarm.Warmer.Cold).
-	ColdBodies, LastColdBody int64
-	// RingFirstBodies counts the small bodies whose first read was the
-	// ring's, with a no-wait half in its submission, rather than a no-wait
-	// read of their own: while most first reads meet the disk (a cold tree).
-	RingFirstBodies int64
+// The transmit policies, the values of the handler's transmit option:
+// auto, or the engine every body is sent with.
+const (
+	PolicyAuto     = "auto"
+	PolicySendfile = "sendfile"
+	PolicyCopy     = "copy"
+	PolicyIOUring  = "io_uring"
+)
+
+// Body is a response body's open file as the handler's cache shares it
+// between requests (a *statacc.Entry, whose methods say what each is).
+// Data, the file in memory, is shared by every response: Send copies it
+// before a writer sees it, and never mixes it with bytes read from the
+// file, which may have changed since unseen. Hold keeps the descriptor
+// open for a ring read its request let go of.
+type Body interface {
+	File() io.ReaderAt
+	FD() int
+	Path() string
+	Size() int64
+	Data() []byte
+	Hold()
+	Release()
+	FileID() uint64
+	NoBlockDevice() bool
+	MincoreTrusted() bool
+	MarkResident()
+	RecentlyResident() bool
+	ClaimProbe() bool
+	InMemoryFS() bool
 }
 
-// stats are the counters behind Snapshot: atomics, because every body
-// updates them.
-var stats struct {
-	sendfileBytes, sendfileCalls, fallbacks, refused, ringFallbacks, residencyProbes, coldBodies, lastColdBody, ringFirstBodies atomic.Int64
+// Transfer is one response body on its way out, over the Send calls of its
+// ranges and paced chunks.
+type Transfer struct {
+	// Engine is Choose's at first, then the one that sent the last bytes.
+	Engine Engine
+	// FileServerWrites: a writer in front is not the server's own, so the
+	// body is written the way file_server writes it (sendLikeFileServer).
+	FileServerWrites bool
+	// missingAt, when missingKnown, is where Choose's probe of the whole
+	// file found its data leave the page cache: that span is read through
+	// the ring unprobed. Probed again with no-wait reads it would seem
+	// resident (the read that found it missing started the kernel reading
+	// it), and a sendfile would block on the rest of the span.
+	missingAt    int64
+	missingKnown bool
+	// ContentLength is the whole body's length declared in the
+	// Content-Length header, 0 if none. A sendfile body has its header
+	// written first (headerFirst) only while the header still says so:
+	// net/http checks writes against the header, not what its ReadFrom
+	// hands the connection, and a rule may have rewritten it.
+	ContentLength int64
+	// throughRing: a Send of the transfer went to the ring's engine, so the
+	// rest does too (the next range or paced chunk may be on disk), though
+	// Engine may say copy after a small range read from the page cache.
+	throughRing bool
 }
 
-// coldBody counts a body that met the disk, and when.
-func coldBody() {
-	stats.coldBodies.Add(1)
-	stats.lastColdBody.Store(time.Now().UnixNano())
+// Sender sends the bodies of one handler's responses. Its fields are set
+// at provision (Open) and not changed after.
+type Sender struct {
+	// Policy is the handler's transmit option. With PolicyIOUring every
+	// byte of an EngineIOUring body is read through the ring.
+	Policy           string
+	Ring             *Ring // nil without io_uring
+	SendfileMaxChunk int   // the most one turn of a wrapped connection sends
+	Logger           *zap.Logger
+	// Copied, if set, is called when a cleartext HTTP/1 body handed down
+	// for sendfile was copied although the kernel did not refuse sendfile
+	// (no listener wrapper, or a writer hides the connection).
+	Copied func(*http.Request)
+
+	holdsRing  bool       // Open took a ring reference
+	firstReads firstReads // how small bodies are first read (cold.go)
 }
 
-// Snapshot reads the counters now.
-func Snapshot() Stats {
-	return Stats{
-		SendfileBytes:     stats.sendfileBytes.Load(),
-		SendfileCalls:     stats.sendfileCalls.Load(),
-		SendfileFallbacks: stats.fallbacks.Load(),
-		SendfileRefused:   stats.refused.Load(),
-		RingFallbacks:     stats.ringFallbacks.Load(),
-		ResidencyProbes:   stats.residencyProbes.Load(),
-		ColdBodies:        stats.coldBodies.Load(),
-		LastColdBody:      stats.lastColdBody.Load(),
-		RingFirstBodies:   stats.ringFirstBodies.Load(),
+func (s *Sender) ringOnly() bool { return s.Policy == PolicyIOUring }
+
+// Open sets the sender up for its Policy (auto if empty), with a reference
+// to the process's io_uring where the policy may use it; Close gives it
+// back.
+func (s *Sender) Open(workers int, logger *zap.Logger) {
+	if s.Policy == "" {
+		s.Policy = PolicyAuto
 	}
+	s.Logger = logger
+	if s.Policy == PolicyAuto || s.Policy == PolicyIOUring {
+		s.Ring = AcquireRing(workers, s.Policy == PolicyIOUring, logger)
+		s.holdsRing = true
+	}
+}
+
+// Close gives back the ring reference Open took, if any.
+func (s *Sender) Close() {
+	if s.holdsRing {
+		s.holdsRing = false
+		ReleaseRing()
+	}
+}
+
+// Choose picks the engine of one response body under the sender's policy:
+//   - memory: a small file kept in memory, one Write (with the headers,
+//     which net/http still holds in its buffer);
+//   - sendfile: cleartext HTTP/1.x through the listener wrapper;
+//   - copy: pread into pooled buffers, for TLS, HTTP/2, HTTP/3 and encode;
+//   - io_uring: data not known to be in the page cache (a file on tmpfs
+//     always is); what is resident leaves as above, the rest is read
+//     through the ring.
+//
+// A policy left empty is auto, as Open makes it.
+func (s *Sender) Choose(w http.ResponseWriter, r *http.Request, body Body) Transfer {
+	if body.Data() != nil && (s.Policy == PolicyAuto || s.Policy == "") {
+		return Transfer{Engine: EngineMemory}
+	}
+	if s.Ring != nil && body.FD() >= 0 && (!body.InMemoryFS() || s.Policy == PolicyIOUring) {
+		t := Transfer{Engine: EngineIOUring}
+		// A small body is not probed here: its one RWF_NOWAIT read is the
+		// probe and the read at once. A body seen whole in the page cache
+		// moments ago is not probed either (statacc's RecentlyResident).
+		if s.Policy == PolicyIOUring || (!body.RecentlyResident() && (body.Size() <= noWaitMax || !probeWhole(body, &t))) {
+			return t
+		}
+	}
+	if s.Policy != PolicyCopy && canSendfile(w, r, body) {
+		return Transfer{Engine: EngineSendfile}
+	}
+	return Transfer{Engine: EngineCopy}
+}
+
+// canSendfile reports whether the response may be handed to the writer
+// chain for sendfile: cleartext HTTP/1.x, a writer with ReadFrom, a file.
+func canSendfile(w http.ResponseWriter, r *http.Request, body Body) bool {
+	_, ok := w.(io.ReaderFrom)
+	return ok && r.ProtoMajor == 1 && r.TLS == nil && body.FD() >= 0
+}
+
+// residencyProbe is the span probed at a time. wholeProbeMax is the
+// largest file probed whole (mincore's vector is a byte per page).
+const (
+	residencyProbe = 2 << 20
+	wholeProbeMax  = 1 << 30
+)
+
+// newProbe returns the page-cache probe of a body: mincore where it tells
+// this process the truth, no-wait reads elsewhere.
+func newProbe(f Body) pagecache.Probe {
+	return pagecache.NewProbe(f.FD(), f.MincoreTrusted(), f.Size())
+}
+
+// firstMissing returns where the file stops being in the page cache: its
+// size when it is all there; ok is false when nothing could be learnt.
+func firstMissing(f Body) (off int64, ok bool) {
+	p := newProbe(f)
+	return p.FirstMissing(f.Size(), residencyProbe)
+}
+
+// probeWhole looks for the whole body in the page cache, at most once a
+// second per file, and reports whether it is all there: a hot file then
+// leaves without a probe per request. Where it is not, t learns where its
+// data stops being there.
+func probeWhole(body Body, t *Transfer) bool {
+	if body.Size() > wholeProbeMax || !body.ClaimProbe() {
+		return false
+	}
+	off, ok := firstMissing(body)
+	if !ok {
+		return false
+	}
+	if off < body.Size() {
+		t.missingAt, t.missingKnown = off, true
+		return false
+	}
+	body.MarkResident()
+	return true
+}
+
+// Send sends length bytes of body from offset start to w with t.Engine,
+// the status and headers being written already, and returns how many
+// bytes each engine sent. A *ReadError means the file could not be read
+// (truncated, a disk error): the body can no longer be completed honestly.
+// Any other error is the client's.
+func (s *Sender) Send(w http.ResponseWriter, r *http.Request, body Body, t *Transfer, start, length int64) (Counts, error) {
+	var sent Counts
+	var n int64
+	var err error
+	if t.FileServerWrites {
+		n, t.Engine, err = s.sendLikeFileServer(w, r, body, t.Engine, start, length)
+		sent[t.Engine] = n
+		return sent, err
+	}
+	if t.Engine == EngineIOUring || t.throughRing {
+		t.throughRing = true
+		return s.sendThroughRing(w, r, body, t, start, length)
+	}
+	switch t.Engine {
+	case EngineMemory:
+		n, err = writeCopy(w, body.Data()[start:start+length])
+	case EngineSendfile:
+		var zeroCopy bool
+		n, zeroCopy, err = s.sendFile(w, r, body, t.ContentLength, start, length)
+		if !zeroCopy {
+			t.Engine = EngineCopy
+		}
+	default:
+		pool, _ := copyPool(r)
+		n, err = copyWith(pool, w, body.File(), start, length)
+	}
+	sent[t.Engine] = n
+	return sent, err
 }

@@ -12,21 +12,12 @@ import (
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
-// A writer after flash_serve's in the chain (encode, a plugin's wrapper)
-// may answer differently depending on how the body is cut into writes:
-// zstd, for one, ends a block at every flush of what it was given, so one
-// write of a whole small file and file_server's way (a 512-byte sniff,
-// then the rest through ReadFrom) give different bytes. Under such a
-// writer (Transfer.FileServerWrites) the body is written the way
-// file_server writes it: io.CopyN from a reader of the file, as
-// http.ServeContent does.
-
 // sendLikeFileServer writes length bytes of the body from start with
-// io.CopyN, the call http.ServeContent makes: a writer with ReadFrom gets
-// the reader, any other gets 32 KiB writes. The reader of a file is a
-// *fileSource without the cached head, so that every read is filled as a
-// file's is; on a cleartext HTTP/1.x connection through the listener
-// wrapper it still leaves with sendfile if the writers pass ReadFrom
+// io.CopyN, as http.ServeContent does, for a writer in front that is not
+// the server's own (Transfer.FileServerWrites): such a writer may answer
+// differently depending on how the body is cut into writes (zstd ends a
+// block at every flush). Every Read is filled whole, as a file's is; a
+// *fileSource still leaves with sendfile if the writers pass ReadFrom
 // down. It reports the bytes written and the engine that sent them.
 func (s *Sender) sendLikeFileServer(w http.ResponseWriter, r *http.Request, body Body, eng Engine, start, length int64) (int64, Engine, error) {
 	if eng == EngineMemory {
@@ -36,18 +27,14 @@ func (s *Sender) sendLikeFileServer(w http.ResponseWriter, r *http.Request, body
 	if eng == EngineIOUring {
 		rr := ringReaderPool.Get().(*ringReader)
 		*rr = ringReader{s: s, ctx: r.Context(), src: body, fd: body.FD(), off: start, n: length, eng: EngineCopy,
-			askCache: !s.RingOnly, opts: readOptions{NoBlockDevice: body.NoBlockDevice(), File: body.FileID()}}
+			askCache: !s.ringOnly(), opts: readOptions{NoBlockDevice: body.NoBlockDevice(), File: body.FileID()}}
 		n, err := io.CopyN(w, rr, length)
 		eng := rr.eng
 		rr.release()
 		return n, eng, err
 	}
-	src := sourcePool.Get().(*fileSource)
-	*src = fileSource{File: body.File(), FD: body.FD(), Off: start, N: length}
-	defer func() {
-		*src = fileSource{}
-		sourcePool.Put(src)
-	}()
+	src := getSource(body, start, length)
+	defer putSource(src)
 	n, err := io.CopyN(w, src, length)
 	if err == io.EOF {
 		err = &ReadError{Offset: start + n, Err: errTruncated}
@@ -58,29 +45,23 @@ func (s *Sender) sendLikeFileServer(w http.ResponseWriter, r *http.Request, body
 	return n, EngineCopy, err
 }
 
-// ringReader reads a body through the io_uring ring for io.CopyN, into
-// the caller's buffer; every Read is filled whole, as a file's is, so
-// that the writes that follow are file_server's. It holds nothing of its
-// own across the caller's writes: a ring read brings a window (coldChunk)
-// into the page cache through a chunk of the budget, which goes back as
-// soon as the first bytes are copied out, and the rest of the window is
-// read from the page cache with no-wait reads (a page evicted meanwhile
-// goes back to the ring). Its reads end with the request's context.
+// ringReader reads a body through the ring for io.CopyN, each Read filled
+// whole. It holds nothing across the caller's writes: a ring read brings a
+// window into the page cache through a chunk of the budget, which goes
+// back once the first bytes are copied out; the rest of the window is read
+// with no-wait reads (a page evicted meanwhile goes back to the ring).
 type ringReader struct {
-	s    *Sender
-	ctx  context.Context
-	src  Body
-	fd   int
-	opts readOptions
-	// off is the next offset to read, n the bytes left to read.
-	off, n int64
-	// windowEnd: the bytes up to it were just read by the ring;
-	// windowErr is where that read stopped, returned once they are read.
-	windowEnd int64
-	windowErr error
-	// askCache: the page cache is asked first (not with RingOnly, and not
-	// after it answered that the data is missing). pieces: it cannot be
-	// asked (FUSE): each ring read is as large as the caller's buffer.
+	s         *Sender
+	ctx       context.Context
+	src       Body
+	fd        int
+	opts      readOptions
+	off, n    int64 // the next offset to read, the bytes left
+	windowEnd int64 // the bytes up to it were just read by the ring
+	windowErr error // where that read stopped, returned once they are read
+	// askCache: the page cache is asked first (not under the io_uring
+	// policy, nor once it said the data is missing). pieces: it cannot be
+	// asked (FUSE), so each ring read is the size of the caller's buffer.
 	askCache, pieces bool
 	eng              Engine // EngineIOUring, or EngineCopy if no byte came through the ring
 	err              error

@@ -18,9 +18,8 @@ func init() {
 }
 
 // ListenerWrapper wraps raw TCP connections so that flash_serve's bodies
-// leave with sendfile(2). Other connections (TLS, QUIC, unix sockets, other
-// wrappers' types) pass through untouched, so it is safe in any position;
-// it must come after any wrapper that replaces TCP connections with its own
+// leave with sendfile(2). Other connections pass through untouched; it
+// must come after any wrapper that replaces TCP connections with its own
 // type (proxy_protocol), or it will see none.
 //
 //	{
@@ -40,10 +39,8 @@ func (ListenerWrapper) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision implements caddy.Provisioner: the server that loads the
-// wrapper puts each connection the wrapper made in its requests'
-// contexts, so that flash_serve can send a response's head with its body
-// (holdHead).
+// Provision implements caddy.Provisioner: the server puts each
+// connection the wrapper made in its requests' contexts (holdHead).
 func (*ListenerWrapper) Provision(ctx caddy.Context) error {
 	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok {
 		srv.RegisterConnContext(withConn)
@@ -56,8 +53,8 @@ func (ListenerWrapper) WrapListener(ln net.Listener) net.Listener {
 	return &listener{Listener: ln}
 }
 
-// UnmarshalCaddyfile implements caddyfile.Unmarshaler. Syntax: flash_serve
-// (no arguments, no block).
+// UnmarshalCaddyfile implements caddyfile.Unmarshaler: flash_serve takes
+// no arguments and no block.
 func (*ListenerWrapper) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next()
 	if d.NextArg() {
@@ -85,27 +82,26 @@ func (l *listener) Accept() (net.Conn, error) {
 // conn is a TCP connection that sends a *fileSource with sendfile.
 type conn struct {
 	*net.TCPConn
-	// wdl is the write deadline last set through the connection, in
-	// Unix nanoseconds (0: none): the deadline a turn starts with, which
-	// the renewer extends (see renewer).
+	// wdl is the write deadline last set through the connection (Unix
+	// nanoseconds, 0: none), which a turn's renewer extends.
 	wdl atomic.Int64
 
-	// armed is set while flash_serve writes a body (holdHead): the first
-	// small write waits in held for the next one. mu guards held and iov
-	// while armed; a connection that is not armed takes no lock.
+	// armed is set while flash_serve writes a body (holdHead): writes are
+	// gathered in held. mu guards held and iov; an unarmed connection
+	// takes no lock.
 	armed atomic.Bool
 	mu    sync.Mutex
 	held  *[]byte
 	iov   [2][]byte
 }
 
-// SetWriteDeadline implements net.Conn, noting the deadline for ReadFrom.
+// SetWriteDeadline and SetDeadline implement net.Conn, noting the
+// deadline for ReadFrom.
 func (c *conn) SetWriteDeadline(t time.Time) error {
 	c.noteWriteDeadline(t)
 	return c.TCPConn.SetWriteDeadline(t)
 }
 
-// SetDeadline implements net.Conn, noting the deadline for ReadFrom.
 func (c *conn) SetDeadline(t time.Time) error {
 	c.noteWriteDeadline(t)
 	return c.TCPConn.SetDeadline(t)
@@ -119,7 +115,6 @@ func (c *conn) noteWriteDeadline(t time.Time) {
 	c.wdl.Store(ns)
 }
 
-// writeDeadline is the write deadline last set through the connection.
 func (c *conn) writeDeadline() time.Time {
 	if ns := c.wdl.Load(); ns != 0 {
 		return time.Unix(0, ns)
@@ -128,15 +123,13 @@ func (c *conn) writeDeadline() time.Time {
 }
 
 // ReadFrom implements io.ReaderFrom. net/http calls it with what the
-// handler's ReadFrom passed down, after sending the headers (and the first
-// 512 bytes, unless the handler had the headers written: headerFirst)
-// itself; it adds the count returned here to what it checks against
-// Content-Length, so keep-alive survives.
+// handler's ReadFrom passed down, after the headers (and the first 512
+// bytes, unless headerFirst), and adds the count returned to what it
+// checks against Content-Length, so keep-alive survives.
 func (c *conn) ReadFrom(r io.Reader) (int64, error) {
 	src, limit := findSource(r)
 	if c.armed.Load() {
-		// What is held leaves first; the bytes after it follow as always,
-		// in the same segment when sendfile sends them.
+		// What is held leaves first, in sendfile's first segment.
 		c.mu.Lock()
 		c.armed.Store(false)
 		err := c.flushHeld(src != nil && limit > 0 && src.FD >= 0 && !src.Refused)
@@ -146,8 +139,7 @@ func (c *conn) ReadFrom(r io.Reader) (int64, error) {
 		}
 	}
 	if src != nil && limit == 0 {
-		// A turn after the last byte (the body was a multiple of the
-		// writer's chunk): nothing to send, and nothing to fall back from.
+		// A turn after the last byte: nothing to send or fall back from.
 		return 0, nil
 	}
 	if src == nil || limit < 0 || src.FD < 0 {
@@ -160,8 +152,7 @@ func (c *conn) ReadFrom(r io.Reader) (int64, error) {
 	if !src.Refused {
 		n, err = c.sendfile(src, limit, &ren)
 		if errors.Is(err, errRefused) {
-			// As Go's own sendfile does: what the kernel will not send
-			// from this file is copied, from where sendfile stopped.
+			// As Go's own sendfile does: copy from where it stopped.
 			stats.refused.Add(1)
 			src.Refused = true
 			err = nil
@@ -177,13 +168,11 @@ func (c *conn) ReadFrom(r io.Reader) (int64, error) {
 	return n, err
 }
 
-// errRefused reports that the kernel cannot sendfile from this file or to
-// this socket; nothing of the refused call was sent.
+// errRefused: the kernel cannot sendfile from this file or to this socket.
 var errRefused = errors.New("sendfile refused")
 
-// copyTurn copies limit bytes of src to the connection through a pooled
-// buffer, renewing the write deadline as the sendfile loop does; sent is
-// what the turn has already sent.
+// copyTurn copies limit bytes of src to the connection, renewing the
+// write deadline as the sendfile loop does; sent is what the turn sent.
 func (c *conn) copyTurn(src *fileSource, limit int64, ren *renewer, sent int64) (int64, error) {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
@@ -214,8 +203,7 @@ func (c *conn) copyTurn(src *fileSource, limit int64, ren *renewer, sent int64) 
 // renew moves the write deadline on after sent bytes of the turn.
 func (c *conn) renew(ren *renewer, sent int64) {
 	if d, ok := ren.next(time.Now(), sent); ok {
-		// Straight to the socket: the noted deadline stays the one the
-		// turn started with.
+		// Straight to the socket: the noted deadline stays the turn's.
 		c.TCPConn.SetWriteDeadline(d)
 	}
 }

@@ -20,14 +20,12 @@ type blindBody struct{ fileBody }
 func (blindBody) MincoreTrusted() bool { return false }
 
 // TestMissingSpanIsNotProbedAgain: where the handler's probe of the whole
-// file has just found its data missing (Transfer.MissingAt), the span
+// file has just found its data missing (Transfer.missingAt), the span
 // that holds it is read through the ring, without a second probe, and
 // what comes before it is probed and leaves as resident data does. The
 // file here is all resident, so that a second probe would send it all by
-// copy: with no-wait reads it would, a moment after the first probe's
-// read started the kernel reading the page in (CI, as nobody on a cold
-// 256 MiB file: 0 bytes through the ring, the body sent by sendfile calls
-// that blocked on the disk).
+// copy, as no-wait reads would a moment after the first probe's read
+// started the kernel reading the page in.
 func TestMissingSpanIsNotProbedAgain(t *testing.T) {
 	const size = 6<<20 + 100
 	f, want := testFile(t, size)
@@ -55,12 +53,12 @@ func TestMissingSpanIsNotProbedAgain(t *testing.T) {
 			// and must come out exact once.
 			for try := 1; ; try++ {
 				w := httptest.NewRecorder()
-				tr := &Transfer{Engine: EngineIOUring, MissingAt: c.at, MissingKnown: c.known}
+				tr := &Transfer{Engine: EngineIOUring, missingAt: c.at, missingKnown: c.known}
 				sent, err := s.Send(w, httptest.NewRequest("GET", "/", nil), body, tr, c.start, c.length)
 				if err != nil || !bytes.Equal(w.Body.Bytes(), want[c.start:c.start+c.length]) {
 					t.Fatalf("%s: %v, %d bytes, equal %v", name, err, w.Body.Len(), bytes.Equal(w.Body.Bytes(), want[c.start:c.start+c.length]))
 				}
-				if c.ring > 0 && tr.MissingKnown {
+				if c.ring > 0 && tr.missingKnown {
 					t.Errorf("%s: the hint is still set after the span it names was read", name)
 				}
 				if sent[EngineIOUring] == c.ring && sent[EngineCopy] == c.length-c.ring {
@@ -106,16 +104,16 @@ func TestCachedSpanBeforeAColdOneLeavesAsResidentData(t *testing.T) {
 		if n := cachedPrefix(); n != span {
 			t.Fatalf("set up: mincore sees the first %d bytes cached, want %d: the test would prove nothing", n, span)
 		}
-		at, ok := FirstMissing(body)
+		at, ok := firstMissing(body)
 		if cachedPrefix() < span && try < 3 {
 			t.Logf("attempt %d: the first span was evicted under the probe; again", try)
 			continue
 		}
 		if at != span || !ok {
-			t.Errorf("first 2 MiB cached, the rest not: FirstMissing = %d, %v; want %d, true", at, ok, span)
+			t.Errorf("first 2 MiB cached, the rest not: firstMissing = %d, %v; want %d, true", at, ok, span)
 		}
 		w := httptest.NewRecorder()
-		tr := &Transfer{Engine: EngineIOUring, MissingAt: at, MissingKnown: ok && at < size}
+		tr := &Transfer{Engine: EngineIOUring, missingAt: at, missingKnown: ok && at < size}
 		sent, err := s.Send(w, httptest.NewRequest("GET", "/", nil), body, tr, 0, size)
 		if err != nil || !bytes.Equal(w.Body.Bytes(), want) {
 			t.Fatalf("Send: %v, %d bytes, equal %v", err, w.Body.Len(), bytes.Equal(w.Body.Bytes(), want))

@@ -65,7 +65,7 @@ func TestNoWaitFirstTellsColdReads(t *testing.T) {
 	const readers, size = 64, 8192
 	files, wants := evictedFiles(t, readers, size)
 	for _, pass := range []string{"cold", "resident"} {
-		enters0, entered0, halves0, met0 := r.enters.Load(), r.entered.Load(), r.noWaitFirst.Load(), r.metDisk.Load()
+		enters0, entered0, halves0, met0 := r.counts().enters.Load(), r.counts().entered.Load(), r.counts().noWaitFirst.Load(), r.counts().metDisk.Load()
 		readTogether(readers, func(g int) {
 			buf := make([]byte, size)
 			o := readOptions{NoWaitFirst: true}
@@ -80,8 +80,8 @@ func TestNoWaitFirstTellsColdReads(t *testing.T) {
 				t.Errorf("%s: read of file %d left NoWaitFirst set", pass, g)
 			}
 		})
-		enters, entered := r.enters.Load()-enters0, r.entered.Load()-entered0
-		halves, met := r.noWaitFirst.Load()-halves0, r.metDisk.Load()-met0
+		enters, entered := r.counts().enters.Load()-enters0, r.counts().entered.Load()-entered0
+		halves, met := r.counts().noWaitFirst.Load()-halves0, r.counts().metDisk.Load()-met0
 		t.Logf("%s: %d reads, %d with a no-wait half, %d met the disk, in %d io_uring_enter calls", pass, entered, halves, met, enters)
 		if entered != readers || halves != readers {
 			t.Errorf("%s: %d reads entered, %d with a no-wait half; want %d each", pass, entered, halves, readers)
@@ -96,14 +96,14 @@ func TestNoWaitFirstTellsColdReads(t *testing.T) {
 	}
 	for i := range 16 {
 		evictVerified(t, &files[i], &wants[i], size)
-		enters0 := r.enters.Load()
+		enters0 := r.counts().enters.Load()
 		buf := make([]byte, size)
 		o := readOptions{NoWaitFirst: true}
 		n, err := r.readFull(context.Background(), int(files[i].Fd()), buf, 0, &o)
 		if err != nil || n != size || !bytes.Equal(buf, wants[i]) {
 			t.Fatalf("lone read %d: %d bytes, %v", i, n, err)
 		}
-		if enters := r.enters.Load() - enters0; !o.MetDisk || enters != 1 {
+		if enters := r.counts().enters.Load() - enters0; !o.MetDisk || enters != 1 {
 			t.Errorf("lone read %d of an evicted file: MetDisk %v in %d io_uring_enter calls; want true in 1", i, o.MetDisk, enters)
 		}
 	}

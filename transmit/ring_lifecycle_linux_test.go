@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 )
 
@@ -53,7 +54,7 @@ func TestRingCyclesLeaveNothing(t *testing.T) {
 				}
 				buf := make([]byte, 64<<10)
 				off := int64(i) * 64 << 10
-				n, err := r.readFull(ctx, fd, buf, off, nil)
+				n, err := r.readFull(ctx, fd, buf, off, &readOptions{})
 				if err == nil && (n != len(buf) || !bytes.Equal(buf, data[off:off+int64(n)])) {
 					t.Errorf("cycle %d read %d: %d bytes, wrong data", cycle, i, n)
 				}
@@ -108,7 +109,7 @@ func TestNoWaitProbeWithoutNoWaitSupport(t *testing.T) {
 	}
 	defer r.close()
 	got := make([]byte, size)
-	n, err := r.readFull(t.Context(), fd, got, 0, &readOptions{NoBlockDevice: noBlockDevice(fd)})
+	n, err := r.readFull(t.Context(), fd, got, 0, &readOptions{NoBlockDevice: fileio.NoBlockDeviceFD(fd)})
 	if err != nil || n != size {
 		t.Fatalf("ring read: %d bytes, %v", n, err)
 	}

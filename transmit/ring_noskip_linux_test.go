@@ -19,7 +19,7 @@ func TestRingFirstWithoutSkipSuccess(t *testing.T) {
 	s.Ring.skipCQE = false
 	const n, size = 16, 8192
 	files, wants := evictedFiles(t, n, size)
-	rf0, cold0, halves0 := stats.ringFirstBodies.Load(), stats.coldBodies.Load(), s.Ring.noWaitFirst.Load()
+	rf0, cold0, halves0 := stats.ringFirstBodies.Load(), stats.coldBodies.Load(), s.Ring.counts().noWaitFirst.Load()
 	for i, f := range files {
 		atomic.StoreInt32(&s.firstReads.score, firstReadsMax)
 		w := httptest.NewRecorder()
@@ -27,7 +27,7 @@ func TestRingFirstWithoutSkipSuccess(t *testing.T) {
 			t.Fatalf("file %d: %v, %d bytes", i, err, w.Body.Len())
 		}
 	}
-	rf, cold, halves := stats.ringFirstBodies.Load()-rf0, stats.coldBodies.Load()-cold0, s.Ring.noWaitFirst.Load()-halves0
+	rf, cold, halves := stats.ringFirstBodies.Load()-rf0, stats.coldBodies.Load()-cold0, s.Ring.counts().noWaitFirst.Load()-halves0
 	t.Logf("%d ring first, %d no-wait halves, %d cold bodies", rf, halves, cold)
 	if rf != 0 || halves != 0 || cold != n {
 		t.Errorf("%d ring first, %d halves, %d cold; want 0, 0, %d", rf, halves, cold, n)

@@ -51,7 +51,7 @@ func TestNoWaitHalvesOverflowCompletionRing(t *testing.T) {
 	go r.readOnce(ctx0, p0, make([]byte, 16), 0, &readOptions{Hold: func() func() {
 		return func() { close(stalled); <-stall }
 	}})
-	if !waitFor(10*time.Second, func() bool { return r.entered.Load() == 1 }) {
+	if !waitFor(10*time.Second, func() bool { return r.counts().entered.Load() == 1 }) {
 		t.Fatal("the first read was not entered")
 	}
 	cancel0()
@@ -75,8 +75,8 @@ func TestNoWaitHalvesOverflowCompletionRing(t *testing.T) {
 			done <- err
 		}()
 	}
-	if !waitFor(10*time.Second, func() bool { return r.entered.Load() == 1+n }) {
-		t.Fatalf("%d reads entered, want %d", r.entered.Load(), 1+n)
+	if !waitFor(10*time.Second, func() bool { return r.counts().entered.Load() == 1+n }) {
+		t.Fatalf("%d reads entered, want %d", r.counts().entered.Load(), 1+n)
 	}
 	for _, c := range cancels {
 		c()
@@ -98,7 +98,7 @@ func TestNoWaitHalvesOverflowCompletionRing(t *testing.T) {
 			f, _ := testFile(t, 4096)
 			fresh := make(chan error, 1)
 			go func() {
-				_, err := r.readFull(context.Background(), int(f.Fd()), make([]byte, 4096), 0, nil)
+				_, err := r.readFull(context.Background(), int(f.Fd()), make([]byte, 4096), 0, &readOptions{})
 				fresh <- err
 			}()
 			select {
@@ -124,7 +124,7 @@ func TestNoWaitHalvesOverflowCompletionRing(t *testing.T) {
 			return
 		}
 	}
-	if r.overflows.Load() == 0 {
+	if r.counts().overflows.Load() == 0 {
 		t.Error("the ring's completions did not overflow: the test did not reach the case it is about")
 	}
 }

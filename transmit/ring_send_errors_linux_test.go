@@ -25,7 +25,7 @@ func TestRingSendTruncatedAndFailing(t *testing.T) {
 		t.Fatalf("io_uring should work on this kernel: %v", err)
 	}
 	defer r.close()
-	s := &Sender{Ring: r, RingOnly: true, Logger: zap.NewNop()}
+	s := &Sender{Ring: r, Policy: PolicyIOUring, Logger: zap.NewNop()}
 	body := fileBody{f}
 	for _, fsw := range []bool{false, true} {
 		// The ring failing every read: the same bytes, all by copy.

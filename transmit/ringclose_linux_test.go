@@ -29,7 +29,7 @@ func TestRingClosedUnderAReadSendsTheBody(t *testing.T) {
 	if err != nil {
 		t.Fatalf("io_uring should work on this kernel: %v", err)
 	}
-	s := &Sender{Ring: r, RingOnly: true, Logger: zap.NewNop()}
+	s := &Sender{Ring: r, Policy: PolicyIOUring, Logger: zap.NewNop()}
 	w := httptest.NewRecorder()
 	type result struct {
 		sent Counts

@@ -11,22 +11,18 @@ import (
 )
 
 // maxSendfileCall bounds one sendfile call, for fairness between
-// connections, as nginx's sendfile_max_chunk (2m) does: a larger turn
-// (sendfile_max_chunk, through Caddy's write chunk) makes several calls.
+// connections, as nginx's sendfile_max_chunk does.
 const maxSendfileCall = 2 << 20
 
-// sendfileCall is unix.Sendfile; tests replace it to make the kernel
-// refuse.
+// sendfileCall is unix.Sendfile; tests make it refuse.
 var sendfileCall = unix.Sendfile
 
 func newConn(tc *net.TCPConn) net.Conn { return &conn{TCPConn: tc} }
 
-// writeMore writes p to the socket with MSG_MORE, as nginx's tcp_nopush
-// does for a response's header: the kernel keeps the last partial segment
-// for the bytes that follow, so that the header and the first bytes
-// sendfile sends (whose last call is made without MSG_MORE, which pushes
-// them) leave in one segment. A system call like the write it replaces;
-// EAGAIN parks the goroutine on the netpoller, under the write deadline.
+// writeMore writes p with MSG_MORE, as nginx's tcp_nopush does for a
+// header: the kernel keeps the last partial segment for sendfile's first
+// bytes, so that they leave together. EAGAIN parks the goroutine on the
+// netpoller, under the write deadline.
 func (c *conn) writeMore(p []byte) error {
 	rc, err := c.TCPConn.SyscallConn()
 	if err != nil {
@@ -58,15 +54,11 @@ func (c *conn) writeMore(p []byte) error {
 	return nil
 }
 
-// sendfile sends up to limit bytes of src at its offset. The socket is
-// non-blocking: on EAGAIN, RawConn.Write parks the goroutine on the
-// netpoller until the socket drains, under the connection's write
-// deadline, instead of holding a thread. Every call that follows progress
-// renews that deadline (see renewer).
-//
-// A refusal by the kernel (EINVAL, ENOSYS, EOPNOTSUPP: a file or socket
-// sendfile cannot take) returns the bytes sent before it with an error
-// wrapping errRefused.
+// sendfile sends up to limit bytes of src at its explicit offset. On
+// EAGAIN, RawConn.Write parks the goroutine on the netpoller under the
+// write deadline, which every call after progress renews. A refusal by
+// the kernel (EINVAL, ENOSYS, EOPNOTSUPP) returns the bytes sent before it
+// with an error wrapping errRefused.
 func (c *conn) sendfile(src *fileSource, limit int64, ren *renewer) (int64, error) {
 	rc, err := c.TCPConn.SyscallConn()
 	if err != nil {
@@ -100,7 +92,7 @@ func (c *conn) sendfile(src *fileSource, limit int64, ren *renewer) (int64, erro
 		}
 		src.ZeroCopy = true
 		switch {
-		case err != nil: // the deadline, or the connection closed under us
+		case err != nil: // the deadline, or the connection closed
 			return written, err
 		case serr == unix.EIO || serr == unix.EOVERFLOW:
 			return written, &ReadError{Offset: src.Off, Err: serr}

@@ -7,16 +7,13 @@ import (
 	"net"
 )
 
-// newConn leaves the connection as it is: without explicit-offset
-// sendfile, flash_serve's bodies are copied.
+// newConn leaves the connection as it is: bodies are copied.
 func newConn(tc *net.TCPConn) net.Conn { return tc }
 
 func (c *conn) sendfile(*fileSource, int64, *renewer) (int64, error) {
 	return 0, errors.New("sendfile is not supported on this OS")
 }
 
-// writeMore writes p: only sendfile's bodies could follow it in one
-// segment.
 func (c *conn) writeMore(p []byte) error {
 	_, err := c.TCPConn.Write(p)
 	return err

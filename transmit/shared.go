@@ -3,14 +3,63 @@ package transmit
 import (
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 )
 
-// rings holds the process's io_uring across config reloads: a reload
-// provisions the new handlers before it cleans up the old ones, so the
-// ring lives on while any handler holds it.
+// ringOptions size a Ring.
+type ringOptions struct {
+	// Entries is the number of reads in flight at most. Default: 256.
+	Entries int
+	// Workers caps the io-wq workers that block on the disk, for the
+	// whole ring; a quarter of it (at least 2) is the most reads of one
+	// file in flight. Default: 16.
+	Workers int
+	// CloseWait is how long close waits for reads in the kernel before it
+	// abandons the ring. Default: 3 s.
+	CloseWait time.Duration
+	// For tests: the completion ring's size (default: 4 times Entries)
+	// and the most reads in flight (default: a third of it, at most
+	// Entries).
+	cqEntries, inFlight int
+}
+
+// readOptions say how a read may be let go and how to submit it.
+type readOptions struct {
+	// Hold, if set, lets a read whose context ends return at once while
+	// the kernel still has it: Hold is called then (under the ring's lock:
+	// it must not call the ring) and must keep the buffer and descriptor
+	// from reuse; the func it returns is called at the completion. Without
+	// Hold, a cancelled read waits for its completion.
+	Hold func() (release func())
+	// NoBlockDevice marks a file without a block device (FUSE, NFS): its
+	// reads go straight to an io-wq worker (IOSQE_ASYNC), since one tried
+	// inline can block the submitting thread.
+	NoBlockDevice bool
+	// File identifies the file for the bound on its reads in flight, where
+	// several descriptors may be open on it; 0: the descriptor is the file.
+	File uint64
+	// NoWaitFirst asks, where the ring can (Ring.NoWaitFirst), that the
+	// next read be preceded in the same submission by a hard-linked
+	// RWF_NOWAIT read of the same range: its failure says the data was
+	// not all in the page cache, and the disk read it starts is plugged
+	// with the batch, so that one enter signals the disk once. It applies
+	// to one read and is cleared by it; MetDisk is then set if the no-wait
+	// half failed.
+	NoWaitFirst, MetDisk bool
+}
+
+// errRingClosed is returned by reads on a closed Ring.
+var errRingClosed = errors.New("io_uring: ring closed")
+
+// errRingAbandoned is returned by close when reads were still in the
+// kernel after CloseWait.
+var errRingAbandoned = errors.New("io_uring: ring abandoned with reads in the kernel")
+
+// rings holds the process's io_uring across config reloads, which
+// provision the new handlers before they clean up the old ones.
 var rings = caddy.NewUsagePool()
 
 const ringKey = "io_uring"
@@ -23,10 +72,9 @@ type ringHolder struct {
 	logger   *zap.Logger
 }
 
-// Destruct implements caddy.Destructor. Close is bounded: reads that a
-// stalled device or FUSE server never finishes leave the ring abandoned
-// (still mapped, with their buffers), which is said here, and Caddy's
-// cleanup goes on.
+// Destruct implements caddy.Destructor. Close is bounded: reads a stalled
+// device never finishes leave the ring abandoned, which is said here, and
+// Caddy's cleanup goes on.
 func (h *ringHolder) Destruct() error {
 	if h.ring == nil {
 		return nil
@@ -40,15 +88,12 @@ func (h *ringHolder) Destruct() error {
 	return err
 }
 
-// AcquireRing takes a reference to the process's io_uring, shared by
-// every handler across config reloads and made on first use with workers
-// as the cap of its io-wq (IORING_REGISTER_IOWQ_MAX_WORKERS); a later call
-// with another count moves the cap (the last handler provisioned wins).
-// It returns nil where io_uring cannot be used, and then says why at WARN
-// on logger, once per attempt to make the ring, if this build has
-// io_uring or required is set (`transmit io_uring`): bodies are then
-// read with sendfile or pread. Every call, whatever it returned, must be
-// matched by one ReleaseRing.
+// AcquireRing takes a reference to the process's io_uring, made on first
+// use with workers as its io-wq cap; a later call with another count moves
+// the cap (the last handler provisioned wins). It returns nil where
+// io_uring cannot be used, and then says why at WARN, once per attempt to
+// make the ring, if this build has io_uring or required is set. Every
+// call, whatever it returned, must be matched by one ReleaseRing.
 func AcquireRing(workers int, required bool, logger *zap.Logger) *Ring {
 	v, _, _ := rings.LoadOrNew(ringKey, func() (caddy.Destructor, error) {
 		r, err := newRing(ringOptions{Workers: workers})
@@ -70,20 +115,22 @@ func AcquireRing(workers int, required bool, logger *zap.Logger) *Ring {
 	return h.ring
 }
 
-// ReleaseRing gives back a reference that AcquireRing took. The last one
-// closes the ring, waiting at most 3 s for the reads in the kernel: if a
-// stalled device or FUSE server still holds some, the ring is left mapped
-// until they complete, which is said at WARN.
+// ReleaseRing gives back a reference that AcquireRing took; the last one
+// closes the ring (Ring.close).
 func ReleaseRing() { rings.Delete(ringKey) }
 
 // SharedRing returns the ring that AcquireRing made, nil if there is
 // none, without taking a reference: for work that the config holding the
 // ring bounds (the admin API's prewarm, which a reload cancels).
 func SharedRing() *Ring {
+	if h := sharedHolder(); h != nil {
+		return h.ring
+	}
+	return nil
+}
+
+func sharedHolder() *ringHolder {
 	var h *ringHolder
 	rings.Range(func(_, v any) bool { h = v.(*ringHolder); return false })
-	if h == nil {
-		return nil
-	}
-	return h.ring
+	return h
 }

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 )
 
 // waitFor polls cond every 5 ms for up to d and reports whether it held.
@@ -61,7 +63,7 @@ func TestRingCancelsStalledReads(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var held, released atomic.Int64
-	opts := &readOptions{NoBlockDevice: noBlockDevice(int(f.Fd())), Hold: func() func() {
+	opts := &readOptions{NoBlockDevice: fileio.NoBlockDeviceFD(int(f.Fd())), Hold: func() func() {
 		held.Add(1)
 		return func() { released.Add(1) }
 	}}
@@ -85,7 +87,7 @@ func TestRingCancelsStalledReads(t *testing.T) {
 	}
 	// The ring still serves other files.
 	buf := make([]byte, len(want))
-	if n, err := r.readFull(context.Background(), int(disk.Fd()), buf, 0, nil); n != len(want) || err != nil || !bytes.Equal(buf, want) {
+	if n, err := r.readFull(context.Background(), int(disk.Fd()), buf, 0, &readOptions{}); n != len(want) || err != nil || !bytes.Equal(buf, want) {
 		t.Errorf("a disk read beside the stalled file: %d, %v", n, err)
 	}
 	start := time.Now()
@@ -163,7 +165,7 @@ func TestAbandonedReadHoldsDescriptor(t *testing.T) {
 	// read's cancellation is in the kernel.
 	buf := make([]byte, len(want))
 	for i := range 20 {
-		if n, err := r.readFull(context.Background(), int(disk.Fd()), buf, 0, nil); n != len(buf) || err != nil || !bytes.Equal(buf, want) {
+		if n, err := r.readFull(context.Background(), int(disk.Fd()), buf, 0, &readOptions{}); n != len(buf) || err != nil || !bytes.Equal(buf, want) {
 			t.Fatalf("disk read %d beside the abandoned one: %d, %v", i, n, err)
 		}
 	}
@@ -324,7 +326,7 @@ func TestShortRingReadsContinue(t *testing.T) {
 		read func(fd int, buf []byte, off int64) (int, error)
 	}{
 		{"disk ReadFull", int(disk.Fd()), func(o int64) byte { return want[o] }, func(fd int, buf []byte, off int64) (int, error) {
-			return r.readFull(context.Background(), fd, buf, off, nil)
+			return r.readFull(context.Background(), fd, buf, off, &readOptions{})
 		}},
 		{"disk ReadLending", int(disk.Fd()), func(o int64) byte { return want[o] }, func(fd int, buf []byte, off int64) (int, error) {
 			return r.ReadLending(context.Background(), fd, buf, off, nil)

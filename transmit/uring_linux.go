@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"sync"
@@ -15,11 +16,12 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 )
 
 // The io_uring ABI (include/uapi/linux/io_uring.h), as much as the Ring
-// uses: two opcodes, IOSQE_ASYNC, the eventfd, the probe and the io-wq
-// limit.
+// uses.
 const (
 	iouringOffSQRing = 0
 	iouringOffCQRing = 0x8000000
@@ -68,20 +70,15 @@ type iouringParams struct {
 }
 
 type sqe struct {
-	opcode      uint8
-	flags       uint8
-	ioprio      uint16
-	fd          int32
-	off         uint64
-	addr        uint64
-	len         uint32
-	rwFlags     uint32
-	userData    uint64
-	bufIndex    uint16
-	personality uint16
-	spliceFDIn  int32
-	addr3       uint64
-	pad         uint64
+	opcode, flags         uint8
+	ioprio                uint16
+	fd                    int32
+	off, addr             uint64
+	len, rwFlags          uint32
+	userData              uint64
+	bufIndex, personality uint16
+	spliceFDIn            int32
+	addr3, pad            uint64
 }
 
 type cqe struct {
@@ -91,19 +88,16 @@ type cqe struct {
 }
 
 // A read's user_data is its slot index in the low 32 bits and the slot's
-// generation above them, so that a cancellation meant for a read that has
-// completed meanwhile cannot hit the next read of the same slot. The top
-// bit marks the completions of the cancellations themselves (and of the
-// no-ops that pad a batch, which post none unless they fail); the next
-// one the failure of a read's no-wait first half (readOptions.NoWaitFirst).
+// generation above them, so that a late cancellation cannot hit the next
+// read of the same slot. cancelTag marks the completions of cancellations
+// (and of padding no-ops), noWaitTag the failure of a no-wait first half.
 const (
 	cancelTag = 1 << 63
 	noWaitTag = 1 << 62
 	genMask   = 1<<30 - 1
 )
 
-// resClosed is the result handed to a read the ring never submitted
-// because it was closed.
+// resClosed is the result of a read never submitted: the ring closed.
 const resClosed = -1 << 31
 
 // An operation's state, guarded by Ring.mu.
@@ -118,29 +112,21 @@ const (
 // handlers share one, from AcquireRing.
 //
 // One goroutine, locked to its OS thread, makes every submission, so the
-// io-wq that does the blocking reads is that one thread's: its cap
-// (Workers, IORING_REGISTER_IOWQ_MAX_WORKERS, which the kernel counts per
-// submitting task) bounds the whole ring, not each goroutine's thread.
-// While the kernel has few reads (eagerBelow), a reader wakes it through
-// a channel, and it runs next: the disk must not idle. With more in the
-// kernel, readers wake it through the netpoller (an eventfd and a relay
-// goroutine): it runs when the scheduler polls the network, that is once
-// the requests already runnable have queued their reads, and enters them
-// together. Woken by a channel every time, each read had its own
-// io_uring_enter and its own two thread hand-offs (the submitter's thread
-// is locked); the block layer plugs per enter, so a batch also signals
-// the disk once. No read waits for company: the submitter enters what is
-// queued when it gets to it.
-// Completions are reaped by a goroutine that waits on an eventfd through
-// the netpoller. A goroutine waiting for a read parks on a channel, so a
-// read from a cold disk holds no OS thread.
+// io-wq cap (IORING_REGISTER_IOWQ_MAX_WORKERS, counted per submitting
+// task) bounds the whole ring. While the kernel has few reads
+// (eagerBelow), a reader wakes the submitter through a channel so that
+// the disk does not idle; with more, through the netpoller (an eventfd
+// and relay), so that it runs once the runnable requests have queued
+// their reads and enters them together: one io_uring_enter, one plug of
+// the block layer, no thread hand-offs per read. No read waits for
+// company. Completions are reaped by a goroutine waiting on an eventfd
+// through the netpoller; a reader parks on a channel and holds no thread.
 //
-// A read can be let go: when its context ends it is dropped if the
-// submitter has not taken it yet, and otherwise cancelled with
-// IORING_OP_ASYNC_CANCEL; its buffer and descriptor stay the operation's
-// until the kernel's completion arrives (see readOptions.Hold). At most
-// max(2, Workers/4) reads of one descriptor are in flight, so a file that
-// hangs cannot take every slot.
+// A read can be let go: when its context ends it is dropped if not yet
+// submitted, else cancelled with IORING_OP_ASYNC_CANCEL, its buffer and
+// descriptor staying the operation's until the completion arrives
+// (readOptions.Hold). At most max(2, Workers/4) reads of one file are in
+// flight, so a file that hangs cannot take every slot.
 type Ring struct {
 	fd     int
 	sqRing []byte
@@ -174,34 +160,36 @@ type Ring struct {
 	event       *os.File      // the eventfd, on the netpoller
 	reaped      chan struct{} // closed once the ring is torn down
 	closeWait   time.Duration
-	wantWorkers atomic.Int32 // the cap asked for last, for tests
+	wantWorkers atomic.Int32 // the io-wq cap asked for last
 
-	// enters counts the io_uring_enter calls that submitted entries,
-	// entered the reads submitted (cancellations not counted), for tests
-	// of the batching; noWaitFirst counts the reads entered with a no-wait
-	// half, metDisk those whose no-wait half failed.
-	enters, entered, noWaitFirst, metDisk, overflows atomic.Int64
+	skipCQE bool // IOSQE_CQE_SKIP_SUCCESS, which no-wait halves need
+}
 
-	// skipCQE: the kernel has IOSQE_CQE_SKIP_SUCCESS, which reads with a
-	// no-wait half need (their first half posts only its failure).
-	skipCQE bool
+// ringEvent is what ringTrace is told of.
+type ringEvent uint8
 
-	// failNext makes the next completions fail with ECANCELED, to test
-	// the fallback.
-	failNext atomic.Int32
-	// shortNext makes the next completions report half their count, as
-	// kernels before 5.9 and some network filesystems do, to test that
-	// reads go on from where they stopped.
-	shortNext atomic.Int32
+const (
+	evEnter        ringEvent = iota // an io_uring_enter that submitted entries
+	evEntered                       // reads submitted (cancellations not counted)
+	evNoWaitHalves                  // reads submitted with a no-wait half
+	evMetDisk                       // reads whose no-wait half failed
+	evOverflow                      // completions flushed from the kernel's overflow list
+)
+
+// ringTrace, set only by the tests (export_test.go), counts what the rings
+// do.
+var ringTrace func(r *Ring, ev ringEvent, n int64)
+
+func (r *Ring) trace(ev ringEvent, n int64) {
+	if ringTrace != nil {
+		ringTrace(r, ev, n)
+	}
 }
 
 type ringOp struct {
-	state     uint8
-	flags     uint8
-	abandoned bool // its reader has gone: the reaper finishes it
-	// noWaitFirst: the read goes in as two linked entries, a no-wait read
-	// and the read itself; metDisk is set when the first failed (the data
-	// was not all in the page cache).
+	state, flags uint8
+	abandoned    bool // its reader has gone: the reaper finishes it
+	// noWaitFirst: a linked no-wait read goes first; metDisk: it failed.
 	noWaitFirst, metDisk bool
 	gen                  uint32
 	fd                   int32
@@ -219,69 +207,8 @@ type fileGate struct {
 	users int // readers waiting or holding a token, and abandoned reads
 }
 
-// ringOptions size a Ring.
-type ringOptions struct {
-	// Entries is the number of reads in flight at most. Default: 256.
-	Entries int
-	// Workers caps the kernel's io-wq workers that block on the disk
-	// (IORING_REGISTER_IOWQ_MAX_WORKERS), for the whole ring; a quarter
-	// of it (at least 2) is the most reads of one file in flight.
-	// Default: 16.
-	Workers int
-	// CloseWait is how long close waits for reads in the kernel before it
-	// abandons the ring. Default: 3 s.
-	CloseWait time.Duration
-	// cqEntries and inFlight are for the tests: the completion ring's
-	// size (default: 4 times Entries) and the most reads in flight
-	// (default: what the completion ring holds three completions each
-	// of, at most Entries).
-	cqEntries, inFlight int
-}
-
-// readOptions say how a read may be let go and how to submit it.
-type readOptions struct {
-	// Hold, if set, lets a read whose context ends return at once while
-	// the kernel still has it: Hold is called then (with the ring's lock
-	// held: it must not call the ring) and must keep the buffer and the
-	// descriptor from being reused or closed, for example by taking a
-	// reference on the cache entry that owns the descriptor; the func it
-	// returns is called once the kernel's completion arrives. Without
-	// Hold, a cancelled read waits for that completion.
-	Hold func() (release func())
-	// NoBlockDevice marks a file on a filesystem without a block device
-	// (FUSE, NFS, see NoBlockDevice): its reads go straight to an io-wq
-	// worker (IOSQE_ASYNC), since such a read tried inline can block the
-	// submitting thread, and short reads of it are finished with pread.
-	NoBlockDevice bool
-	// File identifies the file for the bound on reads of one file in
-	// flight (its device and inode, say), where several descriptors may
-	// be open on it; 0 means the descriptor is the file.
-	File uint64
-	// NoWaitFirst asks, where the ring can (Ring.NoWaitFirst), that the
-	// next read be preceded in the same submission by a no-wait read of
-	// the same range (RWF_NOWAIT, hard-linked): its failure says that the
-	// data was not all in the page cache, and the disk read it starts is
-	// plugged with the rest of the batch, so that one enter signals the
-	// disk once for every read in it. The read itself follows, from the
-	// page cache or waiting for the disk. It applies to one read only and
-	// is cleared by it.
-	NoWaitFirst bool
-	// MetDisk is set by a read with NoWaitFirst whose no-wait half failed:
-	// the read waited for the disk (or for a read of it already started).
-	MetDisk bool
-}
-
-// errRingClosed is returned by reads on a closed Ring.
-var errRingClosed = errors.New("io_uring: ring closed")
-
-// errRingAbandoned is returned by close when reads were still in the
-// kernel after CloseWait: the ring is left mapped, with the buffers of
-// those reads, and goes away when their completions arrive.
-var errRingAbandoned = errors.New("io_uring: ring abandoned with reads in the kernel")
-
-// newRing sets up a ring and probes what it needs. The error says why
-// io_uring cannot be used here: an old kernel, kernel.io_uring_disabled, a
-// seccomp filter, or too little locked memory.
+// newRing sets up a ring and probes what it needs; the error says why
+// io_uring cannot be used here.
 func newRing(o ringOptions) (*Ring, error) {
 	if o.Entries <= 0 {
 		o.Entries = 256
@@ -295,8 +222,6 @@ func newRing(o ringOptions) (*Ring, error) {
 	if o.cqEntries <= 0 {
 		o.cqEntries = 4 * o.Entries
 	}
-	// The completion ring holds three completions for every read in
-	// flight: a read, its no-wait half that failed, and a cancellation.
 	p := iouringParams{flags: iouringSetupCQSize, cqEntries: uint32(o.cqEntries)}
 	fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, uintptr(o.Entries), uintptr(unsafe.Pointer(&p)), 0)
 	if errno == unix.EINVAL {
@@ -306,62 +231,56 @@ func newRing(o ringOptions) (*Ring, error) {
 	if errno != 0 {
 		return nil, setupError(errno)
 	}
-	r := &Ring{fd: int(fd), reaped: make(chan struct{}), closeWait: o.CloseWait, skipCQE: p.features&iouringFeatCQESkip != 0}
-	if err := r.mapRings(&p); err != nil {
-		r.unmap()
-		return nil, err
-	}
-	if err := r.probe(); err != nil {
-		r.unmap()
-		return nil, err
-	}
-	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-	if err != nil {
-		r.unmap()
-		return nil, fmt.Errorf("io_uring: eventfd: %w", err)
-	}
-	if _, _, errno := unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), iouringRegisterEventFD, uintptr(unsafe.Pointer(&efd)), 1, 0, 0); errno != 0 {
-		unix.Close(efd)
-		r.unmap()
-		return nil, fmt.Errorf("io_uring: registering the eventfd: %w", errno)
-	}
-	r.event = os.NewFile(uintptr(efd), "io_uring-eventfd")
-	kfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-	if err != nil {
-		r.event.Close()
-		r.unmap()
-		return nil, fmt.Errorf("io_uring: eventfd: %w", err)
-	}
-	r.lazyKick = os.NewFile(uintptr(kfd), "io_uring-submit-eventfd")
-	// Reads in flight are bounded by the submission ring, and so that
-	// every read, its no-wait half and a cancellation for each fit in the
-	// completion ring. Should more come (a cancellation that finds its
-	// read already done, and a reaper that lags), the kernel keeps them
-	// on its overflow list, and drain flushes it.
+	// Room for three completions a read in flight (the read, a failed
+	// no-wait half, a cancellation); more wait on the kernel's overflow
+	// list, which drain flushes.
 	n := int(min(p.sqEntries, p.cqEntries/3))
 	if o.inFlight > 0 {
 		n = o.inFlight
 	}
-	r.ops = make([]ringOp, n)
-	r.free = make([]uint32, n)
+	r := &Ring{fd: int(fd), closeWait: o.CloseWait, skipCQE: p.features&iouringFeatCQESkip != 0,
+		ops: make([]ringOp, n), free: make([]uint32, n), queue: make([]uint32, 0, n),
+		gates: make(map[uint64]*fileGate), slots: make(chan struct{}, n), kick: make(chan struct{}, 1),
+		closing: make(chan struct{}), submitterUp: make(chan struct{}), stopSubmit: make(chan struct{}),
+		submitted: make(chan struct{}), reaped: make(chan struct{})}
 	for i := range n {
 		r.free[i] = uint32(i)
 		r.ops[i].done = make(chan int32, 1)
 	}
-	r.queue = make([]uint32, 0, n)
-	r.gates = make(map[uint64]*fileGate)
-	r.slots = make(chan struct{}, n)
-	r.kick = make(chan struct{}, 1)
-	r.closing = make(chan struct{})
-	r.submitterUp = make(chan struct{})
-	r.stopSubmit = make(chan struct{})
-	r.submitted = make(chan struct{})
+	if err := r.setup(&p); err != nil {
+		r.unmap()
+		return nil, err
+	}
 	r.setWorkersLocked(o.Workers)
 	go r.submitter()
 	go r.relay()
 	<-r.submitterUp // the cap is applied before any read
 	go r.reap()
 	return r, nil
+}
+
+// setup maps the rings, probes the opcodes and makes the eventfds.
+func (r *Ring) setup(p *iouringParams) error {
+	if err := r.mapRings(p); err != nil {
+		return err
+	}
+	if err := r.probe(); err != nil {
+		return err
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("io_uring: eventfd: %w", err)
+	}
+	r.event = os.NewFile(uintptr(efd), "io_uring-eventfd")
+	if _, _, errno := unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), iouringRegisterEventFD, uintptr(unsafe.Pointer(&efd)), 1, 0, 0); errno != 0 {
+		return fmt.Errorf("io_uring: registering the eventfd: %w", errno)
+	}
+	kfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("io_uring: eventfd: %w", err)
+	}
+	r.lazyKick = os.NewFile(uintptr(kfd), "io_uring-submit-eventfd")
+	return nil
 }
 
 // setupError explains why io_uring_setup failed.
@@ -407,8 +326,7 @@ func (r *Ring) mapRings(p *iouringParams) error {
 	return nil
 }
 
-// probe checks that the kernel knows IORING_OP_READ (and so, older,
-// IORING_OP_ASYNC_CANCEL).
+// probe checks that the kernel has IORING_OP_READ and ASYNC_CANCEL.
 func (r *Ring) probe() error {
 	var buf [16 + 256*8]byte
 	if _, _, errno := unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), iouringRegisterProbe, uintptr(unsafe.Pointer(&buf[0])), 256, 0, 0); errno != 0 {
@@ -426,7 +344,14 @@ func (r *Ring) probe() error {
 	return nil
 }
 
+// unmap frees the rings and closes their descriptors.
 func (r *Ring) unmap() {
+	if r.event != nil {
+		r.event.Close()
+	}
+	if r.lazyKick != nil {
+		r.lazyKick.Close()
+	}
 	if r.sqes != nil {
 		unix.Munmap(unsafe.Slice((*byte)(unsafe.Pointer(&r.sqes[0])), len(r.sqes)*int(unsafe.Sizeof(sqe{}))))
 	}
@@ -439,8 +364,8 @@ func (r *Ring) unmap() {
 	unix.Close(r.fd)
 }
 
-// setWorkers changes the io-wq cap (and with it the reads of one file in
-// flight at most), as a reload with another stat_workers does.
+// setWorkers changes the io-wq cap (and the reads of one file in flight
+// at most): a reload with another stat_workers.
 func (r *Ring) setWorkers(n int) {
 	if n <= 0 {
 		return
@@ -464,17 +389,9 @@ func (r *Ring) workerCap() int { return int(r.wantWorkers.Load()) }
 // (readOptions.NoWaitFirst): the kernel has IOSQE_CQE_SKIP_SUCCESS.
 func (r *Ring) NoWaitFirst() bool { return r != nil && r.skipCQE }
 
-// busy reports the operations in flight (submitted, queued or abandoned
-// and not yet completed) and the descriptors with reads in flight.
-func (r *Ring) busy() (ops, files int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.slots), len(r.gates)
-}
-
 // eagerBelow is the number of reads in the kernel under which a new read
-// wakes the submitter at once rather than through the netpoller: with
-// fewer, the disk may be idle while the read waits for the scheduler.
+// wakes the submitter at once: with fewer, the disk may idle while the
+// read waits for the scheduler.
 const eagerBelow = 4
 
 // wake makes the submitter look at the queues at once.
@@ -486,9 +403,8 @@ func (r *Ring) wake() {
 }
 
 // wakeForRead wakes the submitter for a read just queued: at once if the
-// kernel has few reads (inKernel, read under r.mu by the caller), or else
-// through the netpoller. Only the first reader since the submitter last
-// woke writes the eventfd; the others' reads are in the queue it takes.
+// kernel has few reads, else through the netpoller, where only the first
+// reader since the last wake writes the eventfd.
 func (r *Ring) wakeForRead(inKernel int) {
 	if inKernel < eagerBelow {
 		r.wake()
@@ -500,25 +416,22 @@ func (r *Ring) wakeForRead(inKernel int) {
 	}
 }
 
-// relay waits on the eventfd through the netpoller and wakes the
-// submitter, until the ring is torn down (which closes the eventfd).
+// relay wakes the submitter for each lazy kick, until teardown closes
+// the eventfd.
 func (r *Ring) relay() {
 	var b [8]byte
 	for {
 		if _, err := r.lazyKick.Read(b[:]); errors.Is(err, os.ErrClosed) {
 			return
 		} else if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			// The eventfd cannot fail while the ring is open; should it,
-			// wake the submitter anyway rather than leave reads queued.
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // cannot happen; do not spin
 		}
 		r.wake()
 	}
 }
 
-// submitter makes every submission from one OS thread. It never unlocks
-// the thread: when it returns (after the ring is torn down, nothing in
-// flight) the thread exits, and its io-wq with it.
+// submitter makes every submission from one locked OS thread, which
+// exits, with its io-wq, when it returns after teardown.
 func (r *Ring) submitter() {
 	runtime.LockOSThread()
 	defer close(r.submitted)
@@ -527,9 +440,8 @@ func (r *Ring) submitter() {
 	for {
 		select {
 		case <-r.kick:
-			// Cleared before the queues are taken: a reader that queues
-			// after this writes the eventfd again, one that queued before
-			// is taken.
+			// Cleared before the queues are taken, so no queued read is
+			// missed.
 			r.kicked.Store(false)
 			r.submit()
 		case <-r.stopSubmit:
@@ -546,9 +458,7 @@ func (r *Ring) submit() {
 		if w := r.workers; w > 0 {
 			r.workers = 0
 			r.mu.Unlock()
-			// Best effort: Linux before 5.15 has no io-wq limit, and reads
-			// still work. Registered from this thread, the limit is its
-			// io-wq's (and, since 5.15, the ring's for any later task).
+			// Best effort: Linux before 5.15 has no io-wq limit.
 			limits := [2]uint32{uint32(w), uint32(w)}
 			unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), iouringRegisterIOWQMaxWorker, uintptr(unsafe.Pointer(&limits)), 2, 0, 0)
 			r.mu.Lock()
@@ -594,11 +504,10 @@ func (r *Ring) submit() {
 		}
 		if noWait > 0 {
 			// The kernel plugs the block layer for a submission of more
-			// than two entries: the disk reads the no-wait halves start wait
-			// in the plug until the whole batch is in, so each half fails
-			// (its data is locked, not read yet) rather than race a fast
-			// disk and return the data unnoticed, and the disk is signalled
-			// once. No-ops that post nothing make up a short batch.
+			// than two entries: the disk reads the no-wait halves start
+			// wait in the plug, so each half fails rather than race a fast
+			// disk unnoticed, and the disk is signalled once. Silent no-ops
+			// pad a short batch.
 			for n := tail - atomic.LoadUint32(r.sqHead); n < 3 && space > 0; n++ {
 				put(sqe{opcode: iouringOpNop, flags: iosqeCQESkipSuccess, fd: -1, userData: cancelTag})
 			}
@@ -612,8 +521,8 @@ func (r *Ring) submit() {
 		atomic.StoreUint32(r.sqTail, tail)
 		more := len(r.queue) > 0 || len(r.cancels) > 0
 		r.mu.Unlock()
-		r.entered.Add(int64(reads))
-		r.noWaitFirst.Add(int64(noWait))
+		r.trace(evEntered, int64(reads))
+		r.trace(evNoWaitHalves, int64(noWait))
 		r.enter()
 		if !more {
 			return
@@ -621,21 +530,19 @@ func (r *Ring) submit() {
 	}
 }
 
-// enter hands the kernel what the submission ring holds. Entries it does
-// not take stay there for the next call.
+// enter hands the kernel what the submission ring holds.
 func (r *Ring) enter() {
 	for tries := 0; tries < 1000; tries++ {
 		pending := atomic.LoadUint32(r.sqTail) - atomic.LoadUint32(r.sqHead)
 		if pending == 0 {
 			return
 		}
-		r.enters.Add(1)
+		r.trace(evEnter, 1)
 		_, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(pending), 0, 0, 0, 0)
 		switch errno {
 		case 0, unix.EINTR:
 		case unix.EAGAIN, unix.EBUSY:
-			// Out of memory for requests, or completions not reaped yet:
-			// the reaper runs meanwhile.
+			// Completions not reaped yet: the reaper runs meanwhile.
 			time.Sleep(time.Millisecond)
 		default:
 			time.Sleep(10 * time.Millisecond)
@@ -643,22 +550,13 @@ func (r *Ring) enter() {
 	}
 }
 
-// readAt reads len(buf) bytes of the file fd at off through the ring. The
-// calling goroutine parks until the read completes, holding no thread. A
-// short count is what the kernel returned; readFull goes on after it.
-func (r *Ring) readAt(fd int, buf []byte, off int64) (int, error) {
-	return r.readOnce(context.Background(), fd, buf, off, nil)
-}
-
-// ReadLending reads len(buf) bytes of the file fd at off through the
-// ring, in the shape of prewarm.ReaderAt: it goes on after short reads
-// and stops short, with a nil error, only at the end of the file. If ctx
-// ends while the kernel has the read, hold is called (see
-// readOptions.Hold) and ReadLending returns at once, leaving buf to the
-// ring. A read that the ring fails for its own reasons is done with
-// pread instead (preadIfRingFailed).
+// ReadLending reads len(buf) bytes of the file fd at off through the ring
+// (prewarm.ReaderAt): it stops short, with a nil error, only at the end of
+// the file. If ctx ends while the kernel has the read, hold is called
+// (readOptions.Hold) and buf is left to the ring. A read the ring fails
+// for its own reasons is done with pread (preadIfRingFailed).
 func (r *Ring) ReadLending(ctx context.Context, fd int, buf []byte, off int64, hold func() (release func())) (int, error) {
-	o := readOptions{NoBlockDevice: noBlockDevice(fd)}
+	o := readOptions{NoBlockDevice: fileio.NoBlockDeviceFD(fd)}
 	lent := false
 	if hold != nil {
 		o.Hold = func() func() {
@@ -674,23 +572,20 @@ func (r *Ring) ReadLending(ctx context.Context, fd int, buf []byte, off int64, h
 	return n, err
 }
 
-// readFull reads len(buf) bytes at off, going on after a short read from
-// where it stopped. It stops short only where a read returns 0 bytes (the
-// end of the file, or of what is left of it) or fails; whether that is
-// truncation is the caller's to say, who knows the size. A short read of
-// a file without a block device is finished with pread: on Linux 6.18 the
-// kernel retries a short direct-I/O FUSE read through io_uring into the
-// rest of the buffer from the starting offset (so the buffer would repeat
-// the start of the span) and does not report it short.
+// readFull reads len(buf) bytes at off, going on after short reads; it
+// stops short only at a read of 0 bytes or an error. A short read of a
+// file without a block device is finished with pread: the kernel retries
+// a short direct-I/O FUSE read through io_uring from the starting offset
+// into the rest of the buffer, which would repeat the span's start.
 func (r *Ring) readFull(ctx context.Context, fd int, buf []byte, off int64, o *readOptions) (int, error) {
 	done := 0
 	for done < len(buf) {
-		n, err := r.readOnce(ctx, fd, buf[done:], off+int64(done), o)
+		n, err := r.read(ctx, fd, buf[done:], off+int64(done), o, nil)
 		done += n
 		if err != nil || n == 0 {
 			return done, err
 		}
-		if done < len(buf) && o != nil && o.NoBlockDevice {
+		if done < len(buf) && o.NoBlockDevice {
 			m, err := preadFull(fd, buf[done:], off+int64(done))
 			return done + m, err
 		}
@@ -698,52 +593,22 @@ func (r *Ring) readFull(ctx context.Context, fd int, buf []byte, off int64, o *r
 	return done, nil
 }
 
-// preadFull reads with pread until buf is full, the end of the file, or
-// an error.
+// preadFull reads with pread until buf is full, the end of the file or an
+// error.
 func preadFull(fd int, buf []byte, off int64) (int, error) {
-	done := 0
-	for done < len(buf) {
-		n, err := unix.Pread(fd, buf[done:], off+int64(done))
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return done, &os.PathError{Op: "pread", Path: fmt.Sprint("fd ", fd), Err: err}
-		}
-		if n == 0 {
-			break
-		}
-		done += n
+	n, err := fileio.ReadAt(fd, buf, off)
+	switch {
+	case err == io.EOF:
+		return n, nil
+	case err != nil:
+		return n, &os.PathError{Op: "pread", Path: fmt.Sprint("fd ", fd), Err: err}
 	}
-	return done, nil
+	return n, nil
 }
 
-// noBlockDevice reports whether fd's filesystem has no block device (its
-// device number's major is 0): FUSE, NFS, CIFS, tmpfs, overlayfs, btrfs.
-func noBlockDevice(fd int) bool {
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil {
-		return false
-	}
-	return unix.Major(st.Dev) == 0
-}
-
-// readOnce submits one read of len(buf) bytes at off and waits for it, or
-// for ctx to end. Then a read the submitter has not taken yet is dropped
-// unsent; one the kernel has is cancelled and, with o.Hold, left to the
-// ring (readOnce returns ctx's error at once), or else waited for.
-func (r *Ring) readOnce(ctx context.Context, fd int, buf []byte, off int64, o *readOptions) (int, error) {
-	if len(buf) == 0 {
-		return 0, nil
-	}
-	return r.read(ctx, fd, buf, off, o, nil)
-}
-
-// readLent is readFull into a buffer that lend gives only once the read
-// has its turn (its file's bound and a slot of the ring): readers
-// waiting for a stalled file hold no buffer. It returns that buffer,
-// whose first n bytes were read, or nil if lend was not called or
-// failed.
+// readLent is readFull into a buffer that lend gives once the read has
+// its turn, so that readers waiting for a stalled file hold none. It
+// returns that buffer (nil if lend was not called or failed).
 func (r *Ring) readLent(ctx context.Context, fd int, off int64, o *readOptions, lend func(context.Context) ([]byte, error)) ([]byte, int, error) {
 	var buf []byte
 	n, err := r.read(ctx, fd, nil, off, o, func(ctx context.Context) ([]byte, error) {
@@ -758,128 +623,53 @@ func (r *Ring) readLent(ctx context.Context, fd int, off int64, o *readOptions, 
 	return buf, n + m, err
 }
 
+// read submits one read at off, into buf or, if lend is set, into the
+// buffer lend gives once the read has its turn, and waits for it or for
+// ctx to end (letGo).
 func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *readOptions, lend func(context.Context) ([]byte, error)) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return 0, errRingClosed
-	}
-	key := uint64(fd) | 1<<63
-	if o != nil && o.File != 0 {
-		key = o.File &^ (1 << 63)
-	}
-	g := r.gates[key]
-	if g == nil {
-		g = &fileGate{key: key, sem: make(chan struct{}, r.perFile)}
-		r.gates[key] = g
-	}
-	g.users++
-	r.mu.Unlock()
-	// The file's bound first, then the ring's: readers of a hung file
-	// wait at their file's gate and leave the ring's slots to others.
-	var err error
-	select {
-	case g.sem <- struct{}{}:
-		select {
-		case r.slots <- struct{}{}:
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-r.closing:
-			err = errRingClosed
-		}
-		if err != nil {
-			<-g.sem
-		}
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-r.closing:
-		err = errRingClosed
-	}
+	g, err := r.takeTurn(ctx, fd, o)
 	if err == nil && lend != nil {
 		if buf, err = lend(ctx); err == nil && len(buf) == 0 {
 			err = errors.New("io_uring: lent an empty buffer")
-		}
-		if err != nil {
-			<-g.sem
-			<-r.slots
 		}
 	}
 	r.mu.Lock()
 	if err == nil && r.closed {
 		err = errRingClosed
-		<-g.sem
-		<-r.slots
 	}
 	if err != nil {
-		r.leaveGateLocked(g)
+		if g != nil {
+			<-g.sem
+			<-r.slots
+			r.leaveGateLocked(g)
+		}
 		r.mu.Unlock()
 		return 0, err
 	}
-	idx := r.free[len(r.free)-1]
-	r.free = r.free[:len(r.free)-1]
-	op := &r.ops[idx]
-	op.gen = (op.gen + 1) & genMask
-	op.state = opQueued
-	op.fd, op.off, op.buf, op.gate = int32(fd), uint64(off), buf, g
-	op.flags = 0
-	if o != nil && o.NoBlockDevice {
-		op.flags = iosqeAsync
-	}
-	op.noWaitFirst, op.metDisk = false, false
-	if o != nil && o.NoWaitFirst {
-		o.NoWaitFirst = false
-		op.noWaitFirst = r.skipCQE && !o.NoBlockDevice
-	}
-	r.queue = append(r.queue, idx)
+	idx := r.queueLocked(fd, off, buf, g, o)
 	inKernel := r.inKernel
 	r.mu.Unlock()
 	r.wakeForRead(inKernel)
 
+	op := &r.ops[idx]
 	var res int32
-	var gone error
 	select {
 	case res = <-op.done:
 	case <-ctx.Done():
-		gone = ctx.Err()
+		if res, err = r.letGo(idx, o, ctx.Err()); err != nil {
+			return 0, err
+		}
 	case <-r.closing:
 		// close has cancelled the read: a reader that can let go does.
-		gone = errRingClosed
-	}
-	if gone != nil {
-		r.mu.Lock()
-		switch op.state {
-		case opQueued:
-			// Not submitted yet: it never will be.
-			for i, q := range r.queue {
-				if q == idx {
-					r.queue = append(r.queue[:i], r.queue[i+1:]...)
-					break
-				}
-			}
-			r.freeOpLocked(idx)
-			r.mu.Unlock()
-			return 0, gone
-		case opInKernel:
-			r.cancels = append(r.cancels, uint64(op.gen)<<32|uint64(idx))
-			if o != nil && o.Hold != nil {
-				op.abandoned = true
-				op.release = o.Hold()
-				r.mu.Unlock()
-				r.wake()
-				return 0, gone
-			}
-			r.mu.Unlock()
-			r.wake()
-		default: // opDone: the result is there
-			r.mu.Unlock()
+		if res, err = r.letGo(idx, o, errRingClosed); err != nil {
+			return 0, err
 		}
-		res = <-op.done
 	}
 	r.mu.Lock()
-	if op.metDisk && o != nil {
+	if op.metDisk {
 		o.MetDisk = true
 	}
 	r.freeOpLocked(idx)
@@ -894,6 +684,107 @@ func (r *Ring) read(ctx context.Context, fd int, buf []byte, off int64, o *readO
 		return 0, &os.PathError{Op: "io_uring read", Path: fmt.Sprint("fd ", fd), Err: syscall.Errno(-res)}
 	}
 	return int(res), nil
+}
+
+// takeTurn waits for a token of the file's gate, then for a slot of the
+// ring: readers of a hung file wait at its gate and leave the slots to
+// others. On an error it has given back what it took, the gate included,
+// and returns a nil gate.
+func (r *Ring) takeTurn(ctx context.Context, fd int, o *readOptions) (*fileGate, error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, errRingClosed
+	}
+	key := uint64(fd) | 1<<63
+	if o.File != 0 {
+		key = o.File &^ (1 << 63)
+	}
+	g := r.gates[key]
+	if g == nil {
+		g = &fileGate{key: key, sem: make(chan struct{}, r.perFile)}
+		r.gates[key] = g
+	}
+	g.users++
+	r.mu.Unlock()
+	var err error
+	select {
+	case g.sem <- struct{}{}:
+		select {
+		case r.slots <- struct{}{}:
+			return g, nil
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-r.closing:
+			err = errRingClosed
+		}
+		<-g.sem
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-r.closing:
+		err = errRingClosed
+	}
+	r.mu.Lock()
+	r.leaveGateLocked(g)
+	r.mu.Unlock()
+	return nil, err
+}
+
+// queueLocked puts a read in a free slot and in the submitter's queue.
+func (r *Ring) queueLocked(fd int, off int64, buf []byte, g *fileGate, o *readOptions) uint32 {
+	idx := r.free[len(r.free)-1]
+	r.free = r.free[:len(r.free)-1]
+	op := &r.ops[idx]
+	op.gen = (op.gen + 1) & genMask
+	op.state = opQueued
+	op.fd, op.off, op.buf, op.gate = int32(fd), uint64(off), buf, g
+	op.flags = 0
+	if o.NoBlockDevice {
+		op.flags = iosqeAsync
+	}
+	op.noWaitFirst, op.metDisk = false, false
+	if o.NoWaitFirst {
+		o.NoWaitFirst = false
+		op.noWaitFirst = r.skipCQE && !o.NoBlockDevice
+	}
+	r.queue = append(r.queue, idx)
+	return idx
+}
+
+// letGo ends the wait of a reader that is going away (gone says why): a
+// read not submitted yet is dropped; one the kernel has is cancelled and,
+// with o.Hold, left to the ring; else its result is waited for, and
+// returned with a nil error.
+func (r *Ring) letGo(idx uint32, o *readOptions, gone error) (int32, error) {
+	op := &r.ops[idx]
+	r.mu.Lock()
+	switch op.state {
+	case opQueued:
+		for i, q := range r.queue {
+			if q == idx {
+				r.queue = append(r.queue[:i], r.queue[i+1:]...)
+				break
+			}
+		}
+		r.freeOpLocked(idx)
+		r.mu.Unlock()
+		return 0, gone
+	case opInKernel:
+		r.cancels = append(r.cancels, uint64(op.gen)<<32|uint64(idx))
+		abandon := o.Hold != nil
+		if abandon {
+			op.abandoned = true
+			op.release = o.Hold()
+		}
+		r.mu.Unlock()
+		r.wake()
+		if abandon {
+			return 0, gone
+		}
+	default: // opDone: the result is there
+		r.mu.Unlock()
+	}
+	return <-op.done, nil
 }
 
 // freeOpLocked gives an operation's slot, its file's token and its ring
@@ -914,9 +805,8 @@ func (r *Ring) leaveGateLocked(g *fileGate) {
 	}
 }
 
-// reap waits for completions on the eventfd, through the netpoller, and
-// hands each to its waiting reader. Once the ring is closed and nothing is
-// left in the kernel, it tears the ring down.
+// reap hands each completion to its reader, and tears the ring down once
+// it is closed with nothing left in the kernel.
 func (r *Ring) reap() {
 	var b [8]byte
 	for {
@@ -926,9 +816,7 @@ func (r *Ring) reap() {
 			return
 		}
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			// The eventfd cannot fail while the ring is open; should it,
-			// poll rather than leave completions unreaped.
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // cannot happen; do not spin
 		}
 	}
 }
@@ -942,14 +830,12 @@ func (r *Ring) drain() bool {
 		head := atomic.LoadUint32(r.cqHead)
 		tail := atomic.LoadUint32(r.cqTail)
 		if head == tail {
-			// Completions the ring had no room for wait on the kernel's
-			// overflow list, and every later one behind them, until an
-			// enter with GETEVENTS moves them in: without it, their reads
-			// and all that follow would never return.
+			// Completions on the kernel's overflow list, and all later
+			// ones, wait for an enter with GETEVENTS.
 			if atomic.LoadUint32(r.sqFlags)&iouringSQCQOverflow == 0 {
 				break
 			}
-			r.overflows.Add(1)
+			r.trace(evOverflow, 1)
 			unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), 0, 0, iouringEnterGetEvents, 0, 0)
 			if atomic.LoadUint32(r.cqTail) == tail {
 				break // nothing moved in: the next wake tries again
@@ -971,18 +857,12 @@ func (r *Ring) drain() bool {
 				// The no-wait half failed: the read itself follows.
 				if !op.metDisk {
 					op.metDisk = true
-					r.metDisk.Add(1)
+					r.trace(evMetDisk, 1)
 				}
 				continue
 			}
 			r.inKernel--
-			res := c.res
-			if r.failNext.Load() > 0 && r.failNext.Add(-1) >= 0 {
-				res = -int32(unix.ECANCELED)
-			}
-			if res > 1 && r.shortNext.Load() > 0 && r.shortNext.Add(-1) >= 0 {
-				res /= 2
-			}
+			res := injectedFault(c.res)
 			if op.abandoned {
 				if op.release != nil {
 					releases = append(releases, op.release)
@@ -1003,32 +883,19 @@ func (r *Ring) drain() bool {
 	return idle
 }
 
-// teardown ends the submitter and frees the ring, once nothing is in the
-// kernel.
+// teardown ends the submitter and frees the ring.
 func (r *Ring) teardown() {
 	close(r.stopSubmit)
 	<-r.submitted
-	r.lazyKick.Close() // ends relay
-	r.event.Close()
-	r.unmap()
+	r.unmap() // closing lazyKick ends relay
 	close(r.reaped)
 }
 
-// injectFailures makes the next n reads fail as if the kernel had
-// cancelled them, for tests of the fallback.
-func (r *Ring) injectFailures(n int) { r.failNext.Store(int32(n)) }
-
-// injectShortReads makes the next n reads report half the bytes they
-// read, for tests of short reads.
-func (r *Ring) injectShortReads(n int) { r.shortNext.Store(int32(n)) }
-
-// close cancels the reads in flight and waits for their completions, at
-// most CloseWait; then the ring is torn down. Reads after close fail with
-// errRingClosed. If the kernel still has reads after CloseWait (a hung
-// device, a FUSE server that ignores interrupts), close returns
-// errRingAbandoned and leaves the ring mapped, with those reads' buffers
-// and descriptors, rather than unmap memory the kernel may still write;
-// it is torn down when the last of them completes.
+// close cancels the reads in flight and waits at most CloseWait for their
+// completions; then the ring is torn down. If the kernel still has reads
+// (a hung device, a FUSE server that ignores interrupts), it returns
+// errRingAbandoned and leaves the ring mapped, rather than unmap memory
+// the kernel may still write, until the last of them completes.
 func (r *Ring) close() error {
 	r.mu.Lock()
 	if r.closed {
@@ -1050,7 +917,6 @@ func (r *Ring) close() error {
 	}
 	r.mu.Unlock()
 	r.wake()
-	// Wake the reaper, which tears the ring down once it is idle.
 	one := [8]byte{1}
 	r.event.Write(one[:])
 	t := time.NewTimer(r.closeWait)
@@ -1066,8 +932,15 @@ func (r *Ring) close() error {
 	return fmt.Errorf("%w: %d still there after %v", errRingAbandoned, n, r.closeWait)
 }
 
-// torndown is closed once a closed ring is torn down.
-func (r *Ring) torndown() <-chan struct{} { return r.reaped }
-
 // ringSupported is true where the io_uring engine is compiled in.
 const ringSupported = true
+
+// Reads reports the ring's operations in flight (submitted, queued, or
+// abandoned and not yet completed) and how many it can hold; 0, 0 for a
+// nil ring.
+func (r *Ring) Reads() (inFlight, slots int) {
+	if r == nil {
+		return 0, 0
+	}
+	return len(r.slots), cap(r.slots)
+}

@@ -43,17 +43,20 @@ func ringFDs(t *testing.T) int {
 // fileBody is a Body over one open file, for Send's own tests.
 type fileBody struct{ f *os.File }
 
-func (b fileBody) File() io.ReaderAt    { return b.f }
-func (b fileBody) Path() string         { return b.f.Name() }
-func (b fileBody) FD() int              { return int(b.f.Fd()) }
-func (b fileBody) Size() int64          { fi, _ := b.f.Stat(); return fi.Size() }
-func (b fileBody) Data() []byte         { return nil }
-func (b fileBody) Hold()                {}
-func (b fileBody) Release()             {}
-func (b fileBody) FileID() uint64       { return 0 }
-func (b fileBody) NoBlockDevice() bool  { return false }
-func (b fileBody) MincoreTrusted() bool { return true }
-func (b fileBody) MarkResident()        {}
+func (b fileBody) File() io.ReaderAt      { return b.f }
+func (b fileBody) Path() string           { return b.f.Name() }
+func (b fileBody) FD() int                { return int(b.f.Fd()) }
+func (b fileBody) Size() int64            { fi, _ := b.f.Stat(); return fi.Size() }
+func (b fileBody) Data() []byte           { return nil }
+func (b fileBody) Hold()                  {}
+func (b fileBody) Release()               {}
+func (b fileBody) FileID() uint64         { return 0 }
+func (b fileBody) NoBlockDevice() bool    { return false }
+func (b fileBody) MincoreTrusted() bool   { return true }
+func (b fileBody) MarkResident()          {}
+func (b fileBody) RecentlyResident() bool { return false }
+func (b fileBody) ClaimProbe() bool       { return false }
+func (b fileBody) InMemoryFS() bool       { return false }
 
 func testFile(t *testing.T, size int) (*os.File, []byte) {
 	t.Helper()
@@ -248,7 +251,7 @@ func TestConcurrentReadsShareEnters(t *testing.T) {
 		for _, f := range files {
 			evict(t, f)
 		}
-		enters0, entered0 := r.enters.Load(), r.entered.Load()
+		enters0, entered0 := r.counts().enters.Load(), r.counts().entered.Load()
 		readTogether(readers, func(g int) {
 			buf := make([]byte, size)
 			n, err := r.readAt(int(files[g].Fd()), buf, 0)
@@ -256,7 +259,7 @@ func TestConcurrentReadsShareEnters(t *testing.T) {
 				t.Errorf("round %d: read of file %d: %d bytes, %v, equal %v", round, g, n, err, bytes.Equal(buf[:n], wants[g][:n]))
 			}
 		})
-		enters, entered := r.enters.Load()-enters0, r.entered.Load()-entered0
+		enters, entered := r.counts().enters.Load()-enters0, r.counts().entered.Load()-entered0
 		t.Logf("round %d: %d reads entered in %d io_uring_enter calls", round, entered, enters)
 		if entered != readers {
 			t.Errorf("round %d: %d reads entered, want %d", round, entered, readers)
@@ -286,13 +289,13 @@ func TestLoneReadIsEnteredAlone(t *testing.T) {
 	fd := int(f.Fd())
 	buf := make([]byte, 8192)
 	for i := range 16 {
-		enters0, entered0 := r.enters.Load(), r.entered.Load()
+		enters0, entered0 := r.counts().enters.Load(), r.counts().entered.Load()
 		off := int64(i) * 16384
 		n, err := r.readAt(fd, buf, off)
 		if err != nil || n != len(buf) || !bytes.Equal(buf, want[off:off+int64(n)]) {
 			t.Fatalf("read %d: %d bytes, %v", i, n, err)
 		}
-		if enters, entered := r.enters.Load()-enters0, r.entered.Load()-entered0; enters != 1 || entered != 1 {
+		if enters, entered := r.counts().enters.Load()-enters0, r.counts().entered.Load()-entered0; enters != 1 || entered != 1 {
 			t.Errorf("read %d alone: %d io_uring_enter calls with %d reads before it completed; want 1 with 1", i, enters, entered)
 		}
 	}

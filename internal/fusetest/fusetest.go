@@ -1,17 +1,15 @@
-//go:build linux
+//go:build linux && !386 && !arm && !mips && !mipsle
 
 // Package fusetest is test support: it mounts a test's FUSE filesystem so
 // that a read the test leaves blocked can never outlive the test binary.
+// Not on 32-bit machines, where go-fuse v2.12.1 does not build.
 //
-// The tests serve FUSE from their own process. A thread blocked in the
-// kernel on a FUSE read waits in an uninterruptible sleep for the answer
-// of the process's own server; if the binary then dies (the -timeout
-// panic, a failed test's exit), it cannot exit while that thread waits,
-// and the server cannot answer because it is exiting: the process hangs
-// for good, holding the mount. The fuse control filesystem's abort file
-// ends the connection, which fails every waiting read with ENOTCONN, so
-// Mount aborts the connection when an unmount is refused at the test's
-// end and, as a watchdog, shortly before the binary's deadline.
+// The tests serve FUSE from their own process: a thread blocked on a FUSE
+// read waits uninterruptibly for the process's own server, so a binary
+// that dies meanwhile hangs for good, holding the mount. Aborting the
+// connection (the fuse control filesystem's abort file) fails every
+// waiting read with ENOTCONN: Mount does it when an unmount is refused at
+// the test's end and, as a watchdog, shortly before the binary's deadline.
 package fusetest
 
 import (

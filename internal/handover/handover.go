@@ -2,19 +2,13 @@
 // generations accepted which client connection, so that a test or the
 // soak can tell a connection a reload may drop from one it must not.
 //
-// What a reload can drop, from Caddy v2.11.9's code: each config binds its
-// own SO_REUSEPORT socket (listenReusable: the listener pool only counts
-// the configs using an address), the new config starts before the old one
-// stops, and the http app's Stop starts http.Server.Shutdown on each old
-// server without waiting for it. So during a handover:
-//   - a connection the kernel queued on the old socket, which no server
-//     accepted, is reset when that socket closes: the client sees it at
-//     connect, at its write or at its read;
-//   - a connection the old server accepted is closed without an answer if
-//     it was idle, or if net/http's conn.serve reads its request after
-//     Shutdown began (it returns when shuttingDown() is set);
-//   - a request read before Shutdown began is answered in full (the grace
-//     period is eternal).
+// What a reload can drop (Caddy v2.11.9: each config binds its own
+// SO_REUSEPORT socket, the new one starts before the old one stops):
+//   - a connection queued on the old socket that no server accepted is
+//     reset when that socket closes;
+//   - one the old server accepted is closed unanswered if it was idle, or
+//     if its request is read after Shutdown began;
+//   - a request read before Shutdown began is answered in full.
 //
 // Importing the package registers the listener wrapper "accept_log
 // <generation>", to be put first in listener_wrappers; clients dial with
@@ -39,9 +33,8 @@ import (
 func init() { caddy.RegisterModule(new(AcceptLog)) }
 
 // AcceptLog is the listener wrapper "accept_log <generation>": it records
-// which generation accepted each client port. It returns the connections
-// it accepts unwrapped, so that the wrappers after it (flash_serve's) see
-// what they would see without it.
+// which generation accepted each client port, and returns the connections
+// unwrapped, so that the wrappers after it see what they would without it.
 type AcceptLog struct {
 	// Generation is the config's number; a newer config has a larger one.
 	Generation int `json:"generation,omitempty"`
@@ -146,16 +139,14 @@ func Explain(clientPort, serverPort int) (Verdict, int) {
 }
 
 // IsDrop reports whether err is a connection closed or reset the way a
-// handover closes one: at connect or write (ECONNRESET, EPIPE) or before
-// the first byte of the response (ECONNRESET, EOF; not ErrUnexpectedEOF,
-// which is a response cut short).
+// handover closes one: ECONNRESET, EPIPE, or EOF before the first byte of
+// the response (not ErrUnexpectedEOF, a response cut short).
 func IsDrop(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF)
 }
 
-// ports hands out local ports below the kernel's usual ephemeral range
-// (32768 and up), each once per 12,000 connections, so that a record of
-// the accept log names one connection.
+// ports hands out local ports below the kernel's ephemeral range, each
+// once per 12,000 connections, so that a record names one connection.
 var ports atomic.Int64
 
 // Dial connects to addr over TCP from a local port of its own, skipping

@@ -1,9 +1,7 @@
 // Package hotset keeps the hot set: which files clients ask for most. It
 // counts requests (a Tally per cached file, folded into a bounded
-// sketch), takes snapshots of the hottest files, writes and reads the
-// file a snapshot is kept in across restarts, and runs the Saver that
-// writes one periodically. statacc counts, the root package starts and
-// stops the saver, and prewarm reads the file back.
+// sketch), takes snapshots of the hottest files and keeps them in a file
+// across restarts (Saver), which prewarm reads back.
 package hotset
 
 import (
@@ -15,21 +13,17 @@ import (
 	"sync/atomic"
 )
 
-// The counts live in a count-min sketch: a fixed table of counters
-// whatever the number of paths requested, so that a scanner walking
-// millions of names cannot grow it. A hit does not touch the sketch: it
-// adds one to its entry's Tally, an atomic add on a cache line the hit
-// reads anyway, and the tally is folded into the sketch when the entry
-// leaves the cache (invalidation, eviction, the janitor) and at every
-// snapshot. So a count survives its entry, and the hot path pays nothing
-// for the sketch.
+// The counts live in a count-min sketch: a fixed table whatever the
+// number of paths requested, so that a scanner walking millions of names
+// cannot grow it. A hit only adds one to its entry's Tally, on a cache
+// line the hit reads anyway; the tally is folded into the sketch when the
+// entry leaves the cache and at every snapshot, so a count survives its
+// entry and the hot path pays nothing for the sketch.
 const (
 	sketchRows  = 4
 	sketchWidth = 1 << 14 // 4 × 16384 × 4 bytes = 256 KiB per counter
 	// minPending is the least bound of the paths remembered between
-	// snapshots because their entry left the cache with hits: they are
-	// candidates for the next snapshot even though no entry names them
-	// any more. A saver raises it to the size of its snapshots (Remember).
+	// snapshots because their entry left the cache (remember).
 	minPending = 4096
 )
 
@@ -42,17 +36,15 @@ type File struct {
 }
 
 // Tally counts the requests for one cached file since they were last
-// folded into its Counter. The cache keeps one in each entry; Track must
-// have set it up before the entry is shared.
+// folded into its Counter. Track must set it up before the entry is
+// shared.
 type Tally struct {
-	hits atomic.Int64
-	key  uint64 // the path's hash in the counter's sketch
-	// counted is set once a hit of the tally reached the sketch.
-	counted atomic.Bool
+	hits    atomic.Int64
+	key     uint64      // the path's hash in the counter's sketch
+	counted atomic.Bool // a hit reached the sketch
 }
 
-// Hit counts one request. It is the only call on the hot path: one
-// atomic add, no lock, no allocation.
+// Hit counts one request: the only call on the hot path.
 func (t *Tally) Hit() { t.hits.Add(1) }
 
 // Counter is the sketch of one cache's request counts, with the
@@ -65,13 +57,10 @@ type Counter struct {
 
 	mu sync.Mutex
 	// pending and last are the candidates that no live entry names: the
-	// files whose entry left the cache since the last snapshot, by their
-	// key, and the last snapshot itself. pending holds at most maxPending
-	// files, last at most what Top was asked for. pending is a set: on a
-	// tree larger than the cache's descriptors, a file's entry leaves
-	// again each time it is asked for, and a list of departures filled
-	// its bound with repeats of the first files to leave, so that files
-	// asked for later in the period were no candidates.
+	// files whose entry left the cache since the last snapshot, by key
+	// (at most maxPending), and the last snapshot. pending is a set: on a
+	// tree larger than the cache, a file's entry leaves each time it is
+	// asked for, and repeats must not fill the bound.
 	pending    map[uint64]File
 	last       []File
 	maxPending int
@@ -83,12 +72,10 @@ func NewCounter(live iter.Seq2[File, *Tally]) *Counter {
 	return &Counter{seed: maphash.MakeSeed(), live: live, maxPending: minPending}
 }
 
-// Remember makes the counter keep up to n files whose entries left the
+// remember makes the counter keep up to n files whose entries left the
 // cache between two snapshots, so that a snapshot of n files can name
-// files the cache no longer holds: a cache that keeps descriptors for a
-// few thousand files of a uniformly requested tree of 100,000 sees most
-// of them leave between snapshots. The bound only grows.
-func (c *Counter) Remember(n int) {
+// files the cache no longer holds. The bound only grows.
+func (c *Counter) remember(n int) {
 	c.mu.Lock()
 	c.maxPending = max(c.maxPending, n)
 	c.mu.Unlock()
@@ -153,10 +140,9 @@ func (c *Counter) fold(t *Tally) int64 {
 
 // Leave is called when the entry of f, counted by t, leaves the cache:
 // its hits go to the sketch and f stays a candidate until the next
-// snapshot. An entry that leaves before any hit of it was counted still
-// stands for the request that made it: a cache that is over its
-// descriptors may evict a new entry before that request's hit lands on
-// it, and the hit is lost with the entry. It counts one.
+// snapshot. An entry that leaves before any hit of it was counted counts
+// one, for the request that made it: a full cache may evict a new entry
+// before that request's hit lands on it.
 func (c *Counter) Leave(t *Tally, f File) {
 	if c.fold(t) == 0 {
 		if t.counted.Swap(true) {
@@ -175,13 +161,11 @@ func (c *Counter) Leave(t *Tally, f File) {
 }
 
 // Carry takes in the snapshot an earlier process saved (Load): its
-// files' counts, halved as the decay that followed that save halved them,
-// go into the sketch and they are candidates of the next snapshot, as if
-// this counter had taken it. So a server that stops again soon after a
-// restart, before its clients asked for much, saves the set it started
-// with and what they asked for since, not only the latter; and a file no
-// longer asked for fades by half at each save, across restarts as within
-// one process (a restart loop does not keep it).
+// files' counts, halved as the decay after that save halved them, go into
+// the sketch and they are candidates of the next snapshot. So a server
+// that stops soon after a restart still saves the set it started with,
+// and a file no longer asked for fades by half at each save, across
+// restarts as within one process.
 func (c *Counter) Carry(files []File) {
 	for _, f := range files {
 		if n := f.Hits / 2; n > 0 {
@@ -195,12 +179,10 @@ func (c *Counter) Carry(files []File) {
 
 // Top returns the files with the most requests, hottest first: n files
 // at most and, when bytes is positive, only as many as bytes holds, the
-// one that crosses it included (a warm-up reads that one in part). The
-// candidates are the files the cache holds now, those whose entry left
-// it since the last snapshot, and the last snapshot's; their counts come
-// from the sketch. Top changes no count (Decay does), but it folds the
-// live tallies into the sketch and makes its answer the next snapshot's
-// candidates in place of those that left the cache.
+// one that crosses it included. The candidates are the files the cache
+// holds now, those whose entry left it since the last snapshot, and the
+// last snapshot's. Top folds the live tallies into the sketch and makes
+// its answer the next snapshot's candidates in place of those that left.
 func (c *Counter) Top(n int, bytes int64) []File {
 	seen := make(map[string]bool)
 	var all []File
@@ -266,9 +248,8 @@ func (c *Counter) Top(n int, bytes int64) []File {
 	return top
 }
 
-// Decay halves every count, so that old popularity fades and the next
-// snapshot favours recent use. A count of 1 becomes 0: a file asked for
-// once drops out of the next snapshot unless it is asked for again.
+// Decay halves every count, so that old popularity fades: a file asked
+// for once drops out of the next snapshot unless it is asked for again.
 func (c *Counter) Decay() {
 	for r := range sketchRows {
 		for i := range c.rows[r] {

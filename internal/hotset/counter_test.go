@@ -85,7 +85,7 @@ func TestTopHoldsWhatFitsTheBytes(t *testing.T) {
 // keeps n of those that left the cache, where it kept minPending.
 func TestRememberKeepsMoreCandidates(t *testing.T) {
 	c := NewCounter(nil)
-	c.Remember(3 * minPending)
+	c.remember(3 * minPending)
 	for i := range 2 * minPending {
 		leave(c, "/srv/"+strconv.Itoa(i), 1)
 	}
@@ -118,7 +118,7 @@ func TestLeaveBeforeTheFirstHitCountsOne(t *testing.T) {
 func TestRepeatedDeparturesKeepEveryFile(t *testing.T) {
 	const files, times = 8000, 3 // more files than minPending
 	c := NewCounter(nil)
-	c.Remember(files)
+	c.remember(files)
 	order := make([]int, 0, files*times)
 	for i := range files * times {
 		order = append(order, i%files)

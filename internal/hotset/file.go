@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 )
 
 // Set is a snapshot as it is kept on disk, to survive a restart.
@@ -91,7 +93,7 @@ func Load(path string) (Set, error) {
 }
 
 func readSetFile(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|oNonblock, 0)
+	f, err := fileio.OpenRead(path)
 	if err != nil {
 		return nil, err
 	}

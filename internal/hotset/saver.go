@@ -33,9 +33,8 @@ type Saver struct {
 func StartSaver(path string, c *Counter, files int, bytes int64, every time.Duration, saved func([]File, error)) *Saver {
 	s := &Saver{path: path, c: c, files: files, saved: saved, done: make(chan struct{})}
 	s.bytes.Store(bytes)
-	c.Remember(files)
-	s.wg.Add(1)
-	go s.run(every)
+	c.remember(files)
+	s.wg.Go(func() { s.run(every) })
 	return s
 }
 
@@ -47,11 +46,8 @@ func (s *Saver) SetBytes(bytes int64) { s.bytes.Store(bytes) }
 func (s *Saver) Path() string { return s.path }
 
 func (s *Saver) run(every time.Duration) {
-	defer s.wg.Done()
-	// The set saved before this process started is carried on, read here
-	// rather than in StartSaver so that a config load does not wait for
-	// it (a corrupt one is reported by the warm-up that reads it, and
-	// ignored here).
+	// The saved set is read here, not in StartSaver, so that a config load
+	// does not wait for it; a corrupt one is the warm-up's to report.
 	if set, err := Load(s.path); err == nil && len(set.Files) > 0 {
 		s.c.Carry(set.Files)
 		s.onDisk = true
@@ -73,8 +69,7 @@ func (s *Saver) save() {
 	files := s.c.Top(s.files, s.bytes.Load())
 	s.c.Decay()
 	if len(files) == 0 {
-		// Nothing asked for often enough: a set this saver carried on or
-		// wrote has faded out, and is not warmed again at the next start.
+		// A set this saver carried on or wrote has faded out.
 		if s.onDisk {
 			if err := os.Remove(s.path); err == nil || errors.Is(err, os.ErrNotExist) {
 				s.onDisk = false

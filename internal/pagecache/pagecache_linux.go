@@ -17,21 +17,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Supported is true where the page cache can be asked.
-const Supported = true
-
 // euid is read once: Trusted runs on every miss, and Caddy does not change
-// its user after it starts (Geteuid is a system call every time).
+// its user after it starts.
 var euid = os.Geteuid()
 
 // Trusted reports whether mincore(2) tells this process the truth about
-// which pages of the open file fd (described by info, from the fstat
-// already made) are in the page cache. Since Linux 5.0 it does only for
-// the file's owner or a process that may write the file, and reports every
-// page resident to anyone else (cachestat(2) refuses them with EPERM): a
-// server running as its own user that serves files someone else owns would
-// see cold data as cached. The owner is read from info; write access costs
-// one faccessat2 with the effective ids, as the kernel checks it.
+// which pages of the open file fd (described by info) are in the page
+// cache. Since Linux 5.0 it does only for the file's owner or a process
+// that may write the file, and reports every page resident to anyone
+// else: a server serving files someone else owns would see cold data as
+// cached. Write access costs one faccessat2 with the effective ids.
 func Trusted(fd int, info fs.FileInfo) bool {
 	if st, ok := info.Sys().(*syscall.Stat_t); ok && int(st.Uid) == euid {
 		return true
@@ -42,15 +37,13 @@ func Trusted(fd int, info fs.FileInfo) bool {
 		// against the effective ids itself, which needs a path.
 		err = unix.Faccessat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.W_OK, unix.AT_EACCESS)
 	}
-	// Any refusal (EACCES, EROFS, EPERM, a seccomp filter) leaves the file
-	// untrusted: probing it without mincore costs a few system calls, where
-	// trusting a lying mincore would hold threads in blocking reads.
+	// Any refusal leaves the file untrusted: probing it without mincore
+	// costs a few system calls, trusting a lying mincore blocking reads.
 	return err == nil
 }
 
 // residentPrefix reports how many of the n bytes of fd from off are in the
-// page cache, counted from off up to the first page that is not, with
-// mincore(2) over a temporary read-only mapping. Ask it only of a Trusted
+// page cache, up to the first page that is not. Ask it only of a Trusted
 // file.
 func residentPrefix(fd int, off, n int64) (int64, error) {
 	if n <= 0 {
@@ -68,8 +61,7 @@ func residentPrefix(fd int, off, n int64) (int64, error) {
 }
 
 // Count reports how many of the first size bytes of fd are in the page
-// cache, wherever they are, with mincore(2). Ask it only of a Trusted
-// file.
+// cache, wherever they are. Ask it only of a Trusted file.
 func Count(fd int, size int64) (int64, error) {
 	if size <= 0 {
 		return 0, nil
@@ -90,19 +82,15 @@ func Count(fd int, size int64) (int64, error) {
 	return resident, nil
 }
 
-// noCachestat is set once cachestat(2) answered ENOSYS (before Linux
-// 6.5): the kernel will not grow it, so it is not asked again.
+// noCachestat is set once cachestat(2) answered ENOSYS (before Linux 6.5).
 var noCachestat atomic.Bool
 
 // allCached reports whether every page that holds the n > 0 bytes of fd
 // from off is in the page cache, with one cachestat(2): no mapping, and
-// the page cache walked folio by folio, where mincore looks each page up.
-// On this VM a 1 GiB file all resident took 60-90 µs, against 15-45 ms
-// for mincore over it (mmap, mincore, munmap), which the handler asks of
-// a hot large file once a second. false when any page is missing or when
-// cachestat cannot tell (an older kernel, a seccomp filter, a file this
-// process may not ask about, EPERM): mincore then says where. Ask it only
-// of a Trusted file, as mincore.
+// the page cache walked folio by folio where mincore looks up each page,
+// which is far slower for a large file. false when any page is missing or
+// cachestat cannot tell: mincore then says where. Ask it only of a
+// Trusted file.
 func allCached(fd int, off, n int64) bool {
 	if noCachestat.Load() {
 		return false
@@ -122,9 +110,8 @@ func allCached(fd int, off, n int64) bool {
 }
 
 // mincore returns the residency vector of the pages that hold the n > 0
-// bytes of fd from off, one byte per page (bit 0 set for a resident
-// page), and the offset of its first page. buf holds the vector when it
-// is large enough.
+// bytes of fd from off (bit 0 set for a resident page) and the offset of
+// its first page, in buf when it is large enough.
 func mincore(fd int, off, n int64, buf []byte) (vec []byte, start int64, err error) {
 	start = off / pageSize * pageSize
 	length := off + n - start
@@ -148,18 +135,15 @@ func mincore(fd int, off, n int64, buf []byte) (vec []byte, start int64, err err
 // ReadNoWait reads into buf at off only what the page cache holds, with
 // preadv2(RWF_NOWAIT): it never waits for the disk, and fails with EAGAIN
 // when the first page is not resident (EOPNOTSUPP where the file system
-// cannot tell, as FUSE). One system call, where a mincore probe costs
-// three (mmap, mincore, munmap, the last two under the process's mmap
-// lock) and the read still to be done. It calls the kernel directly, with
-// the iovec on the stack, so that it allocates nothing.
+// cannot tell, as FUSE). It calls the kernel directly, the iovec on the
+// stack, so that it allocates nothing.
 func ReadNoWait(fd int, buf []byte, off int64) (int, error) {
 	if len(buf) == 0 {
 		return 0, nil
 	}
 	iov := unix.Iovec{Base: &buf[0]}
 	iov.SetLen(len(buf))
-	// The offset as the system call takes it: low and high words (the
-	// high one is 0 on 64-bit machines).
+	// The offset as low and high words (high is 0 on 64-bit machines).
 	lo, hi := uintptr(off), uintptr(uint64(off)>>(bits.UintSize-1)>>1)
 	for {
 		n, _, errno := unix.Syscall6(unix.SYS_PREADV2, uintptr(fd), uintptr(unsafe.Pointer(&iov)), 1, lo, hi, unix.RWF_NOWAIT)
@@ -174,24 +158,14 @@ func ReadNoWait(fd int, buf []byte, off int64) (int, error) {
 }
 
 // ReadNoWaitMetDisk is ReadNoWait that also tells whether the calling
-// thread submitted a disk read during the call: for the pages the read
-// wants, or the kernel's readahead of what follows them (the caller tells
-// which, from where the read stopped and where the file ends). On a VM, a
-// no-wait read of a missing page can start the disk read and see it
-// complete within the same call (the virtio kick exits to a host that
-// reads at once: 80-170 µs on the machine this was found on), and then it
-// returns the bytes. They are right, but the request waited for the disk,
-// and counts of cold bodies must say so. The thread's count of blocks read
-// in (threadReads) tells. The goroutine is locked to its thread from the
-// first count to the second, so that neither a preemption nor the runtime
-// handing its P on during the read can move it to a thread whose count is
-// another, or let another goroutine read on this one. The lock costs no
-// system call, and the three calls are ordinary ones: a no-wait read can
-// still sleep (on file system metadata it reads in to map the page, or a
-// full request queue), and the runtime then hands the P on as for any
-// system call; a thread is held only for that read's time, as by any
-// read. A read that took less than any disk read can (readNoDisk) is not
-// asked about after: that saves the second count on bodies the page cache
+// thread submitted a disk read during the call (for the pages read, or
+// the readahead after them): on a VM a no-wait read of a missing page can
+// start the disk read and see it complete within the call, and return the
+// bytes, but the request waited for the disk and counts of cold bodies
+// must say so. The thread's count of blocks read in tells; the goroutine
+// is locked to its thread between the two counts so that they are the
+// same thread's. A read quicker than any disk read (readNoDisk) is not
+// asked about: that saves the second count on bodies the page cache
 // holds.
 func ReadNoWaitMetDisk(fd int, buf []byte, off int64) (n int, diskRead bool, err error) {
 	if len(buf) == 0 {
@@ -209,10 +183,8 @@ func ReadNoWaitMetDisk(fd int, buf []byte, off int64) (n int, diskRead bool, err
 	return n, diskRead, err
 }
 
-// readNoDisk is less than any read that met a disk takes: a request to the
-// device and its completion (tens of microseconds on a VM's virtio disk,
-// about ten on fast NVMe), where a copy of 64 KiB from the page cache
-// takes a few. A variable for the tests.
+// readNoDisk is less than any read that met a disk takes, more than a
+// copy of 64 KiB from the page cache. A variable for the tests.
 var readNoDisk = 4 * time.Microsecond
 
 // blocksReadInFunc is threadBlocks, a variable for the tests.
@@ -230,15 +202,14 @@ func threadBlocks() (int64, bool) {
 
 // threadReads is a thread's count of blocks read in (getrusage), which
 // the kernel adds to when the thread submits a read to a block device,
-// readahead included (task I/O accounting: a kernel without it counts
-// nothing, and every no-wait answer stands), with the thread's id.
+// readahead included, with the thread's id. A kernel without task I/O
+// accounting counts nothing, and every no-wait answer stands.
 type threadReads struct {
 	tid    int
 	blocks int64
 }
 
-// blocksReadIn is the calling thread's threadReads. A variable for the
-// tests.
+// blocksReadIn is the calling thread's threadReads (a var for tests).
 var blocksReadIn = threadBlocksReadIn
 
 func threadBlocksReadIn() threadReads {
@@ -268,15 +239,12 @@ func Evict(fd int) error { return unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED) }
 func PrefetchRange(fd int, off, n int64) { unix.Fadvise(fd, off, n, unix.FADV_WILLNEED) }
 
 // InMemoryFS reports whether the open file fd, described by info, is on a
-// filesystem that keeps its files in memory (tmpfs, ramfs): its data is in
-// the page cache whenever it can be read, and no read of it waits for a
-// disk (one of a tmpfs page swapped out waits for swap). Such a file
-// needs no residency probe, and cannot be probed cheaply: tmpfs refuses
-// RWF_NOWAIT reads (EOPNOTSUPP), which leaves a probe three system calls
-// (mmap, mincore, munmap). Only files of anonymous devices (major 0) are
-// asked, with one fstatfs each: block devices hold no such filesystem, and
-// an answer kept per device number would outlive its mount, as the number
-// of an unmounted filesystem is given to the next one mounted.
+// filesystem that keeps its files in memory (tmpfs, ramfs): no read of it
+// waits for a disk, so it needs no residency probe, and tmpfs refuses
+// RWF_NOWAIT reads, which would leave a probe three system calls. Only
+// files without a block device are asked, with one fstatfs each: an
+// answer kept per device number would outlive its mount, as the number is
+// given to the next filesystem mounted.
 func InMemoryFS(fd int, info fs.FileInfo) bool {
 	st, ok := info.Sys().(*syscall.Stat_t)
 	if !ok || unix.Major(st.Dev) != 0 {

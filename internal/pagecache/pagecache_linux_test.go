@@ -113,7 +113,7 @@ func TestResidencyAfterEvictAndRead(t *testing.T) {
 	if n, err := mincore.Resident(0, size); n != 0 || err != nil {
 		t.Errorf("evicted: Resident(0, size) = %d, %v; want 0", n, err)
 	}
-	if mincore.Whole(size, 256<<10) {
+	if whole(&mincore, size, 256<<10) {
 		t.Error("evicted: Whole with mincore = true")
 	}
 	if off, ok := mincore.FirstMissing(size, 256<<10); off != 0 || !ok {
@@ -137,7 +137,7 @@ func TestResidencyAfterEvictAndRead(t *testing.T) {
 	if n, _ := residentPrefix(fd, part, 10); n != 0 {
 		t.Errorf("just past what was read: residentPrefix = %d, want 0", n)
 	}
-	if mincore.Whole(size, 256<<10) {
+	if whole(&mincore, size, 256<<10) {
 		t.Error("a quarter read: Whole with mincore = true")
 	}
 	if off, ok := mincore.FirstMissing(size, 256<<10); off != part || !ok {
@@ -164,9 +164,9 @@ func TestResidencyAfterEvictAndRead(t *testing.T) {
 			t.Errorf("after reading it all: FirstMissing (mincore %v) = %d, %v; want %d, true", p.trusted, off, ok, size)
 		}
 	}
-	if !mincore.Whole(size, 256<<10) || !noWait.Whole(size, 256<<10) {
+	if !whole(&mincore, size, 256<<10) || !whole(&noWait, size, 256<<10) {
 		t.Errorf("after reading it all: Whole with mincore %v, without %v; want both true",
-			mincore.Whole(size, 256<<10), noWait.Whole(size, 256<<10))
+			whole(&mincore, size, 256<<10), whole(&noWait, size, 256<<10))
 	}
 }
 
@@ -353,13 +353,13 @@ func TestNonOwnerProbesWithoutMincore(t *testing.T) {
 	lie, err := Count(fd, size)
 	t.Logf("evicted %s: mincore reports %d of %d bytes resident to this process (%v)", p, lie, size, err)
 	probe := NewProbe(fd, false, 0)
-	if probe.Whole(size, 256<<10) {
+	if whole(&probe, size, 256<<10) {
 		t.Error("evicted: the no-wait probe says the whole file is resident")
 	}
 	if _, err := f.ReadAt(make([]byte, size), 0); err != nil {
 		t.Fatal(err)
 	}
-	if !probe.Whole(size, 256<<10) {
+	if !whole(&probe, size, 256<<10) {
 		t.Error("read whole: the no-wait probe says it is not all resident")
 	}
 }
@@ -702,4 +702,11 @@ func TestResidentFileCostsOneCachestat(t *testing.T) {
 			t.Errorf("a gap: Resident after it = %d, %v; want %d", n, err, size-hole-gap)
 		}
 	})
+}
+
+// whole reports whether the first size bytes of the file are all in the
+// page cache, by FirstMissing.
+func whole(p *Probe, size, span int64) bool {
+	off, ok := p.FirstMissing(size, span)
+	return ok && off == size
 }

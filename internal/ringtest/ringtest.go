@@ -1,8 +1,6 @@
 // Package ringtest lets the module's tests look into the io_uring ring
-// that package transmit shares between handlers, which it does not
-// export. Package transmit sets these at init; only tests call them, as
-// the standard library's internal/testlog is set by one package and read
-// by another.
+// that package transmit shares between handlers and does not export:
+// transmit sets these at init, only tests call them.
 package ringtest
 
 var (
@@ -18,8 +16,8 @@ var (
 	// Done returns a channel that is closed once the shared ring, once
 	// closed, is torn down.
 	Done func() <-chan struct{}
-	// InjectFailures makes the shared ring's next n completions fail as
-	// if the kernel had cancelled them.
+	// InjectFailures makes the next n completions of any ring in the
+	// process fail as if the kernel had cancelled them.
 	InjectFailures func(n int)
 	// ColdChunksLent is how many chunks of the cold-read budget are lent,
 	// and ColdChunk the size of one.

@@ -1,6 +1,0 @@
-//go:build !unix
-
-package hotset
-
-// oNonblock: no FIFO can stand for the file here.
-const oNonblock = 0
