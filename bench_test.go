@@ -177,7 +177,7 @@ func BenchmarkServeMiss(b *testing.B) {
 // BenchmarkServeHitNotModified is a revalidation that ends in 304.
 func BenchmarkServeHitNotModified(b *testing.B) {
 	benchServe(b, 1024, func(fsrv *FlashServe, path string) http.Header {
-		e, err := fsrv.cache.GetConfined(context.Background(), "", statacc.SymlinksFollow, filepath.Join(fsrv.Root, strings.TrimPrefix(path, "/")))
+		e, err := fsrv.cache.GetCounted(context.Background(), nil, "", statacc.SymlinksFollow, filepath.Join(fsrv.Root, strings.TrimPrefix(path, "/")))
 		if err != nil {
 			b.Fatal(err)
 		}

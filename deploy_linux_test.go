@@ -10,6 +10,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/flashserve/caddy-flash-serve/statacc"
 )
 
 // TestDeployChangesSeenWithin100ms: a site served from `root * …/current`
@@ -119,7 +121,7 @@ func TestDeployChangesSeenWithin100ms(t *testing.T) {
 	unwatched := int64(0)
 	caches.Range(func(_, v any) bool {
 		c := v.(*sharedCache).Snapshot()
-		unwatched += c.UnwatchedDirs + c.WatchRefused
+		unwatched += c[statacc.UnwatchedDirs] + c[statacc.WatchRefused]
 		return true
 	})
 	if unwatched != 0 {

@@ -34,7 +34,7 @@ func provisionHotSetSite(t *testing.T, root string, statWorkers int) *FlashServe
 func hitHotSetSite(t *testing.T, fsrv *FlashServe, p string, n int) {
 	t.Helper()
 	for range n {
-		e, err := fsrv.cache.GetConfined(context.Background(), "", statacc.SymlinksFollow, p)
+		e, err := fsrv.cache.GetCounted(context.Background(), nil, "", statacc.SymlinksFollow, p)
 		if err != nil {
 			t.Fatal(err)
 		}

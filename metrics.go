@@ -109,12 +109,15 @@ type CacheFigures struct {
 	MaxWatches     int64 `json:"max_watches"`
 	InotifyWatches int64 `json:"inotify_watches"`
 	UnwatchedDirs  int64 `json:"unwatched_dirs"`
-	// Invalidations, Flushes, Evictions, NegativeEvictions, Expired,
-	// IdleClosed and Shed count the entries dropped: their file changed,
-	// an inotify overflow flushed the cache, a descriptor evicted for
-	// max_open_files, a negative entry for negative_cache, stale, idle on a
-	// filesystem mounted below the site's root (so that it can be
-	// unmounted), closed because the fd table was full.
+	CacheDrops
+}
+
+// CacheDrops count the entries dropped: their file changed, an inotify
+// overflow flushed the cache, a descriptor evicted for max_open_files, a
+// negative entry for negative_cache, stale, idle on a filesystem mounted
+// below the site's root (so that it can be unmounted), closed because the
+// fd table was full.
+type CacheDrops struct {
 	Invalidations     int64 `json:"invalidations"`
 	Flushes           int64 `json:"flushes"`
 	Evictions         int64 `json:"evictions"`
@@ -171,29 +174,16 @@ type ColdReadStats struct {
 	RingSlots int64 `json:"ring_slots"`
 }
 
-// CacheStats are the statacc counters and gauges.
+// CacheStats are the deprecated "statacc" object: the figures of
+// LookupStats and CacheFigures under their 0.1.0 names.
 type CacheStats struct {
-	Hits          int64   `json:"hits"`
-	NegativeHits  int64   `json:"negative_hits"`
-	Misses        int64   `json:"misses"`
-	Merged        int64   `json:"merged"`
-	QueueDepth    int64   `json:"queue_depth"`
-	WaitSeconds   float64 `json:"wait_seconds"`
-	Invalidations int64   `json:"invalidations"`
-	Flushes       int64   `json:"flushes"`
-	Evictions     int64   `json:"evictions"`
-	// NegativeEvictions counts the negative entries dropped to make room
-	// in a full negative cache for paths that missed again.
-	NegativeEvictions int64 `json:"negative_evictions"`
-	// Expired counts the entries the janitor dropped as stale: not asked
-	// for within revalidate (twice it for a negative entry of a watched
-	// directory).
-	Expired int64 `json:"expired"`
-	// IdleClosed counts the entries holding a descriptor on a filesystem
-	// mounted below their site's root that the janitor dropped because no
-	// request had used them for 2 to 4 s, so that it can be unmounted.
-	IdleClosed    int64 `json:"idle_closed"`
-	Shed          int64 `json:"shed"`
+	Hits         int64   `json:"hits"`
+	NegativeHits int64   `json:"negative_hits"`
+	Misses       int64   `json:"misses"`
+	Merged       int64   `json:"merged"`
+	QueueDepth   int64   `json:"queue_depth"`
+	WaitSeconds  float64 `json:"wait_seconds"`
+	CacheDrops
 	QueueFull     int64 `json:"queue_full"`
 	OpenFiles     int64 `json:"open_files"`
 	Entries       int64 `json:"entries"`
@@ -218,35 +208,23 @@ type PrewarmStats struct {
 }
 
 // retired keeps the counters of caches that were destroyed (a config
-// reload with other settings), so that the totals never go backwards,
-// as Prometheus counters must not.
+// reload with other settings), so that the totals never go backwards, as
+// Prometheus counters must not.
 var retired struct {
 	sync.Mutex
-	CacheStats
+	statacc.Counters
 }
 
-// addCounters adds a cache's counters, the numbers that only grow; the
-// gauges are added for live caches only.
-func (s *CacheStats) addCounters(c statacc.Counters) {
-	s.Hits += c.Hits
-	s.NegativeHits += c.NegativeHits
-	s.Misses += c.Misses
-	s.Merged += c.Merged
-	s.WaitSeconds += c.Wait.Seconds()
-	s.Invalidations += c.Invalidations
-	s.Flushes += c.Flushes
-	s.Evictions += c.Evictions
-	s.NegativeEvictions += c.NegativeEvictions
-	s.Expired += c.Expired
-	s.IdleClosed += c.IdleClosed
-	s.Shed += c.Shed
-	s.QueueFull += c.QueueFull
-}
-
-// retire adds a cache's counters to the retired totals when it goes away.
+// retire adds a cache's counters, not its gauges, to the retired totals
+// when it goes away.
 func retire(c *statacc.Cache) {
+	n := c.Counts()
 	retired.Lock()
-	retired.addCounters(c.Snapshot())
+	for st, v := range n {
+		if statacc.Stat(st).Counter() {
+			retired.Counters[st] += v
+		}
+	}
 	retired.Unlock()
 }
 
@@ -254,8 +232,8 @@ func retire(c *statacc.Cache) {
 func snapshot() Stats { return collect(true) }
 
 // collect reads the counters; without countEntries the caches' entries
-// are not counted (Stats.Cache.Entries and Statacc.Entries stay 0), which
-// would walk every cache's map: what the sampler reads.
+// are not counted (left 0), which would walk every cache's map: what the
+// sampler reads.
 func collect(countEntries bool) Stats {
 	warmed := prewarm.Snapshot()
 	ts := transmit.Snapshot()
@@ -277,7 +255,7 @@ func collect(countEntries bool) Stats {
 		s.Engines[e.String()] = EngineStats{Requests: counters.requests[e].Load(), Bytes: counters.bytes[e].Load()}
 	}
 	retired.Lock()
-	s.Statacc = retired.CacheStats
+	total := retired.Counters
 	retired.Unlock()
 	// The live caches in the order of their keys, so that a cache keeps
 	// its index while the config does.
@@ -293,44 +271,39 @@ func collect(countEntries bool) Stats {
 	slices.SortFunc(live, func(a, b liveCache) int { return strings.Compare(a.key, b.key) })
 	cacheIndex := make(map[string]int, len(live))
 	s.CacheInstances = make([]CacheInstance, 0, len(live))
+	var limits CacheFigures
 	for i, lc := range live {
-		var c statacc.Counters
+		c := lc.c.Counts()
 		if countEntries {
 			c = lc.c.Snapshot()
-		} else {
-			c = lc.c.Counts()
+		}
+		for st, v := range c {
+			total[st] += v
 		}
 		cacheIndex[lc.key] = i
-		s.Caches++
-		s.Statacc.addCounters(c)
-		s.Statacc.QueueDepth += c.QueueDepth
-		s.Statacc.OpenFiles += c.OpenFiles
-		s.Statacc.Entries += c.Entries
-		s.Statacc.NegativeCount += c.NegativeEntries
-		s.Statacc.MemoryBytes += c.MemoryBytes
-		s.Statacc.UnwatchedDirs += c.UnwatchedDirs
-		inst := CacheInstance{ID: i, CacheFigures: cacheFigures(c, lc.c.Options())}
+		inst := CacheInstance{ID: i, CacheFigures: cacheFigures(c)}
+		inst.setLimits(lc.c.Options())
 		s.CacheInstances = append(s.CacheInstances, inst)
-		f := &s.Cache
-		f.NegativeEntries += inst.NegativeEntries
-		f.MaxNegative += inst.MaxNegative
-		f.Listings += inst.Listings
-		f.MaxOpenFiles += inst.MaxOpenFiles
-		f.MemoryBudget += inst.MemoryBudget
-		f.WatchedDirs += inst.WatchedDirs
-		f.MaxWatches += inst.MaxWatches
-		f.InotifyWatches += inst.InotifyWatches
+		limits.MaxNegative += inst.MaxNegative
+		limits.MaxOpenFiles += inst.MaxOpenFiles
+		limits.MemoryBudget += inst.MemoryBudget
+		limits.MaxWatches += inst.MaxWatches
 	}
-	st := &s.Statacc
-	s.Lookups = LookupStats{Hits: st.Hits, NegativeHits: st.NegativeHits, Misses: st.Misses, Merged: st.Merged,
-		HitRatio: hitRatio(st.Hits+st.NegativeHits, st.Misses+st.Merged), QueueDepth: st.QueueDepth, WaitSeconds: st.WaitSeconds}
-	f := &s.Cache
-	f.Entries, f.OpenFiles, f.MemoryBytes, f.UnwatchedDirs = st.Entries, st.OpenFiles, st.MemoryBytes, st.UnwatchedDirs
-	f.Invalidations, f.Flushes, f.Evictions, f.NegativeEvictions, f.Expired, f.IdleClosed, f.Shed =
-		st.Invalidations, st.Flushes, st.Evictions, st.NegativeEvictions, st.Expired, st.IdleClosed, st.Shed
+	s.Caches = len(live)
+	s.Cache = cacheFigures(total)
+	s.Cache.MaxNegative, s.Cache.MaxOpenFiles, s.Cache.MemoryBudget, s.Cache.MaxWatches =
+		limits.MaxNegative, limits.MaxOpenFiles, limits.MemoryBudget, limits.MaxWatches
+	wait := time.Duration(total[statacc.Wait]).Seconds()
+	s.Lookups = LookupStats{Hits: total[statacc.Hits], NegativeHits: total[statacc.NegativeHits], Misses: total[statacc.Misses], Merged: total[statacc.Merged],
+		HitRatio:   hitRatio(total[statacc.Hits]+total[statacc.NegativeHits], total[statacc.Misses]+total[statacc.Merged]),
+		QueueDepth: total[statacc.QueueDepth], WaitSeconds: wait}
+	f := s.Cache
+	s.Statacc = CacheStats{Hits: s.Lookups.Hits, NegativeHits: s.Lookups.NegativeHits, Misses: s.Lookups.Misses, Merged: s.Lookups.Merged,
+		QueueDepth: s.Lookups.QueueDepth, WaitSeconds: wait, CacheDrops: f.CacheDrops, QueueFull: total[statacc.QueueFull],
+		OpenFiles: f.OpenFiles, Entries: f.Entries, NegativeCount: f.NegativeEntries, MemoryBytes: f.MemoryBytes, UnwatchedDirs: f.UnwatchedDirs}
 	s.Rejected = map[string]int64{
 		"max_transfers": counters.limited.Load(),
-		"stat_queue":    s.Statacc.QueueFull,
+		"stat_queue":    total[statacc.QueueFull],
 		"fd_exhaustion": counters.fdExhausted.Load(),
 	}
 	s.Sites = siteStats(cacheIndex)
@@ -344,32 +317,24 @@ func collect(countEntries bool) Stats {
 	return s
 }
 
-// cacheFigures are the figures of one cache, c read from it, o its
-// options (with their defaults filled in).
-func cacheFigures(c statacc.Counters, o statacc.Options) CacheFigures {
-	if o.NoInotify {
-		o.MaxWatches = 0 // it watches nothing
-	}
+// cacheFigures are the figures of c, without the bounds.
+func cacheFigures(c statacc.Counters) CacheFigures {
 	return CacheFigures{
-		Entries:           c.Entries,
-		NegativeEntries:   c.NegativeEntries,
-		MaxNegative:       int64(max(o.NegativeEntries, 0)),
-		Listings:          c.Listings,
-		OpenFiles:         c.OpenFiles,
-		MaxOpenFiles:      int64(o.MaxOpenFiles),
-		MemoryBytes:       c.MemoryBytes,
-		MemoryBudget:      max(o.MemoryBudget, 0),
-		WatchedDirs:       c.WatchedDirs,
-		MaxWatches:        int64(o.MaxWatches),
-		InotifyWatches:    c.Watches,
-		UnwatchedDirs:     c.UnwatchedDirs,
-		Invalidations:     c.Invalidations,
-		Flushes:           c.Flushes,
-		Evictions:         c.Evictions,
-		NegativeEvictions: c.NegativeEvictions,
-		Expired:           c.Expired,
-		IdleClosed:        c.IdleClosed,
-		Shed:              c.Shed,
+		Entries: c[statacc.Entries], NegativeEntries: c[statacc.NegativeEntries], Listings: c[statacc.Listings],
+		OpenFiles: c[statacc.OpenFiles], MemoryBytes: c[statacc.MemoryBytes],
+		WatchedDirs: c[statacc.WatchedDirs], InotifyWatches: c[statacc.Watches], UnwatchedDirs: c[statacc.UnwatchedDirs],
+		CacheDrops: CacheDrops{Invalidations: c[statacc.Invalidations], Flushes: c[statacc.Flushes], Evictions: c[statacc.Evictions],
+			NegativeEvictions: c[statacc.NegativeEvictions], Expired: c[statacc.Expired], IdleClosed: c[statacc.IdleClosed], Shed: c[statacc.Shed]},
+	}
+}
+
+// setLimits sets the bounds of a cache with options o (defaults filled in).
+func (f *CacheFigures) setLimits(o statacc.Options) {
+	f.MaxNegative = int64(max(o.NegativeEntries, 0))
+	f.MaxOpenFiles = int64(o.MaxOpenFiles)
+	f.MemoryBudget = max(o.MemoryBudget, 0)
+	if !o.NoInotify { // else it watches nothing
+		f.MaxWatches = int64(o.MaxWatches)
 	}
 }
 
@@ -388,102 +353,150 @@ type metricsCollector struct{}
 
 const metricsNamespace = "caddy_flash_serve_"
 
-func newDesc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc(metricsNamespace+name, help, labels, nil)
+// series is one series of a metric: its label's value ("" without a label)
+// and its value.
+type series struct {
+	label string
+	v     float64
 }
 
-var (
-	descRequests  = newDesc("requests_total", "Responses with a body, by the engine that sent it.", "engine")
-	descBytesSent = newDesc("bytes_sent_total", "Body bytes sent, by the engine that sent them.", "engine")
-	descInFlight  = newDesc("transfers_in_flight", "Bodies holding a max_transfers place.")
-	descRejected  = newDesc("rejected_total", "503 answers, by cause: max_transfers, stat_queue, fd_exhaustion.", "cause")
-	descSendfile  = newDesc("sendfile_calls_total", "sendfile(2) calls made by the listener wrapper.")
-	descFallbacks = newDesc("sendfile_fallbacks_total", "Bodies the listener wrapper had to copy instead.")
-	descRefused   = newDesc("sendfile_refused_total", "sendfile(2) calls the kernel refused (EINVAL, ENOSYS, EOPNOTSUPP); the rest of each body was copied.")
-
-	descLookups           = newDesc("lookups_total", "Lookups of request paths (and index files, sidecars), by result: hit and negative_hit (\"no such file\") answered from the cache with no system call, miss through the filesystem, merged into a miss of the same path in flight.", "result")
-	descLookupQueue       = newDesc("lookup_queue_depth", "Misses waiting for a lookup worker.")
-	descLookupWait        = newDesc("lookup_wait_seconds_total", "Time misses spent waiting for a lookup worker.")
-	descCacheInvalidated  = newDesc("cache_invalidations_total", "Cached entries dropped because their file or directory changed.")
-	descCacheFlushes      = newDesc("cache_flushes_total", "Whole-cache flushes (inotify queue overflows).")
-	descCacheEvictions    = newDesc("cache_evictions_total", "Cached entries evicted to stay within a bound: open_file for max_open_files, negative for negative_cache.", "entry")
-	descCacheExpirations  = newDesc("cache_expirations_total", "Cached entries dropped as stale: not asked for within revalidate (twice it for a negative entry of a watched directory).")
-	descCacheIdleClosed   = newDesc("cache_idle_closed_total", "Descriptors on a filesystem mounted below the site's root closed because no request used them for 2 to 4 s (so that it can be unmounted).")
-	descCacheOpenFiles    = newDesc("cache_open_files", "Descriptors the caches hold open.")
-	descCacheOpenLimit    = newDesc("cache_open_files_limit", "The most descriptors the caches keep open (max_open_files, summed over the caches).")
-	descCacheEntries      = newDesc("cache_entries", "Entries cached, negative ones included.")
-	descCacheNegatives    = newDesc("cache_negative_entries", "Cached \"no such file\" answers.")
-	descCacheListings     = newDesc("cache_listings", "Directories listed, whose missing names are answered with no entry.")
-	descCacheMemory       = newDesc("cache_memory_bytes", "Bytes of small files kept in memory.")
-	descCacheMemoryLimit  = newDesc("cache_memory_limit_bytes", "The most bytes of small files kept in memory (memory_cache, summed over the caches).")
-	descCacheWatched      = newDesc("cache_watched_directories", "Directories inotify watches for the caches.")
-	descCacheWatchedLimit = newDesc("cache_watched_directories_limit", "The most directories watched (max_watches, summed over the caches).")
-	descColdBuffers       = newDesc("cold_read_buffer_bytes", "Bytes of buffers held by io_uring reads of data not in the page cache, within the cold budget.")
-	descColdBufferLimit   = newDesc("cold_read_buffer_limit_bytes", "The cold budget: the most bytes of buffers io_uring reads hold at once.")
-	descRingReads         = newDesc("io_uring_reads_in_flight", "io_uring operations in flight.")
-
-	descPrewarmBytes = newDesc("prewarm_bytes_total", "Bytes read into the page cache by prewarm.")
-	descPrewarmFiles = newDesc("prewarm_files_total", "Files read into the page cache by prewarm.")
-	descHotSet       = newDesc("hot_set_bytes", "Size of the last saved hot set.")
-	descHotResident  = newDesc("hot_set_resident_bytes", "Bytes of the last saved hot set in the page cache when it was saved.")
-	descHotUnknown   = newDesc("hot_set_unknown_bytes", "Bytes of the last saved hot set whose residency the server cannot know (files it neither owns nor may write).")
-)
-
-// bytes_total and statacc_* are the names of 0.1.0 for what
-// bytes_sent_total, lookups_* and cache_* say now, exported with the same
-// values for one more release.
-//
-// Deprecated: they go in the release after next.
-var (
-	descBytes         = newDesc("bytes_total", "Deprecated: bytes_sent_total.", "engine")
-	descHits          = newDesc("statacc_hits_total", "Deprecated: lookups_total{result=\"hit\"}.")
-	descNegativeHits  = newDesc("statacc_negative_hits_total", "Deprecated: lookups_total{result=\"negative_hit\"}.")
-	descMisses        = newDesc("statacc_misses_total", "Deprecated: lookups_total{result=\"miss\"}.")
-	descMerged        = newDesc("statacc_merged_total", "Deprecated: lookups_total{result=\"merged\"}.")
-	descQueueDepth    = newDesc("statacc_queue_depth", "Deprecated: lookup_queue_depth.")
-	descWait          = newDesc("statacc_wait_seconds_total", "Deprecated: lookup_wait_seconds_total.")
-	descInvalidations = newDesc("statacc_invalidations_total", "Deprecated: cache_invalidations_total.")
-	descFlushes       = newDesc("statacc_flushes_total", "Deprecated: cache_flushes_total.")
-	descEvictions     = newDesc("statacc_evictions_total", "Deprecated: cache_evictions_total{entry=\"open_file\"}.")
-	descNegEvictions  = newDesc("statacc_negative_evictions_total", "Deprecated: cache_evictions_total{entry=\"negative\"}.")
-	descExpired       = newDesc("statacc_expired_total", "Deprecated: cache_expirations_total.")
-	descOpenFiles     = newDesc("statacc_open_files", "Deprecated: cache_open_files.")
-	descEntries       = newDesc("statacc_entries", "Deprecated: cache_entries.")
-	descMemoryBytes   = newDesc("statacc_memory_bytes", "Deprecated: cache_memory_bytes.")
-)
-
-// deprecatedMetrics maps each deprecated name to the series that replaces
-// it: its name and labels, as the docs and the tests spell them.
-var deprecatedMetrics = map[*prometheus.Desc]string{
-	descBytes:         `bytes_sent_total`,
-	descHits:          `lookups_total{result="hit"}`,
-	descNegativeHits:  `lookups_total{result="negative_hit"}`,
-	descMisses:        `lookups_total{result="miss"}`,
-	descMerged:        `lookups_total{result="merged"}`,
-	descQueueDepth:    `lookup_queue_depth`,
-	descWait:          `lookup_wait_seconds_total`,
-	descInvalidations: `cache_invalidations_total`,
-	descFlushes:       `cache_flushes_total`,
-	descEvictions:     `cache_evictions_total{entry="open_file"}`,
-	descNegEvictions:  `cache_evictions_total{entry="negative"}`,
-	descExpired:       `cache_expirations_total`,
-	descOpenFiles:     `cache_open_files`,
-	descEntries:       `cache_entries`,
-	descMemoryBytes:   `cache_memory_bytes`,
+// metric is one exported metric, below metricsNamespace. A deprecated name
+// has replacedBy, the series that replaces it (as docs/metrics.md spells
+// it), and repeats its values, read from the same snapshot.
+type metric struct {
+	name, help string
+	kind       prometheus.ValueType
+	label      string // the label's name, for a metric of several series
+	read       func(*Stats) []series
+	replacedBy string
+	desc       *prometheus.Desc
 }
 
-var allDescs = []*prometheus.Desc{descRequests, descBytesSent, descInFlight, descRejected, descSendfile, descFallbacks, descRefused,
-	descLookups, descLookupQueue, descLookupWait, descCacheInvalidated, descCacheFlushes, descCacheEvictions, descCacheExpirations, descCacheIdleClosed,
-	descCacheOpenFiles, descCacheOpenLimit, descCacheEntries, descCacheNegatives, descCacheListings, descCacheMemory,
-	descCacheMemoryLimit, descCacheWatched, descCacheWatchedLimit, descColdBuffers, descColdBufferLimit, descRingReads,
-	descPrewarmBytes, descPrewarmFiles, descHotSet, descHotResident, descHotUnknown,
-	descBytes, descHits, descNegativeHits, descMisses, descMerged, descQueueDepth, descWait, descInvalidations, descFlushes,
-	descEvictions, descNegEvictions, descExpired, descOpenFiles, descEntries, descMemoryBytes}
+const (
+	counter = prometheus.CounterValue
+	gauge   = prometheus.GaugeValue
+)
+
+// single is a metric of one series, f's value.
+func single(kind prometheus.ValueType, name, help string, f func(*Stats) int64) *metric {
+	return &metric{name: name, help: help, kind: kind, read: func(s *Stats) []series { return []series{{v: float64(f(s))}} }}
+}
+
+func byEngine(f func(EngineStats) int64) func(*Stats) []series {
+	return func(s *Stats) []series {
+		var out []series
+		for e := range transmit.NumEngines {
+			out = append(out, series{e.String(), float64(f(s.Engines[e.String()]))})
+		}
+		return out
+	}
+}
+
+// metrics are every exported metric: Describe and Collect read this table,
+// TestMetricNamesWithDeprecatedAliases checks it against docs/metrics.md.
+var metrics = []*metric{
+	{name: "requests_total", help: "Responses with a body, by the engine that sent it.", kind: counter, label: "engine",
+		read: byEngine(func(e EngineStats) int64 { return e.Requests })},
+	{name: "bytes_sent_total", help: "Body bytes sent, by the engine that sent them.", kind: counter, label: "engine",
+		read: byEngine(func(e EngineStats) int64 { return e.Bytes })},
+	single(gauge, "transfers_in_flight", "Bodies holding a max_transfers place.", func(s *Stats) int64 { return s.TransfersInFlight }),
+	{name: "rejected_total", help: "503 answers, by cause: max_transfers, stat_queue, fd_exhaustion.", kind: counter, label: "cause",
+		read: func(s *Stats) []series {
+			var out []series
+			for _, cause := range []string{"max_transfers", "stat_queue", "fd_exhaustion"} {
+				out = append(out, series{cause, float64(s.Rejected[cause])})
+			}
+			return out
+		}},
+	single(counter, "sendfile_calls_total", "sendfile(2) calls made by the listener wrapper.", func(s *Stats) int64 { return s.SendfileCalls }),
+	single(counter, "sendfile_fallbacks_total", "Bodies the listener wrapper had to copy instead.", func(s *Stats) int64 { return s.SendfileFallbacks }),
+	single(counter, "sendfile_refused_total", "sendfile(2) calls the kernel refused (EINVAL, ENOSYS, EOPNOTSUPP); the rest of each body was copied.", func(s *Stats) int64 { return s.SendfileRefused }),
+	{name: "lookups_total", help: "Lookups of request paths (and index files, sidecars), by result: hit and negative_hit (\"no such file\") answered from the cache with no system call, miss through the filesystem, merged into a miss of the same path in flight.", kind: counter, label: "result",
+		read: func(s *Stats) []series {
+			l := s.Lookups
+			return []series{{"hit", float64(l.Hits)}, {"negative_hit", float64(l.NegativeHits)}, {"miss", float64(l.Misses)}, {"merged", float64(l.Merged)}}
+		}},
+	single(gauge, "lookup_queue_depth", "Misses waiting for a lookup worker.", func(s *Stats) int64 { return s.Lookups.QueueDepth }),
+	{name: "lookup_wait_seconds_total", help: "Time misses spent waiting for a lookup worker.", kind: counter,
+		read: func(s *Stats) []series { return []series{{v: s.Lookups.WaitSeconds}} }},
+	single(counter, "cache_invalidations_total", "Cached entries dropped because their file or directory changed.", func(s *Stats) int64 { return s.Cache.Invalidations }),
+	single(counter, "cache_flushes_total", "Whole-cache flushes (inotify queue overflows).", func(s *Stats) int64 { return s.Cache.Flushes }),
+	{name: "cache_evictions_total", help: "Cached entries evicted to stay within a bound: open_file for max_open_files, negative for negative_cache.", kind: counter, label: "entry",
+		read: func(s *Stats) []series {
+			return []series{{"open_file", float64(s.Cache.Evictions)}, {"negative", float64(s.Cache.NegativeEvictions)}}
+		}},
+	single(counter, "cache_expirations_total", "Cached entries dropped as stale: not asked for within revalidate (twice it for a negative entry of a watched directory).", func(s *Stats) int64 { return s.Cache.Expired }),
+	single(counter, "cache_idle_closed_total", "Descriptors on a filesystem mounted below the site's root closed because no request used them for 2 to 4 s (so that it can be unmounted).", func(s *Stats) int64 { return s.Cache.IdleClosed }),
+	single(gauge, "cache_open_files", "Descriptors the caches hold open.", func(s *Stats) int64 { return s.Cache.OpenFiles }),
+	single(gauge, "cache_open_files_limit", "The most descriptors the caches keep open (max_open_files, summed over the caches).", func(s *Stats) int64 { return s.Cache.MaxOpenFiles }),
+	single(gauge, "cache_entries", "Entries cached, negative ones included.", func(s *Stats) int64 { return s.Cache.Entries }),
+	single(gauge, "cache_negative_entries", "Cached \"no such file\" answers.", func(s *Stats) int64 { return s.Cache.NegativeEntries }),
+	single(gauge, "cache_listings", "Directories listed, whose missing names are answered with no entry.", func(s *Stats) int64 { return s.Cache.Listings }),
+	single(gauge, "cache_memory_bytes", "Bytes of small files kept in memory.", func(s *Stats) int64 { return s.Cache.MemoryBytes }),
+	single(gauge, "cache_memory_limit_bytes", "The most bytes of small files kept in memory (memory_cache, summed over the caches).", func(s *Stats) int64 { return s.Cache.MemoryBudget }),
+	single(gauge, "cache_watched_directories", "Directories inotify watches for the caches.", func(s *Stats) int64 { return s.Cache.WatchedDirs }),
+	single(gauge, "cache_watched_directories_limit", "The most directories watched (max_watches, summed over the caches).", func(s *Stats) int64 { return s.Cache.MaxWatches }),
+	single(gauge, "cold_read_buffer_bytes", "Bytes of buffers held by io_uring reads of data not in the page cache, within the cold budget.", func(s *Stats) int64 { return s.ColdReads.BufferBytes }),
+	single(gauge, "cold_read_buffer_limit_bytes", "The cold budget: the most bytes of buffers io_uring reads hold at once.", func(s *Stats) int64 { return s.ColdReads.BufferLimit }),
+	single(gauge, "io_uring_reads_in_flight", "io_uring operations in flight.", func(s *Stats) int64 { return s.ColdReads.RingReads }),
+	single(counter, "prewarm_bytes_total", "Bytes read into the page cache by prewarm.", func(s *Stats) int64 { return s.Prewarm.Bytes }),
+	single(counter, "prewarm_files_total", "Files read into the page cache by prewarm.", func(s *Stats) int64 { return s.Prewarm.Files }),
+	single(gauge, "hot_set_bytes", "Size of the last saved hot set.", func(s *Stats) int64 { return s.Prewarm.HotSetBytes }),
+	single(gauge, "hot_set_resident_bytes", "Bytes of the last saved hot set in the page cache when it was saved.", func(s *Stats) int64 { return s.Prewarm.HotSetResidentBytes }),
+	single(gauge, "hot_set_unknown_bytes", "Bytes of the last saved hot set whose residency the server cannot know (files it neither owns nor may write).", func(s *Stats) int64 { return s.Prewarm.HotSetUnknownBytes }),
+
+	// The names of 0.1.0, exported for one more release.
+	{name: "bytes_total", replacedBy: `bytes_sent_total`},
+	{name: "statacc_hits_total", replacedBy: `lookups_total{result="hit"}`},
+	{name: "statacc_negative_hits_total", replacedBy: `lookups_total{result="negative_hit"}`},
+	{name: "statacc_misses_total", replacedBy: `lookups_total{result="miss"}`},
+	{name: "statacc_merged_total", replacedBy: `lookups_total{result="merged"}`},
+	{name: "statacc_queue_depth", replacedBy: `lookup_queue_depth`},
+	{name: "statacc_wait_seconds_total", replacedBy: `lookup_wait_seconds_total`},
+	{name: "statacc_invalidations_total", replacedBy: `cache_invalidations_total`},
+	{name: "statacc_flushes_total", replacedBy: `cache_flushes_total`},
+	{name: "statacc_evictions_total", replacedBy: `cache_evictions_total{entry="open_file"}`},
+	{name: "statacc_negative_evictions_total", replacedBy: `cache_evictions_total{entry="negative"}`},
+	{name: "statacc_expired_total", replacedBy: `cache_expirations_total`},
+	{name: "statacc_open_files", replacedBy: `cache_open_files`},
+	{name: "statacc_entries", replacedBy: `cache_entries`},
+	{name: "statacc_memory_bytes", replacedBy: `cache_memory_bytes`},
+}
+
+func init() {
+	byName := map[string]*metric{}
+	for _, m := range metrics {
+		byName[m.name] = m
+		if m.replacedBy != "" {
+			newName, label, _ := strings.Cut(m.replacedBy, "{")
+			r := byName[newName]
+			m.help, m.kind = "Deprecated: "+m.replacedBy+".", r.kind
+			if label == "" {
+				m.label, m.read = r.label, r.read
+			} else {
+				value := label[strings.Index(label, `"`)+1 : len(label)-2] // result="hit"} → hit
+				m.read = func(s *Stats) []series {
+					for _, x := range r.read(s) {
+						if x.label == value {
+							return []series{{v: x.v}}
+						}
+					}
+					return nil
+				}
+			}
+		}
+		var labels []string
+		if m.label != "" {
+			labels = []string{m.label}
+		}
+		m.desc = prometheus.NewDesc(metricsNamespace+m.name, m.help, labels, nil)
+	}
+}
 
 // Describe implements prometheus.Collector.
 func (metricsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range allDescs {
-		ch <- d
+	for _, m := range metrics {
+		ch <- m.desc
 	}
 }
 
@@ -491,71 +504,15 @@ func (metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 // replacement are read from one snapshot, so a scrape has them equal.
 func (metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	s := snapshot()
-	counter := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	for _, m := range metrics {
+		for _, x := range m.read(&s) {
+			var labels []string
+			if m.label != "" {
+				labels = []string{x.label}
+			}
+			ch <- prometheus.MustNewConstMetric(m.desc, m.kind, x.v, labels...)
+		}
 	}
-	gauge := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
-	}
-	for e := range transmit.NumEngines {
-		name := e.String()
-		counter(descRequests, float64(s.Engines[name].Requests), name)
-		counter(descBytesSent, float64(s.Engines[name].Bytes), name)
-		counter(descBytes, float64(s.Engines[name].Bytes), name)
-	}
-	gauge(descInFlight, float64(s.TransfersInFlight))
-	for _, cause := range []string{"max_transfers", "stat_queue", "fd_exhaustion"} {
-		counter(descRejected, float64(s.Rejected[cause]), cause)
-	}
-	counter(descSendfile, float64(s.SendfileCalls))
-	counter(descFallbacks, float64(s.SendfileFallbacks))
-	counter(descRefused, float64(s.SendfileRefused))
-
-	l, c := s.Lookups, s.Cache
-	for _, m := range []struct {
-		result string
-		v      int64
-		old    *prometheus.Desc
-	}{{"hit", l.Hits, descHits}, {"negative_hit", l.NegativeHits, descNegativeHits}, {"miss", l.Misses, descMisses}, {"merged", l.Merged, descMerged}} {
-		counter(descLookups, float64(m.v), m.result)
-		counter(m.old, float64(m.v))
-	}
-	gauge(descLookupQueue, float64(l.QueueDepth))
-	gauge(descQueueDepth, float64(l.QueueDepth))
-	counter(descLookupWait, l.WaitSeconds)
-	counter(descWait, l.WaitSeconds)
-	counter(descCacheInvalidated, float64(c.Invalidations))
-	counter(descInvalidations, float64(c.Invalidations))
-	counter(descCacheFlushes, float64(c.Flushes))
-	counter(descFlushes, float64(c.Flushes))
-	counter(descCacheEvictions, float64(c.Evictions), "open_file")
-	counter(descEvictions, float64(c.Evictions))
-	counter(descCacheEvictions, float64(c.NegativeEvictions), "negative")
-	counter(descNegEvictions, float64(c.NegativeEvictions))
-	counter(descCacheExpirations, float64(c.Expired))
-	counter(descExpired, float64(c.Expired))
-	counter(descCacheIdleClosed, float64(c.IdleClosed))
-	gauge(descCacheOpenFiles, float64(c.OpenFiles))
-	gauge(descOpenFiles, float64(c.OpenFiles))
-	gauge(descCacheEntries, float64(c.Entries))
-	gauge(descEntries, float64(c.Entries))
-	gauge(descCacheMemory, float64(c.MemoryBytes))
-	gauge(descMemoryBytes, float64(c.MemoryBytes))
-	gauge(descCacheOpenLimit, float64(c.MaxOpenFiles))
-	gauge(descCacheNegatives, float64(c.NegativeEntries))
-	gauge(descCacheListings, float64(c.Listings))
-	gauge(descCacheMemoryLimit, float64(c.MemoryBudget))
-	gauge(descCacheWatched, float64(c.WatchedDirs))
-	gauge(descCacheWatchedLimit, float64(c.MaxWatches))
-	gauge(descColdBuffers, float64(s.ColdReads.BufferBytes))
-	gauge(descColdBufferLimit, float64(s.ColdReads.BufferLimit))
-	gauge(descRingReads, float64(s.ColdReads.RingReads))
-
-	counter(descPrewarmBytes, float64(s.Prewarm.Bytes))
-	counter(descPrewarmFiles, float64(s.Prewarm.Files))
-	gauge(descHotSet, float64(s.Prewarm.HotSetBytes))
-	gauge(descHotResident, float64(s.Prewarm.HotSetResidentBytes))
-	gauge(descHotUnknown, float64(s.Prewarm.HotSetUnknownBytes))
 }
 
 // registerMetrics adds the collector to the config's metrics registry,

@@ -651,7 +651,7 @@ func (fsrv *FlashServe) cacheOptions() statacc.Options {
 		MaxDirEntries: fsrv.MaxDirEntries,
 	}
 	// The symlinks mode is not a cache setting: every lookup names its own
-	// (GetConfined), so sites with other modes share one cache.
+	// (GetCounted), so sites with other modes share one cache.
 	if fsrv.NegativeCache != nil {
 		o.NegativeEntries = *fsrv.NegativeCache
 		if o.NegativeEntries == 0 {

@@ -7,13 +7,15 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/flashserve/caddy-flash-serve/statacc"
 )
 
 // negativeHits sums the negative hits of the process's caches.
 func negativeHits() int64 {
 	var n int64
 	caches.Range(func(_, v any) bool {
-		n += v.(*sharedCache).Snapshot().NegativeHits
+		n += v.(*sharedCache).Snapshot()[statacc.NegativeHits]
 		return true
 	})
 	return n

@@ -51,7 +51,7 @@ func TestHotSetSurvivesRestart(t *testing.T) {
 			if i%2 == 1 && round > 0 {
 				continue // the odd files are less hot, but still in the set
 			}
-			e, err := a.cache.GetConfined(context.Background(), "", statacc.SymlinksFollow, p)
+			e, err := a.cache.GetCounted(context.Background(), nil, "", statacc.SymlinksFollow, p)
 			if err != nil {
 				t.Fatal(err)
 			}

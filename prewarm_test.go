@@ -97,7 +97,7 @@ func TestHotSetSurvivesReload(t *testing.T) {
 	}
 	hit := func(fsrv *FlashServe, p string, n int) {
 		for range n {
-			e, err := fsrv.cache.GetConfined(context.Background(), "", statacc.SymlinksFollow, p)
+			e, err := fsrv.cache.GetCounted(context.Background(), nil, "", statacc.SymlinksFollow, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -160,13 +160,13 @@ func TestHotSetHoldsAUniformTree(t *testing.T) {
 	order := append(slices.Clone(paths), paths...)
 	rand.New(rand.NewPCG(5, 5)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	for _, p := range order {
-		e, err := fsrv.cache.GetConfined(context.Background(), "", statacc.SymlinksFollow, p)
+		e, err := fsrv.cache.GetCounted(context.Background(), nil, "", statacc.SymlinksFollow, p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.Release()
 	}
-	live := fsrv.cache.Snapshot().Entries
+	live := fsrv.cache.Snapshot()[statacc.Entries]
 	if err := fsrv.Cleanup(); err != nil { // the last user: the set is saved
 		t.Fatal(err)
 	}

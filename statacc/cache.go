@@ -23,304 +23,124 @@ import (
 // Options configure a Cache. Zero values take the defaults.
 type Options struct {
 	// Workers is the number of goroutines that do the blocking stat and
-	// open calls, and so the most OS threads the cache can hold in the
-	// filesystem at once. Default: 32, or 4 per GOMAXPROCS if more.
+	// open calls, and so the most threads the cache holds in the filesystem.
+	// Default: 32, or 4 per GOMAXPROCS if more.
 	Workers int
-	// queueLength bounds the misses waiting for a worker; a miss that finds
-	// the queue full fails with ErrQueueFull. Default: 256 per worker. Set
-	// by tests only.
+	// queueLength bounds the misses waiting for a worker. Default: 256 per worker.
 	queueLength int
 	// Revalidate is the oldest an entry may be before it is stat'ed again,
-	// whatever inotify says. Entries in directories that inotify does not
-	// watch are revalidated after at most one second. Default: 60s.
+	// whatever inotify says; entries of unwatched directories live at most a
+	// second. Default: 60s.
 	Revalidate time.Duration
-	// MaxOpenFiles bounds the descriptors the cache keeps open.
-	// Default: a quarter of RLIMIT_NOFILE (the rest is for connections),
-	// at most 262144.
+	// MaxOpenFiles bounds the descriptors the cache keeps open. Default: a
+	// quarter of RLIMIT_NOFILE (the rest is for connections), at most 262144.
 	MaxOpenFiles int
-	// NegativeEntries bounds the cached "no such file" answers, each about
-	// 150 bytes of Go heap plus its path, in memory the garbage collector
-	// does not scan (negstore.go). Their paths are bounded too, to 128
-	// bytes an entry on average (1 MiB at least: negativeBytes), so that
-	// long paths cannot make the bound cost more. While there is room
-	// every one is kept; when full, a path missing for the first time is
-	// answered without being kept (a scanner's distinct paths displace
-	// nothing), and one that missed before replaces the entries least
-	// recently hit (negative.go). A watched directory in which eight
-	// names were found missing is listed (listing_linux.go, at most 16,384
-	// names, 2^18 in all): its other missing names, and every path below
-	// them, are then answered with no filesystem call and no entry. Default:
-	// 65536, about 16 MiB with 100-byte paths, 8 MiB of paths at most. A
-	// negative value disables negative caching, listings included.
+	// NegativeEntries bounds the cached "no such file" answers. When full,
+	// a path missing for the first time is answered without being kept (a
+	// scanner's distinct paths displace nothing); one that missed before
+	// replaces the least recently hit. A watched directory with many missing
+	// names is listed instead (listing_linux.go). Default: 65536. A negative
+	// value disables negative caching, listings included.
 	NegativeEntries int
-	// negativeBytes bounds the bytes of the negative entries' paths and
-	// roots. Default: 128 per entry of NegativeEntries, 1 MiB at least.
-	// Set by tests only.
+	// negativeBytes bounds the bytes of the negative entries' paths and roots.
+	// Default: 128 per entry of NegativeEntries, 1 MiB at least.
 	negativeBytes int64
 	// listAfter is how many missing names are looked up in a watched
-	// directory, each through the filesystem, before its names are listed
-	// and the next ones answered from the listing (listing_linux.go); a
-	// negative value lists none. Default: 8; none with negative caching
-	// off. Set by tests only: those about negative entries list none, so
-	// that their distinct paths in one directory all reach the store.
+	// directory before its names are listed; negative lists none. Default: 8.
 	listAfter int
 	// MemoryBudget is how many bytes of small files are kept in memory.
 	// Default: 64 MiB. A negative value disables it.
 	MemoryBudget int64
 	// MemoryMaxFile is the largest file kept in memory. Default: 3 KiB, so
-	// that the body fits with the headers in net/http's 4 KiB write buffer
-	// and leaves in one write; larger files go out with sendfile, which
-	// costs the same two system calls as a split write and copies nothing.
+	// that body and headers leave in one write of net/http's 4 KiB buffer;
+	// larger files go out with sendfile, which copies nothing.
 	MemoryMaxFile int64
 	// NoInotify turns inotify off: every entry is revalidated after
 	// Revalidate.
 	NoInotify bool
-	// MaxWatches bounds the directories the watcher keeps (each entry's
-	// directory and every ancestor and symlink target on the way to it),
-	// and so the inotify watches it holds. Past it the least recently used
-	// leaf directory is forgotten with its entries; a directory that finds
-	// no room is not watched, and its entries are revalidated after at most
-	// a second. Default: a quarter of fs.inotify.max_user_watches, at most
-	// 65536.
+	// MaxWatches bounds the directories the watcher keeps, and so its
+	// inotify watches; past it the least recently used leaf directory is
+	// forgotten with its entries. Default: a quarter of
+	// fs.inotify.max_user_watches, at most 65536.
 	MaxWatches int
 	// MaxDirEntries bounds the cached entries without a descriptor
-	// (directories and other files that are not regular); past it such
-	// lookups are answered but not cached. Default: 10000.
+	// (directories, other files that are not regular). Default: 10000.
 	MaxDirEntries int
 }
 
-// ErrQueueFull is returned by GetConfined when the miss queue is full: the caller
+// ErrQueueFull is returned by GetCounted when the miss queue is full: the caller
 // should answer 503 with a Retry-After.
 var ErrQueueFull = errors.New("statacc: too many filesystem lookups waiting")
 
-// errRetry means an entry was invalidated between its resolution and its
-// acquisition; Get tries again.
+// errRetry: the entry was invalidated between resolution and acquisition.
 var errRetry = errors.New("statacc: entry invalidated while acquired")
 
-// defaultWorkers is the default size of the worker pool: enough to keep a
-// disk queue busy on a cold tree, few enough that the threads they hold
-// stay well under the Go runtime's limit. A miss whose inode or directory
-// block is not cached holds its worker for a disk read, so the pool is
-// the most metadata reads in flight: 32, as many as nginx's `aio threads`
-// pool has readers (with 16, a cold tree on a slow disk kept a queue
-// depth of 3 to 8 where nginx kept 45).
+// defaultWorkers: a cold miss holds its worker for a disk read, so the
+// pool is the most metadata reads in flight; 32 is as many as nginx's
+// `aio threads` pool has, with threads well under the runtime's limit.
 func defaultWorkers() int { return max(32, 4*runtime.GOMAXPROCS(0)) }
-
-// counters are a cache's counters, read through Snapshot. Every field is
-// updated atomically.
-type counters struct {
-	Hits, NegativeHits, Misses, Merged atomic.Int64
-	QueueFull, Invalidations, Flushes  atomic.Int64
-	WaitNanos                          atomic.Int64
-	OpenFiles, NegativeCount           atomic.Int64
-	NegativeEvictions                  atomic.Int64
-	// Expired counts the entries the janitor dropped as stale (dropStale),
-	// IdleClosed those it dropped as idle (closeIdle).
-	Expired, IdleClosed atomic.Int64
-	// NegativeRevalidations counts the negative entries looked up again
-	// in place when they were no longer fresh (revalidateNegative).
-	NegativeRevalidations        atomic.Int64
-	MemoryBytes, Evictions, Shed atomic.Int64
-	// UnwatchedDirs counts the directories whose watch failed
-	// (permission, the user's inotify limit).
-	UnwatchedDirs atomic.Int64
-	// Watches is the number of inotify watches held, WatchNodes the
-	// directories the watcher keeps (several can share one watch),
-	// WatchEvictions how many were forgotten to stay under MaxWatches,
-	// WatchRefused the lookups left unwatched for want of room.
-	Watches, WatchNodes, WatchEvictions, WatchRefused atomic.Int64
-	// DirEntries counts the cached entries without a descriptor.
-	DirEntries atomic.Int64
-	// SlotLookups, CachedLookups: see Counters.
-	SlotLookups, CachedLookups atomic.Int64
-	// ListedMisses counts the lookups answered "no such file" from a
-	// directory's listing (listing_linux.go), also counted in
-	// NegativeHits; Listings is the directories listed now.
-	ListedMisses, Listings atomic.Int64
-}
-
-// Counters are a cache's counters and gauges at one moment, from
-// Snapshot. The counters only grow during the cache's life.
-type Counters struct {
-	// Hits are the lookups answered from a fresh entry, NegativeHits
-	// those answered "no such file" from a negative one.
-	Hits, NegativeHits int64
-	// Misses are the lookups that went to the filesystem; Merged those
-	// that waited for a lookup of the same path already in flight.
-	Misses, Merged int64
-	// Wait is the time misses spent waiting for a worker.
-	Wait time.Duration
-	// QueueFull counts the misses refused with ErrQueueFull.
-	QueueFull int64
-	// Invalidations count the entries dropped because their file or
-	// directory changed, Flushes the whole-cache flushes (an inotify
-	// queue overflow), Evictions the descriptors closed to stay under
-	// MaxOpenFiles, Shed the lookups that found the fd table full and
-	// closed idle descriptors to make room.
-	Invalidations, Flushes, Evictions, Shed int64
-	// NegativeEvictions counts the negative entries dropped to make room
-	// for one that missed again while the negative cache was full.
-	NegativeEvictions int64
-	// Expired counts the entries the janitor dropped because they were
-	// no longer fresh (older than Revalidate, or than twice it for a
-	// negative entry of a watched directory) and not asked for since:
-	// positive and negative ones.
-	Expired int64
-	// IdleClosed counts the entries holding a descriptor on another mount
-	// than their site's root that the janitor dropped because no request
-	// had used them for 2 to 4 s, so that the mount could be unmounted
-	// (closeIdle).
-	IdleClosed int64
-	// OpenFiles is the number of descriptors held open now (cached or
-	// still in use), NegativeEntries the cached "no such file" answers,
-	// Entries every cached entry (a walk of the map), QueueDepth the
-	// misses waiting for a worker, MemoryBytes the bytes of file content
-	// kept in memory.
-	OpenFiles, NegativeEntries, Entries, QueueDepth, MemoryBytes int64
-	// UnwatchedDirs counts the directories whose inotify watch failed
-	// (permission, the user's inotify limit), WatchRefused the lookups
-	// left unwatched because MaxWatches was reached: the entries of both
-	// are revalidated after at most a second.
-	UnwatchedDirs, WatchRefused int64
-	// SlotLookups counts the misses resolved holding a filesystem slot
-	// (on the request's goroutine while one is free, else by a worker);
-	// CachedLookups those answered from the kernel's dentry cache without
-	// one (openat2 with RESOLVE_CACHED, in a watched directory on a local
-	// filesystem), which cannot wait for a disk.
-	SlotLookups, CachedLookups int64
-	// Watches is the number of inotify watches held; WatchedDirs the
-	// directories the watcher keeps (several can share one watch), which
-	// MaxWatches bounds.
-	Watches, WatchedDirs int64
-	// Listings is the number of directories listed now, ListedMisses the
-	// lookups answered "no such file" from a listing (also counted in
-	// NegativeHits).
-	Listings, ListedMisses int64
-}
-
-// Snapshot reads the cache's counters now. It walks the map to count the
-// entries, so it is meant for the metrics and the admin API, not for the
-// request path.
-func (c *Cache) Snapshot() Counters {
-	s := c.Counts()
-	s.Entries = int64(c.entryCount())
-	return s
-}
-
-// Counts is Snapshot without Entries (left 0), and so without its walk of
-// the map: cheap enough for a sampler that reads it every few seconds.
-func (c *Cache) Counts() Counters {
-	m := &c.counts
-	return Counters{
-		Hits:              m.Hits.Load(),
-		NegativeHits:      m.NegativeHits.Load(),
-		Misses:            m.Misses.Load(),
-		Merged:            m.Merged.Load(),
-		Wait:              time.Duration(m.WaitNanos.Load()),
-		QueueFull:         m.QueueFull.Load(),
-		Invalidations:     m.Invalidations.Load(),
-		Flushes:           m.Flushes.Load(),
-		Evictions:         m.Evictions.Load(),
-		Shed:              m.Shed.Load(),
-		NegativeEvictions: m.NegativeEvictions.Load(),
-		Expired:           m.Expired.Load(),
-		IdleClosed:        m.IdleClosed.Load(),
-		OpenFiles:         m.OpenFiles.Load(),
-		NegativeEntries:   m.NegativeCount.Load(),
-		QueueDepth:        int64(c.queueDepth()),
-		MemoryBytes:       m.MemoryBytes.Load(),
-		UnwatchedDirs:     m.UnwatchedDirs.Load(),
-		WatchRefused:      m.WatchRefused.Load(),
-		SlotLookups:       m.SlotLookups.Load(),
-		CachedLookups:     m.CachedLookups.Load(),
-		Watches:           m.Watches.Load(),
-		WatchedDirs:       m.WatchNodes.Load(),
-		Listings:          m.Listings.Load(),
-		ListedMisses:      m.ListedMisses.Load(),
-	}
-}
 
 // Cache is a process-wide cache of Entries with their open descriptors,
 // filled by a bounded pool of workers, invalidated by inotify with a TTL
-// as a safety net.
-//
-// How stale an entry can be: with inotify watching its directory and every
-// directory on the way to it (watcher_linux.go), until the event is read
-// (microseconds to milliseconds); without it (inotify off or unavailable,
-// the watch limit reached, a network or FUSE filesystem that sends no
-// events, a file that is a symlink to a file changed elsewhere), at most
-// Revalidate, or one second for unwatched directories.
+// as a safety net: an entry is stale until its event is read where inotify
+// watches every directory on its way, else for at most Revalidate (a
+// second for unwatched directories).
 type Cache struct {
 	opts    Options
 	entries sync.Map // path string → *Entry, for the paths that exist
-	// negatives holds the cached "no such file" answers, apart and
-	// pointer-free (negstore.go).
+	// negatives holds the negative entries, pointer-free (negstore.go).
 	negatives *negStore
 	jobs      chan *call
-	// slots holds one token per lookup in the filesystem, inline or by a
-	// worker: at most Workers at once, and so at most Workers threads.
+	// slots bound the lookups in the filesystem, and so its threads, to Workers.
 	slots chan struct{}
-	// cachedSlots holds one token per lookup tried without a slot
-	// (resolveCached): such a lookup waits for no disk, only for a CPU,
-	// so GOMAXPROCS of them are as many as can run; past that a miss
-	// takes a slot. Threads in the filesystem stay at most Workers plus
-	// GOMAXPROCS.
+	// cachedSlots bounds the lookups tried without a slot (resolveCached):
+	// they wait for a CPU, not a disk, so GOMAXPROCS of them suffice.
 	cachedSlots chan struct{}
 	mu          sync.Mutex // guards inflight; taken on the miss path only
 	inflight    map[lookupKey]*call
 	watch       *watcher
-	// fds holds the cached entries that hold a descriptor, negs the
-	// negative ones, each in the order its eviction clock visits them.
+	// fds and negs are the eviction clocks of descriptors and negative entries.
 	fds  clock[*Entry]
 	negs clock[negRef]
-	// doors remembers the paths that missed while the negative cache was
-	// full (negative.go); nil until then.
+	// doors is nil until the negative cache was first full (negative.go).
 	doors  atomic.Pointer[doorkeeper]
 	counts counters
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	closed atomic.Bool
-	// sawUnwatched is set once a descriptor is cached without inotify to
-	// tell of its file's deletion: the janitor then walks every second,
-	// woken by wakeJanitor from the longer sleep it may be in.
+	// sawUnwatched is set once a descriptor is cached that no inotify event
+	// may end: the janitor then walks every second.
 	sawUnwatched atomic.Bool
 	// idleArmed is set while the cache holds descriptors on another mount
-	// than their site's root (onOtherMount): the janitor then closes
-	// those left idle (closeIdle) every idlePeriod, woken by wakeJanitor
-	// when the first one comes.
+	// than their site's root: the janitor then closes the idle ones.
 	idleArmed   atomic.Bool
 	janitorWake chan struct{}
-	// otherMountFiles counts the open descriptors of entries on another
-	// mount than their site's root (Entry.otherMount); rootMounts caches
-	// the mount of each site root (rootMount), rootMountsN counts them.
+	// otherMountFiles counts those descriptors; rootMounts caches each
+	// site root's mount (rootMount).
 	otherMountFiles atomic.Int64
 	rootMounts      sync.Map // root string → rootMount
 	rootMountsN     atomic.Int64
 	hot             *hotset.Counter
 }
 
-// lookupKey is everything that changes a lookup's answer: the path, and
-// the root and mode it is confined with. Concurrent misses merge only when
-// all three match, so that sites with other roots or modes sharing the
-// cache never get each other's confinement answer.
+// lookupKey is everything that changes a lookup's answer: misses merge
+// only when all match, so that sites with other roots or modes never get
+// each other's confinement answer.
 type lookupKey struct {
 	path, root string
 	mode       Symlinks
 }
 
-// call is one resolution in flight; concurrent misses for a lookupKey
-// share it. It holds a reference to its entry until every waiter has taken its own,
-// so that an eviction between the resolution and the waiters cannot close
-// the descriptor under them.
+// call is one resolution in flight, shared by concurrent misses of a
+// lookupKey. It holds a reference to its entry until every waiter has
+// taken its own, so that an eviction cannot close the descriptor under them.
 type call struct {
 	key lookupKey // root is "" and mode follow for unconfined lookups
-	// site is the root the first lookup was made for, with any mode
-	// (closeIdle).
+	// site is the root of the first lookup, with any mode (closeIdle).
 	site string
-	// done is closed when entry is set; made by the first goroutine that
-	// waits for the call (doneLocked), so that a miss nobody merges with,
-	// resolved by the goroutine that missed, makes no channel. Guarded by
-	// Cache.mu.
+	// done is closed when entry is set; made by the first waiter
+	// (doneLocked), so that a miss nobody merges with makes no channel.
+	// Guarded by Cache.mu.
 	done  chan struct{}
 	entry *Entry
 	// pending counts the waiters plus the worker; the last to leave drops
@@ -328,8 +148,7 @@ type call struct {
 	pending atomic.Int32
 }
 
-// doneLocked returns the channel closed when the call is complete, making
-// it if need be. Called with Cache.mu held, before complete.
+// doneLocked returns done, making it if need be. Cache.mu held.
 func (cl *call) doneLocked() chan struct{} {
 	if cl.done == nil {
 		cl.done = make(chan struct{})
@@ -390,14 +209,13 @@ func New(o Options) *Cache {
 		stop:        make(chan struct{}),
 		janitorWake: make(chan struct{}, 1),
 	}
-	c.negatives = newNegStore(&c.counts.NegativeCount, &c.negs.dead)
+	c.negatives = newNegStore(&c.counts[NegativeEntries], &c.negs.dead)
 	c.hot = hotset.NewCounter(c.hotFiles)
 	if !o.NoInotify {
 		c.watch = newWatcher(c, o.MaxWatches)
 	}
 	if c.watch != nil {
-		// The mount table's changes end entries as inotify's events do:
-		// through the watcher's nodes (mounts_linux.go).
+		// Mount changes end entries through the watcher's nodes.
 		watchMounts(c)
 	}
 	for range o.Workers {
@@ -410,21 +228,12 @@ func New(o Options) *Cache {
 }
 
 // janitor drops entries that are no longer fresh, as nginx's
-// open_file_cache drops inactive ones. A stale entry would be looked up
-// again by its next request anyway; what the janitor adds is that a
-// descriptor the cache holds on a file deleted or replaced where inotify
-// cannot see it (unwatched directory, inotify off, NFS) is closed within
-// about twice the staleness bound even if nobody asks for that path again,
-// so the file's disk space is freed. It walks the map only about as often
-// as an entry can go stale: every second once a descriptor was cached
-// without inotify (whose entries are fresh for a second), else every
-// Revalidate/2.
-//
-// While the cache holds descriptors on another mount than their site's
-// root (onOtherMount), it also closes, every idlePeriod, those no request
-// used since its previous pass (closeIdle): a descriptor keeps its
-// filesystem busy, and `umount` of it fails with EBUSY until it is
-// closed.
+// open_file_cache drops inactive ones, so that a descriptor on a file
+// deleted where inotify cannot see it is closed even if nobody asks for
+// its path again. It walks as often as an entry can go stale. While the
+// cache holds descriptors on another mount than their site's root, it also
+// closes the idle ones (closeIdle): they keep that filesystem busy, and
+// `umount` fails with EBUSY.
 func (c *Cache) janitor() {
 	defer c.wg.Done()
 	nextStale := time.Now().Add(c.stalePeriod())
@@ -445,8 +254,7 @@ func (c *Cache) janitor() {
 		case <-c.janitorWake:
 			t.Stop()
 			if c.sawUnwatched.Load() {
-				// Walk a second from now, rather than after the longer
-				// sleep it was in.
+				// Walk a second from now, not after the longer sleep.
 				if next := time.Now().Add(c.stalePeriod()); next.Before(nextStale) {
 					nextStale = next
 				}
@@ -459,9 +267,8 @@ func (c *Cache) janitor() {
 			c.closeIdle()
 			nextIdle = now.Add(idlePeriod)
 			if c.otherMountFiles.Load() <= 0 {
-				// Sleep until such a descriptor comes. Disarmed before
-				// looking again: a record that added one after this look
-				// sees the janitor disarmed and wakes it (armIdle).
+				// Disarmed before looking again: a record that adds one after this
+				// look sees the janitor disarmed and wakes it (armIdle).
 				c.idleArmed.Store(false)
 				if c.otherMountFiles.Load() <= 0 {
 					nextIdle = time.Time{}
@@ -486,7 +293,6 @@ func (c *Cache) stalePeriod() time.Duration {
 	return max(period, 100*time.Millisecond)
 }
 
-// wakeJanitor makes the janitor look at its schedule again.
 func (c *Cache) wakeJanitor() {
 	select {
 	case c.janitorWake <- struct{}{}:
@@ -494,8 +300,7 @@ func (c *Cache) wakeJanitor() {
 	}
 }
 
-// armIdle makes sure the janitor closes idle descriptors: called once a
-// descriptor is cached.
+// armIdle makes sure the janitor closes idle descriptors.
 func (c *Cache) armIdle() {
 	if !c.idleArmed.Load() && c.idleArmed.CompareAndSwap(false, true) {
 		c.wakeJanitor()
@@ -503,16 +308,11 @@ func (c *Cache) armIdle() {
 }
 
 // onOtherMount reports whether info, what a lookup made for site opened,
-// is on another mount than site's root: a filesystem mounted below the
-// root (a release image, a tmpfs, a file bind mount), or reached through
-// a link that leaves the root's. Only such descriptors are closed once
-// idle (closeIdle): they are what a release script unmounts, while the
-// site serves on. Those on the root's own mount stay until they are
-// stale, as nginx keeps its open_file_cache's: closing them too would
-// cost a miss to every file asked for less often than every few seconds
-// (+6 to +28 % of CPU per request, measured over 5,000 and 19,000 files
-// asked for every 4 to 5 s), for an unmount that cannot succeed while the
-// site is served anyway.
+// is on another mount than site's root (a filesystem mounted below it, or
+// reached through a link). Only those are closed once idle: they are what
+// a release script unmounts. Closing those on the root's own mount too
+// would cost a miss to every file asked for less often than idlePeriod,
+// for an unmount that cannot succeed while the site is served.
 func (c *Cache) onOtherMount(info fs.FileInfo, site string) bool {
 	if site == "" {
 		return false
@@ -525,10 +325,9 @@ func (c *Cache) onOtherMount(info fs.FileInfo, site string) bool {
 	return r != 0 && r != m
 }
 
-// rootMount is the mount (mountOfPath) of the directory root, looked up again at
-// most once a second (a mount over the root, a swapped `current` link,
-// change it). Bounded: past 1,024 roots (a root made of the request's
-// host) the cache of them starts over.
+// rootMount is the mount of the directory root, looked up again at most
+// once a second (a mount over the root, a swapped link). Past 1,024 roots
+// (a root made of the request's host) the cache of them starts over.
 func (c *Cache) rootMount(root string) uint64 {
 	now := nanotime()
 	if v, ok := c.rootMounts.Load(root); ok {
@@ -544,28 +343,19 @@ func (c *Cache) rootMount(root string) uint64 {
 	return m
 }
 
-// rootMount is a site root's mount, as seen at nanotime at.
 type rootMount struct {
 	mount uint64
 	at    int64
 }
 
-// idlePeriod is how often the janitor closes the descriptors on another
-// mount than their site's root that no request used since its previous
-// pass: such a descriptor is closed 2 to 4 s after its last request (a
-// transfer still reading it keeps it until it ends), so that `umount` of
-// a filesystem below the root succeeds then. What it costs is a miss (an
-// open, a statx and, for a small file, a read) for such a file asked for
-// less often than every few seconds: at most one per cached descriptor
-// and idlePeriod, and nothing for a hot file.
+// idlePeriod: a descriptor on another mount is closed 2 to 4 s after its
+// last request, so that `umount` succeeds then.
 const idlePeriod = 2 * time.Second
 
-// closeIdle forgets the entries holding a descriptor on another mount than
-// their site's root (onOtherMount) that no request used since the
-// previous pass, nor uses now: their descriptors close. It
-// walks the descriptors' clock in steps, letting misses add theirs in
-// between, and stops early if a compaction moved the entries meanwhile
-// (the next pass does the rest).
+// closeIdle forgets the entries on another mount than their site's root
+// that no request used since the previous pass, nor uses now. It walks
+// the clock in steps, letting misses in between, and stops if a
+// compaction moved the entries (the next pass does the rest).
 func (c *Cache) closeIdle() int {
 	k := &c.fds
 	n := 0
@@ -594,7 +384,7 @@ func (c *Cache) closeIdle() int {
 		k.removeAt(i) // the last entry moves to i, and is looked at next
 	}
 	k.mu.Unlock()
-	c.counts.IdleClosed.Add(int64(n))
+	c.counts[IdleClosed].Add(int64(n))
 	c.tidyRings(n > 0, false)
 	return n
 }
@@ -615,25 +405,20 @@ func (c *Cache) dropStale() int {
 	})
 	c.watch.forgetNegatives(gone)
 	c.watch.expireListings(c.opts.Revalidate)
-	c.counts.Expired.Add(int64(n + len(gone)))
+	c.counts[Expired].Add(int64(n + len(gone)))
 	c.tidyRings(n > 0, len(gone) > 0)
 	return n + len(gone)
 }
 
-// tidyAfterRemovals gives back the room of entries that left one at a
-// time, as the watcher's events take them (a deleted directory's files
-// and negatives): the negative store's shards shrink and both clocks are
-// tidied where the removals made most of them garbage, as after a purge.
-// Each step only looks when there is little to give back.
+// tidyAfterRemovals gives back the room of entries the watcher's events
+// took one at a time.
 func (c *Cache) tidyAfterRemovals() {
 	c.negatives.shrink()
 	c.tidyRings(true, true)
 }
 
-// tidyRings compacts the descriptors' clock (fds) and the negative one
-// (negs) after entries left the cache in bulk, if their dead entries are
-// most of them: otherwise they keep the room of the entries that left,
-// and the descriptors' clock their husks, until the next entry comes.
+// tidyRings compacts the descriptors' clock and the negative one after
+// entries left in bulk, if dead entries are most of them.
 func (c *Cache) tidyRings(fds, negs bool) {
 	if fds {
 		tidy(&c.fds, fdOps{c}, c.opts.MaxOpenFiles)
@@ -643,12 +428,10 @@ func (c *Cache) tidyRings(fds, negs bool) {
 	}
 }
 
-// keptForRevalidation reports whether the janitor leaves a stale entry for
-// its next lookup to revalidate in place (revalidateNegative): a negative
-// entry of a watched directory, stale for less than another Revalidate.
-// It holds no descriptor, the negative bound counts it, and a path asked
-// for about once per Revalidate then costs one failed open each time
-// rather than a new entry. One not asked for in that time is dropped.
+// keptForRevalidation reports whether the janitor leaves a stale
+// negative entry of a watched directory for its next lookup to revalidate
+// in place (revalidateNegative): a path asked for about once per
+// Revalidate then costs one failed open, not a new entry.
 func (c *Cache) keptForRevalidation(sl *negSlot) bool {
 	return sl.watched && nanotime()-sl.checked.Load() < 2*int64(c.opts.Revalidate)
 }
@@ -665,12 +448,8 @@ func defaultMaxOpenFiles() int {
 
 // Close stops the workers and the watcher and drops every entry;
 // descriptors still in use close when their last user releases them.
-//
-// A closed cache still answers lookups, uncached (lookupClosed): a config
-// reload closes the cache of settings no handler uses any more while the
-// old server's last requests still run (Caddy starts their shutdown and
-// cleans the old handlers up without waiting for it), and those requests
-// must be served, not refused.
+// A closed cache still answers lookups, uncached (lookupClosed): a reload
+// closes it while the old server's last requests still run.
 func (c *Cache) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
@@ -688,20 +467,13 @@ func (c *Cache) Close() error {
 	return nil
 }
 
-// errCacheClosed is what a miss of a closed cache, or one queued for its
-// workers when they stopped, gets: GetConfined then answers it with
-// lookupClosed. It never reaches a caller.
+// errCacheClosed is what a miss of a closed cache gets; GetCounted
+// answers it with lookupClosed.
 var errCacheClosed = errors.New("statacc: cache closed")
 
-// lookupClosed answers a lookup of a closed cache: it opens and describes
-// the path as a miss does, in a filesystem slot (which still bounds the
-// threads in the filesystem), and returns an entry that nothing else
-// shares and nothing caches, whose only reference is the caller's: its
-// Release closes the descriptor. Nothing is published, watched or counted
-// as the cache's, since the cache is gone: what it costs is one open and
-// one fstat per lookup, for the requests that were already running when
-// the cache closed. The hit path pays nothing for it: a closed cache has
-// no entries left to hit.
+// lookupClosed answers a lookup of a closed cache as a miss does, in a
+// slot, with an entry that nothing caches: its only reference is the
+// caller's, whose Release closes the descriptor.
 func (c *Cache) lookupClosed(ctx context.Context, key lookupKey) (*Entry, error) {
 	select {
 	case c.slots <- struct{}{}:
@@ -718,12 +490,9 @@ func (c *Cache) lookupClosed(ctx context.Context, key lookupKey) (*Entry, error)
 	return e, nil
 }
 
-// refuseQueued answers the misses still queued for the workers, which
-// have stopped, with errCacheClosed, so that their callers look the path
-// up themselves now (lookupClosed) rather than wait until their contexts
-// end. Close calls it once the workers
-// are gone, and a miss that queued itself and then saw the cache closed
-// calls it too: whichever comes second finds the call.
+// refuseQueued answers the misses still queued for the stopped workers
+// with errCacheClosed. Close calls it, and so does a miss that queued
+// itself and then saw the cache closed: whichever comes second finds it.
 func (c *Cache) refuseQueued() {
 	for {
 		select {
@@ -736,26 +505,13 @@ func (c *Cache) refuseQueued() {
 	}
 }
 
-// GetConfined returns the entry for path, a file below root resolved as
-// mode says, with a reference that the caller must give back with
-// Release. A path that does not exist gives its error (fs.ErrNotExist and
-// the like) and no entry. On a fresh hit it makes no system call and takes
-// no lock; a negative hit makes one poll(2) of the inotify descriptor
-// (catchUp) and takes one shard's read lock; the error of a negative
-// hit of a missing path is the same value for every path (negErrors), so
-// that it allocates nothing, and a refusal's is made again as its miss
-// returned it (hitError). With SymlinksFollow, root does not confine the
-// lookup (an entry answers every root), but tells the mount the site is
-// on (closeIdle). root and path must be absolute and clean (the cache compares them as strings). An entry answers only the
-// lookups with its root and mode: a lookup of the same path under another
-// root or mode resolves it again, so that one site's confinement answer is
-// never handed to another.
-func (c *Cache) GetConfined(ctx context.Context, root string, mode Symlinks, path string) (*Entry, error) {
-	return c.GetCounted(ctx, nil, root, mode, path)
-}
-
-// GetCounted is GetConfined that also counts the lookup in counts, the
-// lookups of one caller (a site), unless counts is nil.
+// GetCounted returns the entry for path, a file below root resolved as
+// mode says, with a reference the caller gives back with Release, and
+// counts the lookup in counts unless nil. A missing path gives its error
+// and no entry. A fresh hit makes no system call and takes no lock; a
+// negative hit polls the inotify descriptor (catchUp), takes one shard's
+// read lock and allocates nothing. With SymlinksFollow, root only tells
+// the site's mount (closeIdle). root and path must be absolute and clean.
 func (c *Cache) GetCounted(ctx context.Context, counts *LookupCounts, root string, mode Symlinks, path string) (*Entry, error) {
 	site := root
 	if mode == SymlinksFollow {
@@ -769,7 +525,7 @@ func (c *Cache) GetCounted(ctx context.Context, counts *LookupCounts, root strin
 				d.used.Store(true) // the directory's second chance
 			}
 			e.hot.Hit()
-			c.counts.Hits.Add(1)
+			c.counts[Hits].Add(1)
 			if counts != nil {
 				counts.Hits.Add(1)
 			}
@@ -777,9 +533,8 @@ func (c *Cache) GetCounted(ctx context.Context, counts *LookupCounts, root strin
 		}
 	}
 	key := lookupKey{path: path, root: root, mode: mode}
-	// Before "no such file" is answered from memory, every event queued
-	// by now is handled: one may be the path's creation. If that cannot be
-	// done at once, the lookup goes to the filesystem.
+	// Every event queued by now is handled before "no such file" is
+	// answered from memory: one may be the path's creation.
 	if c.watch.catchUp(ctx) {
 		if err, ok := c.negativeHit(key); ok {
 			if counts != nil {
@@ -788,8 +543,8 @@ func (c *Cache) GetCounted(ctx context.Context, counts *LookupCounts, root strin
 			return nil, err
 		}
 		if c.opts.listAfter > 0 && c.watch.listedMissing(key, c.opts.Revalidate) {
-			c.counts.NegativeHits.Add(1)
-			c.counts.ListedMisses.Add(1)
+			c.counts[NegativeHits].Add(1)
+			c.counts[listedMisses].Add(1)
 			if counts != nil {
 				counts.NegativeHits.Add(1)
 			}
@@ -812,9 +567,8 @@ func (c *Cache) GetCounted(ctx context.Context, counts *LookupCounts, root strin
 	return nil, ErrQueueFull
 }
 
-// negativeHit answers a lookup from its negative entry: fresh, or
-// revalidated in place (revalidateNegative). It takes one shard's read
-// lock and allocates nothing.
+// negativeHit answers a lookup from its negative entry, fresh or
+// revalidated in place. It allocates nothing.
 func (c *Cache) negativeHit(key lookupKey) (error, bool) {
 	s := c.negatives
 	h := s.hash(key.path)
@@ -833,35 +587,28 @@ func (c *Cache) negativeHit(key lookupKey) (error, bool) {
 		mark := sl.mark
 		sh.mu.RUnlock()
 		c.watch.markUsed(mark)
-		c.counts.NegativeHits.Add(1)
+		c.counts[NegativeHits].Add(1)
 		return hitError(kind, refusedAt, key.path), true
 	}
 	ref := negRef{seq: sl.seq.Load(), slot: i, shard: shard}
 	watched, checked := sl.watched, sl.checked.Load()
 	sh.mu.RUnlock()
 	if c.revalidateNegative(key, ref, watched, checked, kind) {
-		c.counts.NegativeHits.Add(1)
+		c.counts[NegativeHits].Add(1)
 		return hitError(kind, refusedAt, key.path), true
 	}
 	return nil, false
 }
 
-// revalidateNegative looks up again the path of a negative entry that is
-// no longer fresh (ref, its watched and checked), in place: if it is
-// still missing for the same reason, the entry is fresh again and stays,
-// and the lookup is answered from it. A storm of missing paths thus costs
-// one failed open per path and Revalidate, instead of a whole miss (a new
-// entry, its watch ticket, its place in the store and the ring) for every
-// path at once when they all expire together, Revalidate after the
-// storm's first pass. Only entries of a watched directory: an unwatched
-// one is looked up as a miss, which may watch it now. It reports false,
-// and the caller misses as before, when the path is found or fails
-// otherwise, the entry has left the cache, or no slot is free (the slots
-// bound the threads in the filesystem).
+// revalidateNegative looks the path of a stale negative entry up again,
+// in place: if it is still missing the same way, the entry is fresh again.
+// A storm of missing paths then costs one failed open per path and
+// Revalidate, not a whole miss each when they all expire together. Only
+// for a watched directory; false when the path is found, the entry left,
+// or no slot is free.
 func (c *Cache) revalidateNegative(key lookupKey, ref negRef, watched bool, checked int64, kind negKind) bool {
-	// One published stale (its directory changed, or its node went,
-	// while it was looked up) may be indexed under no node, so that no
-	// event would drop it: a miss looks it up with a new watch ticket.
+	// One published stale may be indexed under no node, so that no event
+	// would drop it: a miss looks it up with a new ticket.
 	if !watched || checked == staleSince {
 		return false
 	}
@@ -891,7 +638,7 @@ func (c *Cache) revalidateNegative(key lookupKey, ref negRef, watched bool, chec
 	}
 	sh.mu.RUnlock()
 	if ok {
-		c.counts.NegativeRevalidations.Add(1)
+		c.counts[negativeRevalidations].Add(1)
 	}
 	return ok
 }
@@ -910,12 +657,9 @@ func sameMissing(err, old error) bool {
 
 func (c *Cache) fresh(e *Entry) bool { return c.freshSince(e.checked.Load(), e.watched) }
 
-// freshNegative is fresh for a negative entry.
 func (c *Cache) freshNegative(sl *negSlot) bool { return c.freshSince(sl.checked.Load(), sl.watched) }
 
-// freshSince reports whether what a lookup at checked found is still to
-// be trusted: for Revalidate where inotify watches, else for at most a
-// second.
+// freshSince: Revalidate where inotify watches, else at most a second.
 func (c *Cache) freshSince(checked int64, watched bool) bool {
 	ttl := c.opts.Revalidate
 	if !watched {
@@ -930,7 +674,7 @@ func (c *Cache) miss(ctx context.Context, key lookupKey, site string) (*Entry, e
 	}
 	c.mu.Lock()
 	if cl, ok := c.inflight[key]; ok {
-		c.counts.Merged.Add(1)
+		c.counts[Merged].Add(1)
 		cl.pending.Add(1)
 		done := cl.doneLocked()
 		c.mu.Unlock()
@@ -938,22 +682,19 @@ func (c *Cache) miss(ctx context.Context, key lookupKey, site string) (*Entry, e
 	}
 	cl := &call{key: key, site: site}
 	cl.pending.Store(1) // the resolver's: this goroutine's or a worker's
-	c.counts.Misses.Add(1)
+	c.counts[Misses].Add(1)
 	c.inflight[key] = cl
 	c.mu.Unlock()
 	select {
 	case c.slots <- struct{}{}:
-		// A slot is free: resolve on this goroutine, which saves two
-		// goroutine switches per miss; the slot still bounds the
-		// threads that lookups can hold.
+		// A slot is free: resolve here, saving two goroutine switches.
 		c.finish(cl, true)
 		defer cl.leave()
 		return c.acquireResult(cl)
 	default:
 	}
-	// Every slot is taken (cold lookups waiting for a disk, or a burst):
-	// what the kernel has cached is answered here without one, rather
-	// than queued behind them.
+	// Every slot is taken: what the kernel has cached is answered without
+	// one, rather than queued behind cold lookups.
 	if e := c.resolveCached(key, site); e != nil {
 		c.complete(cl, e)
 		defer cl.leave()
@@ -972,7 +713,7 @@ func (c *Cache) miss(ctx context.Context, key lookupKey, site string) (*Entry, e
 	default:
 		// Misses merged with this one meanwhile are refused with it.
 		cl.pending.Add(-1)
-		c.counts.QueueFull.Add(1)
+		c.counts[QueueFull].Add(1)
 		c.complete(cl, &Entry{path: key.path, err: ErrQueueFull})
 		cl.leave()
 		return nil, ErrQueueFull
@@ -990,11 +731,10 @@ func (c *Cache) wait(ctx context.Context, cl *call, done <-chan struct{}) (*Entr
 		// The worker finishes the call anyway and caches the answer.
 		return nil, ctx.Err()
 	}
-	c.counts.WaitNanos.Add(nanotime() - start)
+	c.counts[Wait].Add(nanotime() - start)
 	return c.acquireResult(cl)
 }
 
-// acquireResult takes the caller's reference to a finished call's entry.
 func (c *Cache) acquireResult(cl *call) (*Entry, error) {
 	e := cl.entry
 	if e.err != nil {
@@ -1007,14 +747,13 @@ func (c *Cache) acquireResult(cl *call) (*Entry, error) {
 	return e, nil
 }
 
-// finish resolves a call while holding a slot and publishes it to its
-// waiters. inline is set when the goroutine that missed resolves its own
-// call; it then takes its reference and leaves the call itself.
+// finish resolves a call while holding a slot. inline: the goroutine
+// that missed resolves its own call and leaves it itself.
 func (c *Cache) finish(cl *call, inline bool) {
 	if !inline {
 		c.slots <- struct{}{}
 	}
-	c.counts.SlotLookups.Add(1)
+	c.counts[slotLookups].Add(1)
 	e := c.resolve(cl.key, cl.site)
 	<-c.slots
 	c.complete(cl, e)
@@ -1023,7 +762,6 @@ func (c *Cache) finish(cl *call, inline bool) {
 	}
 }
 
-// complete publishes a call's entry to its waiters.
 func (c *Cache) complete(cl *call, e *Entry) {
 	cl.entry = e
 	c.mu.Lock()
@@ -1034,9 +772,6 @@ func (c *Cache) complete(cl *call, e *Entry) {
 		close(done)
 	}
 }
-
-// queueDepth is the number of misses waiting for a worker.
-func (c *Cache) queueDepth() int { return len(c.jobs) }
 
 func (c *Cache) worker() {
 	defer c.wg.Done()
@@ -1050,30 +785,28 @@ func (c *Cache) worker() {
 	}
 }
 
-// resolve stats and opens path and caches the result. It always returns
-// an entry: a negative one holds the error.
+// resolve looks key up and caches the result; a negative entry holds the
+// error.
 func (c *Cache) resolve(key lookupKey, site string) *Entry {
 	dir := filepath.Dir(key.path)
 	admit := admitAsk
 	var ticket watchTicket
 	entered := false
 	if c.opts.NegativeEntries >= 0 && c.negativesFull(key) {
-		// With negative caching off there is nothing to keep out, and no
-		// probe: a miss is one open, as before the negative cache.
+		// With negative caching off a miss is one open, with no probe.
 		admit = admitNo
 		if c.keepsNegative(key) {
 			admit = admitYes
 		} else if ticket, entered = c.watch.enterSettled(dir); !entered {
-			// A negative answer would not be kept, and entering the
-			// watcher would make nodes and watches for it: open first.
+			// The answer would not be kept, and entering the watcher
+			// would make nodes for it: open first.
 			if e := c.probeMissing(key, dir, site); e != nil {
 				c.noteMissing(key, e, watchTicket{})
 				return e
 			}
 		}
 	}
-	// Watch every directory on the way before the stat, so that a change
-	// after it is an event for the entry.
+	// Watch the way before the stat: a later change is an event.
 	if !entered {
 		ticket = c.watch.enter(dir)
 	}
@@ -1086,9 +819,7 @@ func (c *Cache) resolve(key lookupKey, site string) *Entry {
 	return c.record(key, ticket, checked, e, admit, links != notLinked)
 }
 
-// noteMissing tells the watcher of a path found missing through the
-// filesystem, so that a directory in which many are lists its names
-// (listing_linux.go). Not with negative caching off, which a listing is.
+// noteMissing lets a directory with many missing names be listed.
 func (c *Cache) noteMissing(key lookupKey, e *Entry, t watchTicket) {
 	if e.err != nil && c.opts.listAfter > 0 && errors.Is(e.err, fs.ErrNotExist) {
 		c.watch.noteMissing(key.path, t, c.opts.listAfter)
@@ -1096,19 +827,15 @@ func (c *Cache) noteMissing(key lookupKey, e *Entry, t watchTicket) {
 }
 
 // noteLinked wakes the janitor for a descriptor reached through a
-// symbolic link: its target deleted elsewhere sends no event for the
-// link's name, and only the janitor gives the descriptor back. A hard
-// link needs nothing: deleting this name is an event, and a file that
-// lost its other names is still this one.
+// symlink: its target deleted elsewhere sends no event for the link's
+// name. A hard link needs nothing: deleting this name is an event.
 func (c *Cache) noteLinked(e *Entry, links linkKind) {
 	if links == symLinked && e.file != nil {
 		c.noteUnwatched()
 	}
 }
 
-// noteUnwatched records that a descriptor was cached that no inotify
-// event may end: the janitor walks every second from now on, woken from
-// the longer sleep it may be in.
+// noteUnwatched makes the janitor walk every second from now on.
 func (c *Cache) noteUnwatched() {
 	if !c.sawUnwatched.Load() && c.sawUnwatched.CompareAndSwap(false, true) {
 		c.wakeJanitor()
@@ -1116,9 +843,9 @@ func (c *Cache) noteUnwatched() {
 }
 
 // resolveCached resolves a miss without waiting for a disk, or returns
-// nil: only in a directory watched already (a new watch can block) on a
-// filesystem whose open does not block on a cached dentry (learnFS), and
-// only if the kernel has every name on the way cached (openCached).
+// nil: only in a directory watched already (a new watch can block), on a
+// filesystem whose cached opens do not block (learnFS), and only if the
+// kernel has every name on the way cached (openCached).
 func (c *Cache) resolveCached(key lookupKey, site string) *Entry {
 	select {
 	case c.cachedSlots <- struct{}{}:
@@ -1136,15 +863,15 @@ func (c *Cache) resolveCached(key lookupKey, site string) *Entry {
 		c.watch.leave(ticket)
 		return nil
 	}
-	c.counts.CachedLookups.Add(1)
+	c.counts[cachedLookups].Add(1)
 	// No link is followed here (RESOLVE_NO_SYMLINKS); a hard link may be,
 	// and the file may be a mount root.
 	linked := unwatchable(key.path, info, false, err) != notLinked
 	return c.record(key, ticket, checked, c.build(key.path, site, info, f, err, false), admitAsk, linked)
 }
 
-// admission says whether record keeps a negative answer: as keepsNegative
-// says, or as the caller decided already (keepsNegative marks the
+// admission says whether record keeps a negative answer: ask
+// keepsNegative, or what the caller decided (keepsNegative marks the
 // doorkeeper, so it is asked once per miss).
 type admission int8
 
@@ -1154,15 +881,11 @@ const (
 	admitNo
 )
 
-// record completes a resolved entry and caches it as its ticket allows.
-// It always returns the entry: a negative one holds the error.
-// briefly says that e is fresh for at most a second, as an unwatched
-// entry, though its directory is watched: e was opened before its
-// directory was entered in the watcher (probeMissing), so a change
-// between the two sent no event for it; or e's file can change without
-// an event for its name (Cache.open's linked); or the mount table
-// changed and is not read yet, so that e may come from a mount that will
-// have gone by then, and show no change (mounts_linux.go).
+// record caches a resolved entry as its ticket allows, and returns it.
+// briefly makes e fresh for a second only, though its directory is
+// watched: it was opened before the directory was entered (probeMissing),
+// its file can change without an event for its name (a link), or the
+// mount table changed and is not read yet (mounts_linux.go).
 func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entry, admit admission, briefly bool) *Entry {
 	path := key.path
 	if !briefly && ticket.watched && c.watch.mountsPending() {
@@ -1196,8 +919,8 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 	if e.file == nil {
 		// A directory or another file without a descriptor: bounded apart,
 		// since the descriptor clock does not see it.
-		if c.counts.DirEntries.Add(1) > int64(c.opts.MaxDirEntries) {
-			c.counts.DirEntries.Add(-1)
+		if c.counts[dirEntries].Add(1) > int64(c.opts.MaxDirEntries) {
+			c.counts[dirEntries].Add(-1)
 			c.watch.leave(ticket)
 			return e
 		}
@@ -1219,23 +942,20 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 		if e.otherMount {
 			c.armIdle()
 		}
-		if c.counts.OpenFiles.Load() > int64(c.opts.MaxOpenFiles) {
+		if c.counts[OpenFiles].Load() > int64(c.opts.MaxOpenFiles) {
 			c.evict(c.opts.MaxOpenFiles*9/10, true)
 		}
 	}
 	if c.closed.Load() && c.unpublish(e) {
-		// Close set closed before its flush: an entry published after the
-		// flush went by is dropped here, or its descriptor would stay open
-		// (a bare descriptor has no finalizer to close it).
+		// Close's flush may have gone by: drop it here, or its descriptor
+		// stays open (a bare descriptor has no finalizer).
 		c.drop(e)
 	}
 	return e
 }
 
-// publishNegative caches the negative answer e that the lookup of key
-// found at checked, in the negative store, in place of the path's entry
-// if it had one (positive or negative), and indexes it under its
-// directory's node as its ticket allows.
+// publishNegative caches the negative answer e in place of the path's
+// entry, if any, indexed under its directory's node.
 func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *Entry) {
 	s := c.negatives
 	n := negNew{root: key.root, path: key.path, symlinks: key.mode, kind: kindOf(e.err), refusedAt: refusedAtPath(e.err, key.path), watched: e.watched, checked: checked}
@@ -1260,7 +980,7 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *
 		c.drop(pos.(*Entry))
 	}
 	ringAdd(&c.negs, negOps{c}, ref, c.opts.NegativeEntries)
-	if c.counts.NegativeCount.Load() > int64(c.opts.NegativeEntries) || s.bytes.Load() > c.opts.negativeBytes {
+	if c.counts[NegativeEntries].Load() > int64(c.opts.NegativeEntries) || s.bytes.Load() > c.opts.negativeBytes {
 		c.evictNegatives(ref)
 	}
 	if c.closed.Load() {
@@ -1271,30 +991,25 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *
 	}
 }
 
-// unpublish removes e from the map if it is still there under its key.
 func (c *Cache) unpublish(e *Entry) bool { return c.entries.CompareAndDelete(e.path, e) }
 
-// load does the system calls for one path, for a lookup made for site.
-// links is Cache.open's: an entry of a linked file is trusted briefly.
+// load looks key up, making room and trying again if the fd table is full.
 func (c *Cache) load(key lookupKey, site string) (e *Entry, links linkKind) {
 	path := key.path
 	info, f, links, err := c.open(key)
 	if err != nil && fileio.IsFDExhaustion(err) {
-		// Make room by closing idle descriptors, then try once more: a full
-		// fd table must not turn into errors that the cache could avoid.
-		// Half of what is open now, not of max_open_files: the table may be
-		// full far below that limit (a lowered RLIMIT_NOFILE, many
-		// connections).
-		c.counts.Shed.Add(1)
-		c.evict(int(min(int64(c.opts.MaxOpenFiles), c.counts.OpenFiles.Load()))/2, false)
+		// Make room and try once more, so that a full fd table does not turn
+		// into errors: half of what is open now, since the table may be full far
+		// below max_open_files.
+		c.counts[Shed].Add(1)
+		c.evict(int(min(int64(c.opts.MaxOpenFiles), c.counts[OpenFiles].Load()))/2, false)
 		info, f, links, err = c.open(key)
 	}
 	return c.build(path, site, info, f, err, true), links
 }
 
-// build makes the entry of what open found for a lookup made for site
-// (the site's root, "" if none). mayBlock says whether a small file's
-// content may be read from the disk; if not, it is kept only if the page
+// build makes the entry of what open found. mayBlock says whether a
+// small file may be read from disk; if not, it is kept only if the page
 // cache holds it.
 func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, mayBlock bool) *Entry {
 	if err != nil {
@@ -1308,12 +1023,12 @@ func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, 
 	e.fd = handleFD(f)
 	e.trusted = pagecache.Trusted(e.fd, info)
 	e.inMemoryFS = e.noBlockDev && pagecache.InMemoryFS(e.fd, info)
-	c.counts.OpenFiles.Add(1)
+	c.counts[OpenFiles].Add(1)
 	if e.otherMount = c.onOtherMount(info, site); e.otherMount {
 		c.otherMountFiles.Add(1)
 	}
 	if e.size <= c.opts.MemoryMaxFile && c.opts.MemoryBudget > 0 {
-		if c.counts.MemoryBytes.Add(e.size) <= c.opts.MemoryBudget {
+		if c.counts[MemoryBytes].Add(e.size) <= c.opts.MemoryBudget {
 			data := make([]byte, e.size)
 			var n int
 			var err error
@@ -1325,39 +1040,34 @@ func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, 
 			if int64(n) == e.size && (err == nil || err == io.EOF) {
 				e.data = data
 			} else {
-				c.counts.MemoryBytes.Add(-e.size)
+				c.counts[MemoryBytes].Add(-e.size)
 			}
 		} else {
-			c.counts.MemoryBytes.Add(-e.size)
+			c.counts[MemoryBytes].Add(-e.size)
 		}
 	}
 	e.cache = c
 	return e
 }
 
-// open describes the key's path and returns it open if it is a regular
-// file, confined below its root as its mode says. The info describes what
-// was opened. links tells a file whose changes inotify may not see
-// (unwatchable): one reached through a symbolic link as the path's last
-// element, or a regular file with more than one name.
+// open describes key's path and returns it open if it is a regular
+// file, confined as its mode says. links tells a file whose changes
+// inotify may not see (unwatchable).
 func (c *Cache) open(key lookupKey) (info fs.FileInfo, f handle, links linkKind, err error) {
 	path := key.path
 	if key.mode != SymlinksFollow {
 		info, f, viaLink, err := openConfinedRegular(key.root, path, key.mode)
 		return info, fromOSFile(f), unwatchable(path, info, viaLink, err), err
 	}
-	// Open first and fstat what was opened, as nginx does: a stat before
-	// the open would cost a second path walk on every miss. O_NONBLOCK
-	// keeps a FIFO from blocking the open; what is not a regular file is
-	// closed at once.
+	// Open first and fstat, as nginx does: one path walk, not two. O_NONBLOCK
+	// keeps a FIFO from blocking.
 	f, viaLink, err := openRegularFile(path)
 	if err != nil {
 		links = unwatchable(path, nil, viaLink, err)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || fileio.IsFDExhaustion(err) {
 			return nil, nil, links, err
 		}
-		// A directory without read permission, a socket (ENXIO): stat
-		// describes what cannot be opened.
+		// Describe what cannot be opened (an unreadable directory, a socket).
 		info, serr := os.Stat(path)
 		if serr != nil || info.Mode().IsRegular() || unreadableDir(info, err) {
 			return nil, nil, links, err
@@ -1372,17 +1082,11 @@ func (c *Cache) open(key lookupKey) (info fs.FileInfo, f handle, links linkKind,
 	return info, f, unwatchable(path, info, viaLink, nil), nil
 }
 
-// unwatchable reports whether an entry for what a lookup found must not
-// be trusted for longer than an unwatched one (a second), though inotify
-// watches its directory: inotify reports a change to the directory's
-// names, and a file reached through a link that is changed under its
-// target's name, or a file with other names (hard links) written through
-// one of those, changes without an event for this name. A directory
-// reached through a link needs nothing: the watcher follows links on the
-// way to what is looked up below it. Nor does a directory that is a mount
-// root: its names are its own, and its watch sees them change. A regular
-// file that is a mount root (a file bind mount) is written through its
-// source's name, elsewhere: its directory gets no event for it.
+// unwatchable tells an entry that must be trusted for a second only,
+// though its directory is watched: a file reached through a link, with
+// other names (hard links) or that is a mount root (a file bind mount)
+// changes without an event for this name. A directory needs nothing: the
+// watcher follows links on the way and watches mount roots.
 func unwatchable(path string, info fs.FileInfo, viaLink bool, err error) linkKind {
 	switch {
 	case err != nil && viaLink:
@@ -1399,43 +1103,35 @@ func unwatchable(path string, info fs.FileInfo, viaLink bool, err error) linkKin
 	return notLinked
 }
 
-// linkKind tells how a file reached by a lookup may change without an
-// inotify event for the name looked up (unwatchable).
+// linkKind tells how a file may change without an event for its name.
 type linkKind uint8
 
 const (
 	notLinked  linkKind = iota
 	hardLinked          // a regular file with more than one name
 	symLinked           // reached through a link as the last element, or a dangling link
-	// mountRooted is a regular file that is the root of a mount (a file
-	// bind mount, mountRootOf). Like a hard link's, its descriptor needs
-	// no janitor: its source deleted elsewhere is still what the mount
-	// shows.
+	// a file bind mount (mountRootOf); like a hard link, needs no janitor
 	mountRooted
 )
 
-// unreadableDir reports whether the open that failed with err was of the
-// directory info describes, refused for want of read permission:
-// file_server opens a directory to stat it (Caddy's file systems have no
-// Stat), so it answers 403 for one the server may search but not read
-// (mode 0711), index file or not; the lookup answers with the same
-// error.
+// unreadableDir reports whether err refused to open the directory info
+// describes for want of read permission: file_server answers 403 for one
+// it may search but not read (mode 0711), and so does the lookup.
 func unreadableDir(info fs.FileInfo, err error) bool {
 	return info.IsDir() && errors.Is(err, fs.ErrPermission)
 }
 
-// cacheableError reports whether an error describes the path rather than
-// the server's state: only those are cached as negative entries.
+// cacheableError: only errors about the path, not the server's state, are
+// cached.
 func cacheableError(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || isConfinementError(err)
 }
 
-// drop removes the cache's reference to an entry that left the map.
 func (c *Cache) drop(e *Entry) {
 	e.gone.Store(true)
 	c.watch.forget(e)
 	if e.file == nil {
-		c.counts.DirEntries.Add(-1)
+		c.counts[dirEntries].Add(-1)
 	} else {
 		c.fds.dead.Add(1)
 	}
@@ -1443,28 +1139,6 @@ func (c *Cache) drop(e *Entry) {
 		c.hot.Leave(&e.hot, hotset.File{Path: e.path, Size: e.size})
 	}
 	e.Release()
-}
-
-// invalidate forgets path, and everything below it when subtree is set.
-func (c *Cache) invalidate(path string, subtree bool) {
-	prefix := path + string(filepath.Separator)
-	gone := c.negatives.removeBelow(path, prefix, subtree)
-	c.counts.Invalidations.Add(int64(len(gone)))
-	c.watch.forgetNegatives(gone)
-	if v, ok := c.entries.LoadAndDelete(path); ok {
-		c.counts.Invalidations.Add(1)
-		c.drop(v.(*Entry))
-	}
-	if !subtree {
-		return
-	}
-	c.entries.Range(func(k, v any) bool {
-		if strings.HasPrefix(k.(string), prefix) && c.entries.CompareAndDelete(k, v) {
-			c.counts.Invalidations.Add(1)
-			c.drop(v.(*Entry))
-		}
-		return true
-	})
 }
 
 // Purge drops path's entry, and with subtree every entry below it, so
@@ -1496,9 +1170,8 @@ func (c *Cache) Purge(path string, subtree bool) int {
 	return n
 }
 
-// flush forgets every entry.
 func (c *Cache) flush() {
-	c.counts.Flushes.Add(1)
+	c.counts[Flushes].Add(1)
 	gone := c.negatives.removeWhere(func(*negSlot, []byte) bool { return true })
 	c.watch.forgetNegatives(gone)
 	c.watch.unlistAll()
@@ -1511,15 +1184,12 @@ func (c *Cache) flush() {
 	c.tidyRings(true, len(gone) > 0)
 }
 
-// evict closes cached descriptors until at most target remain, by the
-// descriptors' CLOCK (sweep). An evicted entry is forgotten: a later
-// request for it is a miss.
+// evict closes cached descriptors by the clock until at most target remain.
 func (c *Cache) evict(target int, secondChance bool) {
-	over := func() bool { return c.counts.OpenFiles.Load() > int64(target) }
-	sweep(&c.fds, fdOps{c}, over, c.opts.MaxOpenFiles, secondChance, &c.counts.Evictions, nil)
+	over := func() bool { return c.counts[OpenFiles].Load() > int64(target) }
+	sweep(&c.fds, fdOps{c}, over, c.opts.MaxOpenFiles, secondChance, &c.counts[Evictions], nil)
 }
 
-// entryCount is the number of cached entries, negative ones included.
 func (c *Cache) entryCount() int {
 	n := c.negatives.len()
 	c.entries.Range(func(any, any) bool { n++; return true })
@@ -1531,6 +1201,5 @@ var clockBase = time.Now()
 // staleSince is a checked time that is never fresh.
 const staleSince = math.MinInt64 / 2
 
-// nanotime is a monotonic clock reading, without a system call on Linux
-// (vDSO).
+// nanotime is a monotonic clock reading, with no system call on Linux.
 func nanotime() int64 { return int64(time.Since(clockBase)) }

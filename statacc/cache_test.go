@@ -26,7 +26,7 @@ func describe(t testing.TB, c *Cache, path string) string {
 // describeConfined is describe for a lookup confined below root.
 func describeConfined(t testing.TB, c *Cache, root string, mode Symlinks, path string) string {
 	t.Helper()
-	e, err := c.GetConfined(context.Background(), root, mode, path)
+	e, err := c.getConfined(context.Background(), root, mode, path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "missing"
 	}
@@ -231,7 +231,7 @@ func TestColdStormBoundsThreadsAndCleansUp(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatalf("errors in the storm: %v", errs)
 	}
-	if open := c.counts.OpenFiles.Load(); open > 500 {
+	if open := c.counts[OpenFiles].Load(); open > 500 {
 		t.Fatalf("%d descriptors open, max_open_files is 500", open)
 	}
 	// Threads: those the process had, the workers, and the runtime's own
@@ -239,7 +239,7 @@ func TestColdStormBoundsThreadsAndCleansUp(t *testing.T) {
 	if limit := threads0 + workers + 2*runtime.GOMAXPROCS(0) + 8; peak > limit {
 		t.Fatalf("peak %d threads for %d concurrent misses; bound %d", peak, files, limit)
 	}
-	t.Logf("peak threads %d (started with %d), %d misses, %d merged", peak, threads0, c.counts.Misses.Load(), c.counts.Merged.Load())
+	t.Logf("peak threads %d (started with %d), %d misses, %d merged", peak, threads0, c.counts[Misses].Load(), c.counts[Merged].Load())
 
 	c.Close()
 	deadline := time.Now().Add(5 * time.Second)
@@ -279,15 +279,15 @@ func TestQueueFullAndCanceledWaiters(t *testing.T) {
 	if _, err := c.Get(context.Background(), filepath.Join(dir, "second")); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("miss with a full queue: %v, want ErrQueueFull", err)
 	}
-	if c.counts.QueueFull.Load() != 1 {
-		t.Fatalf("QueueFull = %d, want 1", c.counts.QueueFull.Load())
+	if c.counts[QueueFull].Load() != 1 {
+		t.Fatalf("QueueFull = %d, want 1", c.counts[QueueFull].Load())
 	}
 	// A miss for the queued path merges with it instead of queueing again.
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel2()
 	c.Get(ctx2, filepath.Join(dir, "first"))
-	if c.counts.Merged.Load() != 1 {
-		t.Fatalf("Merged = %d, want 1", c.counts.Merged.Load())
+	if c.counts[Merged].Load() != 1 {
+		t.Fatalf("Merged = %d, want 1", c.counts[Merged].Load())
 	}
 }
 
@@ -301,7 +301,7 @@ func TestEntryRefcountDefersClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.invalidate(p, false) // the cache lets go while a transfer still reads
+	c.Purge(p, false) // the cache lets go while a transfer still reads
 	buf := make([]byte, 7)
 	if _, err := e.File().ReadAt(buf, 0); err != nil || string(buf) != "content" {
 		t.Fatalf("read after invalidation: %q, %v", buf, err)
@@ -310,7 +310,7 @@ func TestEntryRefcountDefersClose(t *testing.T) {
 	if _, err := e.File().ReadAt(buf, 0); err == nil {
 		t.Fatal("descriptor still open after the last release")
 	}
-	if n := c.counts.OpenFiles.Load(); n != 0 {
+	if n := c.counts[OpenFiles].Load(); n != 0 {
 		t.Fatalf("OpenFiles = %d after the last release", n)
 	}
 }
@@ -328,12 +328,12 @@ func TestEvictionKeepsRecentlyUsed(t *testing.T) {
 		describe(t, c, p)
 		describe(t, c, hot) // keep it used
 	}
-	if n := c.counts.OpenFiles.Load(); n > 10 {
+	if n := c.counts[OpenFiles].Load(); n > 10 {
 		t.Fatalf("%d descriptors open with max_open_files 10", n)
 	}
-	hits := c.counts.Hits.Load()
+	hits := c.counts[Hits].Load()
 	describe(t, c, hot)
-	if c.counts.Hits.Load() != hits+1 {
+	if c.counts[Hits].Load() != hits+1 {
 		t.Fatal("the hot entry was evicted")
 	}
 }
@@ -398,7 +398,7 @@ func TestStaleDescriptorOfDeletedFileIsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := c.counts.OpenFiles.Load(); n != 2 {
+	if n := c.counts[OpenFiles].Load(); n != 2 {
 		t.Fatalf("OpenFiles = %d, want 2", n)
 	}
 	os.Remove(idle)
@@ -406,13 +406,13 @@ func TestStaleDescriptorOfDeletedFileIsClosed(t *testing.T) {
 	// The janitor drops the two entries one after the other: wait for
 	// both, not for the idle descriptor's close alone.
 	deadline := time.Now().Add(3 * time.Second)
-	for c.counts.OpenFiles.Load() > 1 || c.entryCount() != 0 {
+	for c.counts[OpenFiles].Load() > 1 || c.entryCount() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("3 s after the deletion: OpenFiles = %d, %d entries left; want the idle file's descriptor closed and both stale entries dropped", c.counts.OpenFiles.Load(), c.entryCount())
+			t.Fatalf("3 s after the deletion: OpenFiles = %d, %d entries left; want the idle file's descriptor closed and both stale entries dropped", c.counts[OpenFiles].Load(), c.entryCount())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := c.counts.OpenFiles.Load(); n != 1 {
+	if n := c.counts[OpenFiles].Load(); n != 1 {
 		t.Fatalf("OpenFiles = %d with the busy entry still held, want 1", n)
 	}
 	buf := make([]byte, 4)
@@ -420,7 +420,7 @@ func TestStaleDescriptorOfDeletedFileIsClosed(t *testing.T) {
 		t.Fatalf("a held entry's read after the janitor ran: %q, %v", buf, err)
 	}
 	held.Release()
-	if n := c.counts.OpenFiles.Load(); n != 0 {
+	if n := c.counts[OpenFiles].Load(); n != 0 {
 		t.Fatalf("OpenFiles = %d after the last release", n)
 	}
 }

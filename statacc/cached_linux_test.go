@@ -40,7 +40,7 @@ func inflight(c *Cache) int {
 
 // lookups reads the two lookup counters.
 func lookups(c *Cache) (slot, cached int64) {
-	return c.counts.SlotLookups.Load(), c.counts.CachedLookups.Load()
+	return c.counts[slotLookups].Load(), c.counts[cachedLookups].Load()
 }
 
 func TestCachedMissSkipsTheSlots(t *testing.T) {
@@ -84,7 +84,7 @@ func TestCachedMissSkipsTheSlots(t *testing.T) {
 	}{{"second", "", SymlinksFollow}, {"third", dir, SymlinksBeneath}, {"fourth", dir, SymlinksDeny}} {
 		path := filepath.Join(dir, l.name)
 		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		e, err := c.GetConfined(tctx, l.root, l.mode, path)
+		e, err := c.getConfined(tctx, l.root, l.mode, path)
 		cancel()
 		if err != nil {
 			t.Fatalf("%s (%v) with every slot taken: %v", l.name, l.mode, err)

@@ -59,7 +59,7 @@ func closeUnderMisses(paths []string, wait time.Duration) (time.Duration, *Cache
 		<-started
 	}
 	// Let some misses through, then close under them.
-	for c.Snapshot().Misses < 50 {
+	for c.Snapshot()[Misses] < 50 {
 		runtime.Gosched()
 	}
 	c.Close()
@@ -83,7 +83,7 @@ func TestCloseDuringMissesClosesEveryDescriptor(t *testing.T) {
 		_, c := closeUnderMisses(paths, 500*time.Millisecond)
 		if n := fdsUnder(t, dir); n != 0 {
 			t.Fatalf("round %d: %d descriptors still open below the root after Close and every Release; want 0 (%d files open by the counters)",
-				round, n, c.Snapshot().OpenFiles)
+				round, n, c.Snapshot()[OpenFiles])
 		}
 	}
 }

@@ -67,7 +67,7 @@ func TestClosedCacheAnswersUncached(t *testing.T) {
 	if n := fdsUnder(t, dir); n != 0 {
 		t.Fatalf("%d descriptors open below the root after both releases; want 0", n)
 	}
-	if n := c.Snapshot().OpenFiles; n != 0 {
+	if n := c.Snapshot()[OpenFiles]; n != 0 {
 		t.Fatalf("OpenFiles %d after every release; want 0", n)
 	}
 
@@ -79,7 +79,7 @@ func TestClosedCacheAnswersUncached(t *testing.T) {
 	if _, err := c.Get(ctx, filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("a missing file after Close: %v, want fs.ErrNotExist", err)
 	}
-	if _, err := c.GetConfined(ctx, dir, SymlinksBeneath, filepath.Join(dir, "out")); !IsRefused(err) {
+	if _, err := c.getConfined(ctx, dir, SymlinksBeneath, filepath.Join(dir, "out")); !IsRefused(err) {
 		t.Fatalf("a link out of the root under beneath after Close: %v, want a refusal", err)
 	}
 	if n := c.entryCount(); n != 0 {
@@ -114,7 +114,7 @@ func TestCloseAnswersQueuedMissesWithEntries(t *testing.T) {
 		done <- result{e, err}
 	}()
 	deadline := time.Now().Add(10 * time.Second)
-	for c.queueDepth() == 0 {
+	for len(c.jobs) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the miss never queued")
 		}
@@ -178,7 +178,7 @@ func TestLookupsAcrossCloseNeverFail(t *testing.T) {
 				}
 			}()
 		}
-		for c.Snapshot().Misses < 200 {
+		for c.Snapshot()[Misses] < 200 {
 			time.Sleep(time.Millisecond)
 		}
 		c.Close()

@@ -25,11 +25,10 @@ const (
 	// SymlinksDeny refuses any path with a link below the root.
 	SymlinksDeny
 	// SymlinksBeneath follows relative links only while they stay below
-	// the root; absolute links are refused, as RESOLVE_BENEATH does. On
-	// Linux 5.6 and later the kernel enforces it (openat2 with
-	// RESOLVE_BENEATH), so no race can leave the root; elsewhere an lstat
-	// walk checks each element before the open, which a link swapped in
-	// between can defeat.
+	// the root; absolute links are refused, as RESOLVE_BENEATH does. On Linux
+	// 5.6+ the kernel enforces it (openat2); elsewhere an lstat walk checks
+	// each element before the open, which a link swapped in between can
+	// defeat.
 	SymlinksBeneath
 )
 
@@ -77,18 +76,14 @@ func relativeTo(root, path string) (string, bool) {
 	return rel, true
 }
 
-// walkConfined resolves path below root as openat2's RESOLVE_BENEATH
-// does, one element at a time with lstat and readlink, before the path is
-// used: the portable confinement, racy by nature because the tree can
-// change between the check and the open. A link's text is resolved from
-// the link's directory, element by element, following the links in it
-// (40 at most, as the kernel); a `..` at the root or an absolute link
-// leaves the root, even when the path would come back inside
-// (`../root/a.txt`), and a name is looked for only if every step before it
-// stayed inside, so the first failure is the kernel's. Under deny any
-// link is refused. lastIsLink reports that path's last element is a link:
-// one the walk found allowed, or, with an error, one whose target is
-// missing, loops or leaves the root.
+// walkConfined resolves path below root as RESOLVE_BENEATH does, one
+// element at a time with lstat and readlink: the portable confinement,
+// racy by nature. A link's text is resolved from its directory (40 links
+// at most); a `..` at the root or an absolute link leaves the root even if
+// the path comes back inside, and a name is looked for only if every step
+// before it stayed inside, so the first failure is the kernel's. Under
+// deny any link is refused. lastIsLink: path's last element is a link
+// (allowed, or, with an error, missing, looping or leaving).
 func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error) {
 	rel, ok := relativeTo(root, path)
 	if !ok {
@@ -99,8 +94,7 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 	}
 	root = filepath.Clean(root)
 	// todo holds the elements left to resolve, the next last; reqLeft
-	// counts those of the request path itself among them (its elements
-	// come first, so they are the bottom of todo).
+	// counts the request path's own, at its bottom.
 	todo := reverse(splitElems(filepath.ToSlash(rel)))
 	reqLeft := len(todo)
 	var at []string // the resolved directories below root, each a real one
@@ -117,8 +111,7 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 		}
 		if elem == "." || elem == ".." {
 			if len(at) > 0 && runtime.GOOS != "windows" { // Windows does not check traversal
-				// The kernel looks . and .. up in the directory, which
-				// takes the right to search it, as any other name.
+				// The kernel looks . and .. up, which takes the right to search.
 				if _, err := os.Lstat(filepath.Join(root, filepath.Join(at...)) + string(filepath.Separator) + "."); err != nil {
 					return lastIsLink, err
 				}
@@ -156,9 +149,8 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 		if err != nil {
 			return lastIsLink, err
 		}
-		// As openat2's RESOLVE_BENEATH does, refuse absolute links even
-		// when they point inside the root (`\srv` and `C:x` are rooted on
-		// Windows too).
+		// Refuse absolute links even when they point inside the root, as
+		// RESOLVE_BENEATH does (`\srv` and `C:x` are rooted on Windows).
 		if filepath.IsAbs(link) || filepath.VolumeName(link) != "" || strings.HasPrefix(filepath.ToSlash(link), "/") {
 			return lastIsLink, errEscape
 		}
@@ -167,12 +159,10 @@ func walkConfined(root, path string, mode Symlinks) (lastIsLink bool, err error)
 	return lastIsLink, nil
 }
 
-// linkText reports whether the walk follows what fi describes at path as
-// a link, and its text: a symbolic link, or on Windows a junction, which
-// Lstat calls irregular as it does every reparse point it does not know
-// (the walk then refuses its absolute target as leaving). Only those
-// whose target Readlink reads are links: the others (a cloud file's
-// placeholder, a vendor's tag) are walked as what they are, as before.
+// linkText reports whether the walk follows fi as a link, and its text:
+// a symbolic link, or on Windows a junction (an irregular file whose
+// target Readlink reads); other reparse points are walked as what they
+// are.
 func linkText(path string, fi fs.FileInfo) (text string, linked bool, err error) {
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
@@ -187,10 +177,8 @@ func linkText(path string, fi fs.FileInfo) (text string, linked bool, err error)
 
 // maxLinks is the links one resolution follows, as Linux's MAXSYMLINKS.
 // maxWalkSteps bounds the elements it resolves, links' texts included, so
-// that links planted with long texts cost a bounded number of lstats
-// (each walks its whole path: a resolution costs steps times depth); one
-// that needs more is answered as a loop. No tree a server is given
-// resolves a name through a thousand elements.
+// that links with long texts cost a bounded number of lstats; past it the
+// answer is a loop.
 const (
 	maxLinks     = 40
 	maxWalkSteps = 1024
@@ -234,9 +222,8 @@ func openWalked(root, path string, mode Symlinks, want openKinds) (fs.FileInfo, 
 }
 
 // openWalkedLinked is openWalked that also reports whether path's last
-// element is a link, and that, for the cache's lookup (want openRegular),
-// refuses a directory the server may not read, as file_server does
-// (unreadableDir).
+// element is a link and, for the cache (openRegular), refuses a directory
+// the server may not read (unreadableDir).
 func openWalkedLinked(root, path string, mode Symlinks, want openKinds) (fs.FileInfo, *os.File, bool, error) {
 	viaLink, err := walkConfined(root, path, mode)
 	if err != nil {
@@ -257,9 +244,8 @@ func openWalkedLinked(root, path string, mode Symlinks, want openKinds) (fs.File
 	return info, f, viaLink, err
 }
 
-// StatConfined returns the info of path below root, resolved as mode says,
-// for readers outside the cache (the directory listings): the same
-// confinement as a cache lookup, and the same refusals.
+// StatConfined returns the info of path below root, resolved as mode
+// says, with a cache lookup's confinement and refusals.
 func StatConfined(root, path string, mode Symlinks) (fs.FileInfo, error) {
 	if mode == SymlinksFollow {
 		return os.Stat(path)
@@ -269,8 +255,7 @@ func StatConfined(root, path string, mode Symlinks) (fs.FileInfo, error) {
 }
 
 // OpenConfined opens a regular file or a directory below root, resolved
-// as mode says. Other kinds of file (FIFOs, devices, sockets) are not
-// opened: it answers fs.ErrNotExist for them, as a server answers 404.
+// as mode says; other kinds answer fs.ErrNotExist, as a server's 404.
 func OpenConfined(root, path string, mode Symlinks) (*os.File, error) {
 	var f *os.File
 	var err error
@@ -292,8 +277,8 @@ func OpenConfined(root, path string, mode Symlinks) (*os.File, error) {
 // (ErrSymlink or ErrEscape), as opposed to a missing or unreadable file.
 func IsRefused(err error) bool { return isConfinementError(err) }
 
-// isConfinementError reports whether err is a refusal, which describes the
-// path and may be cached like a missing file.
+// isConfinementError reports whether err is a refusal, which describes
+// the path and may be cached like a missing file.
 func isConfinementError(err error) bool {
 	return errors.Is(err, errSymlink) || errors.Is(err, errEscape)
 }

@@ -13,19 +13,15 @@ import (
 )
 
 // openConfined resolves path below root with openat2, so that the kernel
-// refuses any link that leaves root (beneath) or any link at all (deny),
-// at the moment of the open: a link swapped in after a check cannot win.
-// It returns the file's info and, for the kinds want names, the open file.
+// refuses a link that leaves root (beneath) or any link (deny) at the
+// moment of the open: a link swapped in after a check cannot win.
 func openConfined(root, path string, mode Symlinks, want openKinds) (fs.FileInfo, *os.File, error) {
 	info, f, _, err := openConfinedLinked(root, path, mode, want)
 	return info, f, err
 }
 
-// openConfinedRegular is the cache's confined lookup (Cache.open): a
-// regular file open, anything else described; viaLink reports that the
-// path's last element is a link (symlinks beneath), and a directory the
-// server may not read is refused as file_server refuses it
-// (unreadableDir).
+// openConfinedRegular is the cache's confined lookup: a regular file
+// opened, anything else described; viaLink: the last element is a link.
 func openConfinedRegular(root, path string, mode Symlinks) (fs.FileInfo, *os.File, bool, error) {
 	return openConfinedLinked(root, path, mode, openRegular)
 }
@@ -48,12 +44,11 @@ func openConfinedLinked(root, path string, mode Symlinks, want openKinds) (_ fs.
 	}
 	var openErr error // the regular open's, for a directory it could not read
 	if want == openRegular {
-		// The cache's lookup: open first and fstat what was opened, as the
-		// unconfined lookup does (O_NONBLOCK: a FIFO cannot block the
-		// open). What cannot be opened for reading (a directory without
-		// read permission, a socket) is described from O_PATH below.
-		// Beneath, the last element is opened with O_NOFOLLOW first, as
-		// the unconfined lookup does, to tell a link (ELOOP).
+		// The cache's lookup: open first and fstat, as the unconfined
+		// one (O_NONBLOCK: a FIFO cannot block). What cannot be opened
+		// (an unreadable directory, a socket) is described from O_PATH.
+		// Beneath, the last element is tried with O_NOFOLLOW, to tell
+		// a link (ELOOP).
 		how.Flags = fileio.ReadFlags
 		if mode == SymlinksBeneath {
 			how.Flags |= unix.O_NOFOLLOW
@@ -67,8 +62,7 @@ func openConfinedLinked(root, path string, mode Symlinks, want openKinds) (_ fs.
 		switch {
 		case err == nil:
 			f := os.NewFile(uintptr(fd), path)
-			// statx rather than f.Stat's fstat: it also tells a mount root
-			// (mountRootOf).
+			// statx rather than fstat: it also tells a mount root.
 			info, err := statFD(fd, path)
 			if err != nil {
 				f.Close()
@@ -87,8 +81,7 @@ func openConfinedLinked(root, path string, mode Symlinks, want openKinds) (_ fs.
 		}
 		openErr = &fs.PathError{Op: "openat2", Path: path, Err: err}
 	}
-	// O_PATH opens nothing: a device or a FIFO is only stat'ed, for the
-	// listings and for what the cache's lookup could not open.
+	// O_PATH opens nothing: a device or a FIFO is only stat'ed.
 	how.Flags = unix.O_PATH | unix.O_CLOEXEC
 	fd, err := unix.Openat2(rootFD, rel, &how)
 	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) && !openat2Works() {
@@ -98,8 +91,8 @@ func openConfinedLinked(root, path string, mode Symlinks, want openKinds) (_ fs.
 	if err != nil {
 		return nil, nil, viaLink, confinedError(path, err, mode)
 	}
-	// The info of what was resolved, from its descriptor: a second lookup
-	// by name would follow links the confinement refuses.
+	// Stat the descriptor: a second lookup by name would follow
+	// links the confinement refuses.
 	pathFile := os.NewFile(uintptr(fd), path)
 	info, err := pathFile.Stat()
 	pathFile.Close()
@@ -138,8 +131,8 @@ func confinedError(path string, err error, mode Symlinks) error {
 	return &fs.PathError{Op: "openat2", Path: path, Err: err}
 }
 
-// openat2Works tells an EPERM from a seccomp filter, which blocks the
-// call itself, from one about the file: it opens "/" with openat2.
+// openat2Works tells an EPERM of a seccomp filter from one about the
+// file: it opens "/" with openat2.
 func openat2Works() bool {
 	fd, err := unix.Openat2(unix.AT_FDCWD, "/", &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC})
 	if err != nil {

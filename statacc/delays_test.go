@@ -43,16 +43,16 @@ func (d *changeDelays) start(t testing.TB, c *Cache) int64 {
 	if c.opts.Revalidate < time.Hour || c.opts.NoInotify {
 		t.Fatalf("a delay test needs inotify and Revalidate of an hour or more (it has %v, NoInotify %v)", c.opts.Revalidate, c.opts.NoInotify)
 	}
-	return c.counts.Flushes.Load()
+	return c.counts[Flushes].Load()
 }
 
 // done records a delay, once no fallback can explain what was seen.
 func (d *changeDelays) done(t testing.TB, c *Cache, flushes int64, took time.Duration) {
 	t.Helper()
-	if n := c.counts.UnwatchedDirs.Load(); n != 0 {
+	if n := c.counts[UnwatchedDirs].Load(); n != 0 {
 		t.Errorf("%d directories were not watched: their entries revalidate after a second, so the delay may not be inotify's", n)
 	}
-	if f := c.counts.Flushes.Load() - flushes; f != 0 && !d.allowFlushes {
+	if f := c.counts[Flushes].Load() - flushes; f != 0 && !d.allowFlushes {
 		t.Errorf("the cache flushed %d times: the delay may not be inotify's", f)
 	}
 	d.delays = append(d.delays, took)

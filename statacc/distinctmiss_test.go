@@ -68,9 +68,9 @@ func BenchmarkDistinctMissing(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(c.counts.WatchNodes.Load()), "nodes")
-			b.ReportMetric(float64(c.counts.NegativeCount.Load()), "negatives")
-			b.ReportMetric(float64(c.counts.Misses.Load())/float64(b.N+1000), "misses/op")
+			b.ReportMetric(float64(c.counts[WatchedDirs].Load()), "nodes")
+			b.ReportMetric(float64(c.counts[NegativeEntries].Load()), "negatives")
+			b.ReportMetric(float64(c.counts[Misses].Load())/float64(b.N+1000), "misses/op")
 		})
 	}
 }

@@ -126,7 +126,7 @@ func BenchmarkMissChurn(b *testing.B) {
 	}
 	b.StopTimer()
 	s := c.Snapshot()
-	b.ReportMetric(float64(s.Misses)/float64(b.N), "misses/op")
+	b.ReportMetric(float64(s[Misses])/float64(b.N), "misses/op")
 }
 
 // BenchmarkMissingScan is a scanner: every lookup a distinct missing path,

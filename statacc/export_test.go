@@ -2,10 +2,15 @@ package statacc
 
 import "context"
 
-// Get is GetConfined without confinement (symlinks follow), as most of
+// getConfined is GetCounted counting no site.
+func (c *Cache) getConfined(ctx context.Context, root string, mode Symlinks, path string) (*Entry, error) {
+	return c.GetCounted(ctx, nil, root, mode, path)
+}
+
+// Get is getConfined without confinement (symlinks follow), as most of
 // these tests look paths up.
 func (c *Cache) Get(ctx context.Context, path string) (*Entry, error) {
-	return c.GetConfined(ctx, "", SymlinksFollow, path)
+	return c.getConfined(ctx, "", SymlinksFollow, path)
 }
 
 // negativeSlot returns path's negative entry, nil if it has none. The

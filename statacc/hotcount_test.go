@@ -57,7 +57,7 @@ func TestHotCountSurvivesItsEntry(t *testing.T) {
 		describe(t, c, hot)
 	}
 	describe(t, c, cool)
-	c.invalidate(hot, false)
+	c.Purge(hot, false)
 	if c.entryCount() != 1 {
 		t.Fatalf("%d entries, want only cool's", c.entryCount())
 	}

@@ -56,7 +56,7 @@ func TestIdleDescriptorsClosedWithinFiveSeconds(t *testing.T) {
 	ctx := context.Background()
 	get := func(p string) *Entry {
 		t.Helper()
-		e, err := c.GetConfined(ctx, root, SymlinksFollow, p)
+		e, err := c.getConfined(ctx, root, SymlinksFollow, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +82,7 @@ func TestIdleDescriptorsClosedWithinFiveSeconds(t *testing.T) {
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			e, err := c.GetConfined(ctx, root, SymlinksFollow, hot)
+			e, err := c.getConfined(ctx, root, SymlinksFollow, hot)
 			if err != nil {
 				t.Error(err)
 				return
@@ -104,13 +104,13 @@ func TestIdleDescriptorsClosedWithinFiveSeconds(t *testing.T) {
 	defer stopHot()
 
 	time.Sleep(time.Second)
-	if n := c.counts.OpenFiles.Load(); n != 5 {
+	if n := c.counts[OpenFiles].Load(); n != 5 {
 		t.Fatalf("%d descriptors open a second after their last request, want 5: closed before the janitor's period went by", n)
 	}
 	present := func(p string) bool { _, ok := c.entries.Load(p); return ok }
 	for present(idle1) || present(idle2) {
 		if time.Since(lastUse) > idleClosedBound {
-			t.Fatalf("idle entries still cached %v after their last request (%d descriptors open)", idleClosedBound, c.counts.OpenFiles.Load())
+			t.Fatalf("idle entries still cached %v after their last request (%d descriptors open)", idleClosedBound, c.counts[OpenFiles].Load())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -118,7 +118,7 @@ func TestIdleDescriptorsClosedWithinFiveSeconds(t *testing.T) {
 	if !present(hot) || !present(held) || !present(local) {
 		t.Fatalf("dropped as idle: the hot entry %v, the held one %v, the one on the root's filesystem %v", !present(hot), !present(held), !present(local))
 	}
-	if n := c.counts.OpenFiles.Load(); n != 3 {
+	if n := c.counts[OpenFiles].Load(); n != 3 {
 		t.Fatalf("%d descriptors open, want 3 (the hot one, the held one, the root filesystem's)", n)
 	}
 	time.Sleep(2 * idlePeriod) // two more passes: the held entry is still in use
@@ -128,9 +128,9 @@ func TestIdleDescriptorsClosedWithinFiveSeconds(t *testing.T) {
 	stopHot()
 	heldEntry.Release()
 	released := time.Now()
-	for c.counts.OpenFiles.Load() != 1 {
+	for c.counts[OpenFiles].Load() != 1 {
 		if time.Since(released) > idleClosedBound {
-			t.Fatalf("%d descriptors open %v after the last release, want 1 (the root filesystem's)", c.counts.OpenFiles.Load(), idleClosedBound)
+			t.Fatalf("%d descriptors open %v after the last release, want 1 (the root filesystem's)", c.counts[OpenFiles].Load(), idleClosedBound)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -138,10 +138,10 @@ func TestIdleDescriptorsClosedWithinFiveSeconds(t *testing.T) {
 	if !present(local) {
 		t.Error("the idle entry on the root's own filesystem was dropped: it is kept until it is stale")
 	}
-	if got := c.Snapshot().IdleClosed; got != 4 {
+	if got := c.Snapshot()[IdleClosed]; got != 4 {
 		t.Errorf("IdleClosed %d, want 4", got)
 	}
-	if m := c.Snapshot().Misses; m != 5 {
+	if m := c.Snapshot()[Misses]; m != 5 {
 		t.Errorf("%d misses, want 5: the hot file was looked up again", m)
 	}
 
@@ -160,7 +160,7 @@ func TestIdleDescriptorsClosedWithinFiveSeconds(t *testing.T) {
 	waitFor("the janitor disarmed", func() bool { return !c.idleArmed.Load() })
 	get(idle1).Release()
 	again := time.Now()
-	waitFor("a descriptor cached after the janitor slept closed", func() bool { return c.counts.OpenFiles.Load() == 1 })
+	waitFor("a descriptor cached after the janitor slept closed", func() bool { return c.counts[OpenFiles].Load() == 1 })
 	t.Logf("a descriptor cached while the janitor slept closed %v after its request", time.Since(again).Round(time.Millisecond))
 	if err := unix.Unmount(media, 0); err != nil {
 		t.Errorf("umount of the idle mount: %v", err)

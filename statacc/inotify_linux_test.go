@@ -26,11 +26,11 @@ func TestInvalidationWithInotify(t *testing.T) {
 			if got := describe(t, c, path); got != ch.before {
 				t.Fatalf("before: %q, want %q", got, ch.before)
 			}
-			hits := c.counts.Hits.Load() + c.counts.NegativeHits.Load()
+			hits := c.counts[Hits].Load() + c.counts[NegativeHits].Load()
 			if got := describe(t, c, path); got != ch.before {
 				t.Fatalf("second look: %q, want %q", got, ch.before)
 			}
-			if c.counts.Hits.Load()+c.counts.NegativeHits.Load() != hits+1 {
+			if c.counts[Hits].Load()+c.counts[NegativeHits].Load() != hits+1 {
 				t.Fatalf("the second look was not a cache hit")
 			}
 			changed := time.Now()
@@ -118,7 +118,7 @@ func TestRealQueueOverflowFlushes(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "watched.txt")
 	write(t, p, "before")
-	for round := 0; c.counts.Flushes.Load() == 0; round++ {
+	for round := 0; c.counts[Flushes].Load() == 0; round++ {
 		if round == 20 {
 			t.Fatal("20 bursts of 500 changes never overflowed a queue of 4 events")
 		}
@@ -135,5 +135,5 @@ func TestRealQueueOverflowFlushes(t *testing.T) {
 	delays := newChangeDelays(t)
 	delays.allowFlushes = true // the flush is the point
 	delays.seen(t, c, changed, p, fmt.Sprintf("%d:%s", len("after the overflow"), "after the overflow"))
-	t.Logf("flushes: %d, invalidations: %d", c.counts.Flushes.Load(), c.counts.Invalidations.Load())
+	t.Logf("flushes: %d, invalidations: %d", c.counts[Flushes].Load(), c.counts[Invalidations].Load())
 }

@@ -27,7 +27,7 @@ func TestLinkedEntryIsDroppedWithinTwoSeconds(t *testing.T) {
 	c := New(Options{Revalidate: time.Hour})
 	defer c.Close()
 	time.Sleep(200 * time.Millisecond) // the janitor is asleep on its Revalidate/2 timer
-	e, err := c.GetConfined(context.Background(), "", SymlinksFollow, filepath.Join(root, "link.bin"))
+	e, err := c.getConfined(context.Background(), "", SymlinksFollow, filepath.Join(root, "link.bin"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestProbedLinkedEntryIsDroppedWithinTwoSeconds(t *testing.T) {
 	}
 	c, _ := fullNegativeCache(t, root, 10) // revalidate 1h
 	time.Sleep(200 * time.Millisecond)     // the janitor is asleep on its Revalidate/2 timer
-	nodes := c.counts.WatchNodes.Load()
+	nodes := c.counts[WatchedDirs].Load()
 	e, err := c.Get(context.Background(), filepath.Join(sub, "link.bin"))
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func TestProbedLinkedEntryIsDroppedWithinTwoSeconds(t *testing.T) {
 	if e.watched {
 		t.Error("an entry reached through a link is trusted until an inotify event that will not come")
 	}
-	if c.counts.WatchNodes.Load() == nodes {
+	if c.counts[WatchedDirs].Load() == nodes {
 		t.Fatal("the lookup entered no directory: it did not go through the probe of a full negative cache")
 	}
 	if err := os.Remove(filepath.Join(root, "target.bin")); err != nil {
@@ -96,7 +96,7 @@ func TestHardLinkLeavesTheJanitorAsleep(t *testing.T) {
 	}
 	for _, mode := range []Symlinks{SymlinksFollow, SymlinksBeneath} {
 		c := New(Options{Revalidate: time.Hour})
-		e, err := c.GetConfined(context.Background(), root, mode, a)
+		e, err := c.getConfined(context.Background(), root, mode, a)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,9 +116,9 @@ func TestHardLinkLeavesTheJanitorAsleep(t *testing.T) {
 func waitTargetClosed(t *testing.T, c *Cache) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)
-	for c.counts.OpenFiles.Load() != 0 {
+	for c.counts[OpenFiles].Load() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the deleted target's descriptor is still held 3 s after its deletion (%d open)", c.counts.OpenFiles.Load())
+			t.Fatalf("the deleted target's descriptor is still held 3 s after its deletion (%d open)", c.counts[OpenFiles].Load())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

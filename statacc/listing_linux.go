@@ -15,57 +15,37 @@ import (
 )
 
 // A directory's listing answers "no such file" for every name it does
-// not hold, with no system call and no memory per name asked for: a 404
-// storm of distinct names (a scanner, random names in a few directories,
-// distinct paths below a directory that does not exist) would otherwise
-// cost each request a failed open and, while the negative cache has room,
-// an entry. A watched directory is listed once Options.listAfter names
-// looked up in it were found missing through the filesystem; from then on a lookup
-// of a path whose name in that directory is not listed is answered
-// missing before it misses (listedMissing). The listing holds a hash per
-// name (pointer-free, 8 bytes and the map's room), so a hash collision
-// only makes a missing name be looked up on disk, never an existing one
-// be answered missing.
+// not hold, with no system call and no memory per name: a 404 storm of
+// distinct names would otherwise cost each a failed open and an entry. A
+// watched directory is listed once listAfter names in it were found
+// missing. It holds a hash per name, so a collision only sends a missing
+// name to the disk, never answers an existing one missing.
 //
-// It is kept up to date as entries are: the directory's watch reports
-// every name created or moved in (IN_CREATE, IN_MOVED_TO), which joins
-// the listing, and an event on the directory itself (a rename, removal,
-// chmod) drops its node and the listing with it, as a mount or unmount
-// at or above the directory does (mounts_linux.go). A name deleted stays
-// listed (it is then looked up on disk: harmless, and bounded by the
-// listing's size). It is read after the watch is added, and kept only if
-// no event on the directory was handled while it was read (so no name
-// created meanwhile can be missing from it); it is read again after
-// revalidate, as negative entries are looked up again, and dropped by a
-// purge.
+// It is kept up to date by the directory's watch: a name created or moved
+// in joins it; an event on the directory itself, or a mount change,
+// drops it with the node. A deleted name stays listed (harmless). It is
+// kept only if no event on the directory was handled while it was read,
+// read again after revalidate, and dropped by a purge.
 //
-// Only what the kernel answers as a plain missing name is listed: a
-// directory on a local filesystem (network ones change without events),
-// not case-insensitive (ext4, f2fs and tmpfs casefold directories, or a
-// probe of one name with its letters' case flipped finds it), that the
-// server may search (else a lookup below it is a 403), not reached
-// through a symlink below the root of a confined lookup (deny and
-// beneath refuse those), of at most maxDirNames names.
+// Only a plain missing name is answered so: a directory on a local
+// filesystem (network ones change without events), not case-insensitive,
+// searchable, not reached through a symlink below a confined root, of at
+// most maxDirNames names.
 
 const (
-	// maxDirNames is the most names of a directory that is listed;
-	// maxListedNames the most names all listings hold (about 4 MiB).
+	// maxDirNames bounds a listed directory's names, maxListedNames all listings'.
 	maxDirNames    = 1 << 14
 	maxListedNames = 1 << 18
-	// nameMax is NAME_MAX: a longer name is refused by the filesystem's
-	// lookup (ENAMETOOLONG), not answered missing.
+	// nameMax is NAME_MAX: a longer name is refused (ENAMETOOLONG), not missing.
 	nameMax = 255
-	// fsCasefoldFL is FS_CASEFOLD_FL, which golang.org/x/sys does not
-	// define: a directory whose names are looked up without case.
+	// fsCasefoldFL is FS_CASEFOLD_FL (not in x/sys): a case-insensitive directory.
 	fsCasefoldFL = 0x40000000
 )
 
-// testHookListingRead, if set by a test, runs after a directory's names
-// are read and before they are kept.
+// testHookListingRead runs after a directory's names are read.
 var testHookListingRead func(dir string)
 
-// dirListing is what a listed directory holds: the hashes of its names,
-// and when it was read.
+// dirListing is a listed directory's name hashes and when they were read.
 type dirListing struct {
 	names    map[uint64]struct{}
 	listedAt int64
@@ -80,24 +60,20 @@ const (
 	listRefused           // cannot be listed while the node lives
 )
 
-// listedMissing reports whether key's path is missing from the listing
-// of a directory on its way, fresh for revalidate: walking from "/", the
-// first listed directory whose name on the way it does not hold. The
-// directories on the way are watched (or may be searched but not read),
-// so that every one of them is the directory the path names.
+// listedMissing reports whether key's path is missing from the fresh
+// listing of a directory on its way, all of them watched (so each is the
+// directory the path names).
 func (w *watcher) listedMissing(key lookupKey, revalidate time.Duration) bool {
-	// A path the kernel refuses before it looks (too long, or holding a
-	// NUL byte, which the system call cannot take) is not "no such file".
+	// A path the kernel refuses before it looks (too long, a NUL)
+	// is not "no such file".
 	if w == nil || !filepath.IsAbs(key.path) || len(key.path) >= unix.PathMax || strings.IndexByte(key.path, 0) >= 0 {
 		return false
 	}
 	confined := key.mode != SymlinksFollow
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	// Most often the path's own directory is listed: found at once, without
-	// a walk from "/" (a map lookup per level, most of this function's
-	// time in a 404 storm of short paths). Not for a long path (a client's
-	// 380 levels), whose directory is rarely one and whose hash costs.
+	// Most often the path's own directory is listed: found without a
+	// walk from "/". Not for a long path, whose hash costs.
 	if slash := strings.LastIndexByte(key.path, '/'); slash > 0 && slash <= 512 {
 		if n := w.listedNodes[key.path[:slash]]; n != nil && !(confined && linkBelow(n, key.root)) {
 			if missing, known := w.listedLocked(n, key.path[slash+1:], revalidate); known {
@@ -125,18 +101,16 @@ func (w *watcher) listedMissing(key lookupKey, revalidate time.Duration) bool {
 	return false
 }
 
-// listedLocked looks name up in the listing of n, which the walk or the
-// map of listed nodes found: known says n has a fresh listing, missing
-// that name is not in it. A name the kernel refuses (over NAME_MAX: an
-// ENAMETOOLONG, a 400) is known, not missing. Called with mu held.
+// listedLocked looks name up in n's listing: known says n has a fresh
+// listing, missing that name is not in it (a name over NAME_MAX is
+// refused, not missing). Called with mu held.
 func (w *watcher) listedLocked(n *dirNode, name string, revalidate time.Duration) (missing, known bool) {
 	l := n.listing
 	if l == nil || n.dropped {
 		return false, false
 	}
 	if nanotime()-l.listedAt >= int64(revalidate) {
-		// Read again after more misses; the node goes now if nothing
-		// else keeps it (it has no child then, and a walk ends here).
+		// Read again after more misses.
 		w.unlistLocked(n)
 		w.maybeRemoveLocked(n)
 		return false, false
@@ -154,8 +128,7 @@ func (w *watcher) listedLocked(n *dirNode, name string, revalidate time.Duration
 }
 
 // linkBelow reports whether n or a directory above it, below root, is a
-// symlink's node: deny and beneath refuse such a path, so its listing
-// does not answer.
+// symlink's node: deny and beneath refuse such a path.
 func linkBelow(n *dirNode, root string) bool {
 	for ; n != nil && len(n.path) > len(root); n = n.parent {
 		if n.link != nil {
@@ -166,8 +139,7 @@ func linkBelow(n *dirNode, root string) bool {
 }
 
 // listedAsExisting reports whether the first name of dir that has no
-// node is in its directory's listing: it exists (or shares a hash with a
-// name that does).
+// node is in its directory's listing.
 func (w *watcher) listedAsExisting(dir string) bool {
 	if !filepath.IsAbs(dir) {
 		return false
@@ -194,13 +166,10 @@ func (w *watcher) listedAsExisting(dir string) bool {
 	return false
 }
 
-// noteMissing counts a missing path found through the filesystem against
-// the directory its first missing name is in, if the watcher has that
-// directory watched, and lists the directory once it has had listAfter
-// of them. t is the lookup's ticket, its leaf still pinned if it has one
-// (its directory's node, or its first missing directory's), which saves a
-// walk and keeps a node that no entry keeps until it is listed. The
-// caller holds a filesystem slot: the listing reads the directory.
+// noteMissing counts a missing path against the watched directory its
+// first missing name is in, and lists that directory at listAfter. t's
+// leaf, still pinned, saves a walk. The caller holds a slot: the listing
+// reads the directory.
 func (w *watcher) noteMissing(path string, t watchTicket, listAfter int) {
 	if w == nil || !filepath.IsAbs(path) {
 		return
@@ -222,9 +191,7 @@ func (w *watcher) noteMissing(path string, t watchTicket, listAfter int) {
 			name, rest, _ = strings.Cut(rest, "/")
 			ch := n.children[name]
 			if ch == nil && n.listing != nil {
-				// Listed already: the name exists (a missing one is
-				// answered before it misses), and n's listing is no help
-				// below it.
+				// Listed already: the name exists; no help below it.
 				n = nil
 				break
 			}
@@ -253,43 +220,34 @@ func (w *watcher) noteMissing(path string, t watchTicket, listAfter int) {
 	n.list = listNone
 	switch {
 	case n.dropped || w.cache.closed.Load():
-		// Close sets closed before its flush forgets the listings, under
-		// mu as this: one kept now would outlive the flush.
+		// Close's flush forgets the listings under mu: one kept now
+		// would outlive it.
 	case refused:
 		n.list = listRefused
 	case names == nil || n.gen != gen || w.listed+len(names) > maxListedNames:
-		// Unreadable now, or changed while it was read: a name created
-		// meanwhile may be missing from it. Tried again after listAfter
-		// more misses.
+		// Unreadable now, or changed while it was read. Tried again
+		// after listAfter more misses.
 	case w.mountGen != mountGen || w.mountsUnread.Load():
-		// The mount table changed while it was read, or changed and is
-		// not read yet: it may be the listing of a mount that has gone
-		// (or is about to), which no read of the table will show
-		// (mounts_linux.go). Tried again after listAfter more misses.
+		// The mount table changed meanwhile: it may list a mount that
+		// has gone (mounts_linux.go).
 	default:
-		// The listing keeps the node (and its watch) until it expires
-		// (expireListings) or the node is evicted as any other.
 		n.listing = &dirListing{names: names, listedAt: listedAt}
 		w.listed += len(names)
 		w.listedNodes[n.path] = n
-		w.cache.counts.Listings.Add(1)
+		w.cache.counts[Listings].Add(1)
 	}
 	w.unpinLocked(n)
 	w.mu.Unlock()
 }
 
-// missCounts counts the missing names looked up in directories, by a hash
-// of the directory's path, lossily: directories whose hashes share a slot
-// share its count, and whichever has the miss that completes it is listed
-// (a slot that remembered one directory and started again for another
-// would starve both of two that miss in turn). Kept apart from the nodes,
-// which go when no entry keeps them (a miss in a full negative cache keeps
-// none).
+// missCounts counts the missing names by a hash of their directory,
+// lossily: directories sharing a slot share its count, and the one that
+// completes it is listed. Apart from the nodes, which go when no entry
+// keeps them.
 type missCounts [1 << 12]uint32
 
-// countMissLocked counts a missing name in the directory dir and reports
-// whether that completes listAfter of them in its slot. Called with mu
-// held.
+// countMissLocked reports whether a miss in dir completes listAfter in
+// its slot. Called with mu held.
 func (w *watcher) countMissLocked(dir string, listAfter int) bool {
 	if w.misses == nil {
 		w.misses = new(missCounts)
@@ -317,8 +275,7 @@ func (w *watcher) listNameLocked(n *dirNode, name string) {
 	}
 }
 
-// unlistLocked forgets n's listing, if it has one. The node may then be
-// removable (maybeRemoveLocked), which is the caller's to see to.
+// unlistLocked forgets n's listing; removing the node is the caller's.
 func (w *watcher) unlistLocked(n *dirNode) {
 	if n.listing == nil {
 		return
@@ -328,12 +285,11 @@ func (w *watcher) unlistLocked(n *dirNode) {
 	if w.listedNodes[n.path] == n {
 		delete(w.listedNodes, n.path)
 	}
-	w.cache.counts.Listings.Add(-1)
+	w.cache.counts[Listings].Add(-1)
 }
 
-// expireListings forgets the listings read revalidate ago or more, and
-// the nodes they alone kept; for the janitor, so that a listing nobody
-// asks for again does not keep its node and watch.
+// expireListings forgets the listings read revalidate ago, and the
+// nodes they alone kept, so that they do not keep their watches.
 func (w *watcher) expireListings(revalidate time.Duration) {
 	if w == nil {
 		return
@@ -349,9 +305,7 @@ func (w *watcher) expireListings(revalidate time.Duration) {
 	w.mu.Unlock()
 }
 
-// unlistAll forgets every listing, for a purge: a purged path is looked
-// up on disk next, whatever its directory's listing held. A directory
-// refused is tried again.
+// unlistAll forgets every listing, for a purge.
 func (w *watcher) unlistAll() {
 	if w == nil {
 		return
@@ -370,9 +324,8 @@ func (w *watcher) unlistAll() {
 	w.mu.Unlock()
 }
 
-// readListing reads the names of the directory dir and returns their
-// hashes, or nil if it cannot now. refused says that it is not to be
-// listed (see the top of this file), nor tried again while its node lives.
+// readListing returns the hashes of dir's names, or nil if it cannot
+// now; refused: never list it while its node lives.
 func readListing(dir string, seed maphash.Seed) (names map[uint64]struct{}, refused bool) {
 	fd, err := fileio.OpenFD(dir, unix.O_DIRECTORY|unix.O_NOFOLLOW)
 	if err != nil {
@@ -403,8 +356,7 @@ func readListing(dir string, seed maphash.Seed) (names map[uint64]struct{}, refu
 		if got <= 0 {
 			break
 		}
-		// struct linux_dirent64: d_ino, d_off (8 bytes each), d_reclen
-		// (2), d_type (1), then the name, NUL-terminated.
+		// linux_dirent64: d_ino, d_off, d_reclen (2), d_type (1), name.
 		for off := 0; off+19 <= got; {
 			reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
 			if reclen == 0 || off+reclen > got {
@@ -441,8 +393,6 @@ func readListing(dir string, seed maphash.Seed) (names map[uint64]struct{}, refu
 	return names, false
 }
 
-// flipCase returns name with the case of its ASCII letters flipped, nil
-// if it has none.
 func flipCase(name []byte) []byte {
 	var out []byte
 	for i, c := range name {

@@ -18,18 +18,18 @@ import (
 // watcher nodes it made; every path must be missing.
 func missesSince(t *testing.T, c *Cache, paths []string) (misses, negatives, nodes int64) {
 	t.Helper()
-	m, n, w := c.counts.Misses.Load(), c.counts.NegativeCount.Load(), c.counts.WatchNodes.Load()
+	m, n, w := c.counts[Misses].Load(), c.counts[NegativeEntries].Load(), c.counts[WatchedDirs].Load()
 	lookMissing(t, c, paths)
-	return c.counts.Misses.Load() - m, c.counts.NegativeCount.Load() - n, c.counts.WatchNodes.Load() - w
+	return c.counts[Misses].Load() - m, c.counts[NegativeEntries].Load() - n, c.counts[WatchedDirs].Load() - w
 }
 
 // listDirectory makes c list dir: it looks up listAfter missing names in
 // it that it never looked up before, through the filesystem.
 func listDirectory(t *testing.T, c *Cache, dir string) {
 	t.Helper()
-	listings := c.counts.Listings.Load()
+	listings := c.counts[Listings].Load()
 	lookMissing(t, c, missingPaths(dir, "list-"+strconv.FormatInt(time.Now().UnixNano(), 36), c.opts.listAfter))
-	if got := c.counts.Listings.Load(); got != listings+1 {
+	if got := c.counts[Listings].Load(); got != listings+1 {
 		t.Fatalf("%s: %d directories listed after %d missing names in it, want %d", dir, got, c.opts.listAfter, listings+1)
 	}
 }
@@ -67,13 +67,13 @@ func TestListedDirectoryAnswersDistinctMissingNames(t *testing.T) {
 		}
 	}
 	for _, mode := range []Symlinks{SymlinksDeny, SymlinksBeneath} {
-		hits := c.counts.NegativeHits.Load()
+		hits := c.counts[NegativeHits].Load()
 		for _, p := range paths[:100] {
-			if _, err := c.GetConfined(context.Background(), site, mode, p); errClass(err) != "missing" {
+			if _, err := c.getConfined(context.Background(), site, mode, p); errClass(err) != "missing" {
 				t.Fatalf("%v: %s: %v", mode, p[len(site):min(len(p), len(site)+30)], err)
 			}
 		}
-		if got := c.counts.NegativeHits.Load() - hits; got != 100 {
+		if got := c.counts[NegativeHits].Load() - hits; got != 100 {
 			t.Errorf("%v: %d of 100 missing paths answered from memory", mode, got)
 		}
 	}
@@ -147,7 +147,7 @@ func TestListingReadWhileAChangeIsNotKept(t *testing.T) {
 	}
 	t.Cleanup(func() { testHookListingRead = nil })
 	lookMissing(t, c, missingPaths(site, "first", c.opts.listAfter))
-	if got := c.counts.Listings.Load(); got != 0 {
+	if got := c.counts[Listings].Load(); got != 0 {
 		t.Errorf("a listing read while a name was made is kept (%d listings)", got)
 	}
 	within(t, 5*time.Second, c, made, "3:new")
@@ -180,12 +180,12 @@ func TestListedAnswersAsUnlisted(t *testing.T) {
 	t.Cleanup(func() { listed.Close() })
 	for _, dir := range []string{"", "dir", "dir/sub", "rel-link", "rel-link/sub", "abs-out", "abs-out/sub", "noexec"} {
 		for _, p := range missingPaths(filepath.Join(site, dir), "first", listed.opts.listAfter) {
-			if e, err := listed.GetConfined(context.Background(), site, SymlinksFollow, p); err == nil {
+			if e, err := listed.getConfined(context.Background(), site, SymlinksFollow, p); err == nil {
 				e.Release()
 			}
 		}
 	}
-	t.Logf("%d directories listed", listed.counts.Listings.Load())
+	t.Logf("%d directories listed", listed.counts[Listings].Load())
 	paths := []string{"nope", "nope/x", "file.txt/x", "rel-link/nope", "rel-link/sub/nope", "rel-link/sub/inner.txt",
 		"abs-out/nope", "abs-out/sub/nope", "abs-out/sub/secret", "dangling/x", "dir/sub/nope", "dir/sub/inner.txt",
 		"noexec/nope", "noexec/x.txt",
@@ -196,10 +196,10 @@ func TestListedAnswersAsUnlisted(t *testing.T) {
 		unlisted := New(Options{Workers: 2, Revalidate: time.Hour, listAfter: -1})
 		for _, rel := range paths {
 			p := filepath.Join(site, rel)
-			_, err := unlisted.GetConfined(context.Background(), site, mode, p)
+			_, err := unlisted.getConfined(context.Background(), site, mode, p)
 			want := errClass(err)
 			for i := range 2 {
-				e, err := listed.GetConfined(context.Background(), site, mode, p)
+				e, err := listed.getConfined(context.Background(), site, mode, p)
 				if e != nil {
 					e.Release()
 				}
@@ -225,14 +225,14 @@ func TestListingIsReadAgainAfterRevalidate(t *testing.T) {
 	if m, _, _ := missesSince(t, c, []string{filepath.Join(site, "after.html")}); m != 1 {
 		t.Errorf("a missing name in a directory listed revalidate ago: %d lookups in the filesystem, want 1", m)
 	}
-	if got := c.counts.Listings.Load(); got != 0 {
+	if got := c.counts[Listings].Load(); got != 0 {
 		t.Errorf("%d listings kept past revalidate", got)
 	}
 	listDirectory(t, c, site)
 	// One nobody asks for again goes with the janitor's next walk.
 	c.watch.ageListings(time.Hour)
 	c.dropStale()
-	if got := c.counts.Listings.Load(); got != 0 {
+	if got := c.counts[Listings].Load(); got != 0 {
 		t.Errorf("%d listings kept by the janitor past revalidate", got)
 	}
 }
@@ -268,7 +268,7 @@ func TestLargeDirectoryIsNotListed(t *testing.T) {
 	if m, _, _ := missesSince(t, c, paths); m != int64(len(paths)) {
 		t.Errorf("%d of %d missing names looked up in the filesystem, want all", m, len(paths))
 	}
-	if got := c.counts.Listings.Load(); got != 0 {
+	if got := c.counts[Listings].Load(); got != 0 {
 		t.Errorf("a directory of %d names listed", maxDirNames+1)
 	}
 }
@@ -339,7 +339,7 @@ func TestFullCacheListsDirectoriesItDidNotKnow(t *testing.T) {
 			t.Errorf("%s: %d missing paths cost %d lookups in the filesystem, %d entries, %d nodes; want none", dir, len(paths), m, n, w)
 		}
 	}
-	if got := c.counts.NegativeCount.Load(); got != 10 {
+	if got := c.counts[NegativeEntries].Load(); got != 10 {
 		t.Errorf("%d negative entries, want the 10 that filled the cache", got)
 	}
 }
@@ -365,7 +365,7 @@ func TestDirectoriesMissedInTurnAreAllListed(t *testing.T) {
 			lookMissing(t, c, []string{filepath.Join(dir, fmt.Sprintf("turn%d.html", i))})
 		}
 	}
-	if got := c.counts.Listings.Load(); got != int64(len(dirs)) {
+	if got := c.counts[Listings].Load(); got != int64(len(dirs)) {
 		t.Errorf("%d of %d directories listed after %d misses each", got, len(dirs), 3*c.opts.listAfter)
 	}
 	var paths []string

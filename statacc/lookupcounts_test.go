@@ -8,7 +8,7 @@ import (
 
 // TestGetCountedCountsEachCallerApart: two callers of one cache each get
 // their own hits, negative hits and misses, which add up to the cache's
-// counters; GetConfined counts in no caller's.
+// counters; getConfined counts in no caller's.
 func TestGetCountedCountsEachCallerApart(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "a"), "a")
@@ -30,7 +30,7 @@ func TestGetCountedCountsEachCallerApart(t *testing.T) {
 		get(&two, "missing")
 	}
 	get(&two, "a")
-	if e, err := c.GetConfined(ctx, dir, SymlinksFollow, filepath.Join(dir, "a")); err == nil {
+	if e, err := c.getConfined(ctx, dir, SymlinksFollow, filepath.Join(dir, "a")); err == nil {
 		e.Release()
 	}
 	for _, x := range []struct {
@@ -43,7 +43,7 @@ func TestGetCountedCountsEachCallerApart(t *testing.T) {
 		}
 	}
 	s := c.Counts()
-	if s.Hits != 4 || s.NegativeHits != 3 || s.Misses+s.Merged != 2 {
-		t.Errorf("the cache counted %d hits, %d negative hits, %d misses and %d merged; want 4, 3, 2 in all", s.Hits, s.NegativeHits, s.Misses, s.Merged)
+	if s[Hits] != 4 || s[NegativeHits] != 3 || s[Misses]+s[Merged] != 2 {
+		t.Errorf("the cache counted %d hits, %d negative hits, %d misses and %d merged; want 4, 3, 2 in all", s[Hits], s[NegativeHits], s[Misses], s[Merged])
 	}
 }

@@ -35,7 +35,7 @@ func TestDeepMissingPathsMakeOneNodeEach(t *testing.T) {
 		site := filepath.Join(t.TempDir(), "site")
 		write(t, filepath.Join(site, "index.html"), "home")
 		watchedHit(t, c, filepath.Join(site, "index.html"))
-		nodes := c.counts.WatchNodes.Load()
+		nodes := c.counts[WatchedDirs].Load()
 		watches := inotifyWatches(t, c.watch.watchFD())
 		for i := range paths {
 			p := deepPath(site, "nx"+strconv.Itoa(i), levels)
@@ -46,7 +46,7 @@ func TestDeepMissingPathsMakeOneNodeEach(t *testing.T) {
 				t.Fatalf("%d levels: %s: %q on its second lookup", levels, p[len(site):len(site)+20], got)
 			}
 		}
-		made[levels] = c.counts.WatchNodes.Load() - nodes
+		made[levels] = c.counts[WatchedDirs].Load() - nodes
 		if made[levels] > paths {
 			t.Errorf("%d distinct missing paths %d levels deep made %d watcher nodes, want at most one each", paths, levels, made[levels])
 		}
@@ -68,14 +68,14 @@ func TestPathsBelowOneMissingDirectoryShareItsNode(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	site := t.TempDir()
 	watchedHit(t, c, filepath.Join(site, "absent.html"))
-	nodes := c.counts.WatchNodes.Load()
+	nodes := c.counts[WatchedDirs].Load()
 	for i := range 100 {
 		p := deepPath(filepath.Join(site, "gone"), "d"+strconv.Itoa(i), 50)
 		if got := watchedHit(t, c, p); got != "missing" {
 			t.Fatalf("%s: %q", p, got)
 		}
 	}
-	if got := c.counts.WatchNodes.Load() - nodes; got != 1 {
+	if got := c.counts[WatchedDirs].Load() - nodes; got != 1 {
 		t.Errorf("100 paths below one missing directory made %d nodes, want 1", got)
 	}
 }

@@ -108,7 +108,7 @@ func TestLookupsWhileMountTableUnreadAreTrustedBriefly(t *testing.T) {
 			t.Errorf("%s, looked up while the table is unread: negative entry %v, trusted until an event", p, sl != nil)
 		}
 	}
-	nodes := c.counts.WatchNodes.Load()
+	nodes := c.counts[WatchedDirs].Load()
 	c.watch.mountsChanged(nil) // the table read: no change
 	for _, p := range []string{x, y, missing} {
 		c.Purge(p, false)
@@ -117,7 +117,7 @@ func TestLookupsWhileMountTableUnreadAreTrustedBriefly(t *testing.T) {
 			t.Errorf("%s, looked up once the table was read: not trusted until an event", p)
 		}
 	}
-	if n := c.counts.WatchNodes.Load(); n <= nodes {
+	if n := c.counts[WatchedDirs].Load(); n <= nodes {
 		t.Errorf("b's directory was not entered once the table was read: %d nodes, %d before", n, nodes)
 	}
 }
@@ -136,7 +136,7 @@ func TestListingReadWhileMountTableChangesIsNotKept(t *testing.T) {
 	describe(t, c, filepath.Join(site, "index.html")) // its directory is watched
 	c.watch.mountsChanging()
 	lookMissing(t, c, missingPaths(site, "unread", 2*c.opts.listAfter))
-	if got := c.counts.Listings.Load(); got != 0 {
+	if got := c.counts[Listings].Load(); got != 0 {
 		t.Errorf("a listing read while the mount table is unread is kept (%d listings)", got)
 	}
 	c.watch.mountsChanged(nil) // the table read: no change
@@ -148,7 +148,7 @@ func TestListingReadWhileMountTableChangesIsNotKept(t *testing.T) {
 	}
 	t.Cleanup(func() { testHookListingRead = nil })
 	lookMissing(t, c, missingPaths(site, "during", c.opts.listAfter))
-	if got := c.counts.Listings.Load(); got != 0 {
+	if got := c.counts[Listings].Load(); got != 0 {
 		t.Errorf("a listing read while the mount table changed is kept (%d listings)", got)
 	}
 	listDirectory(t, c, site)

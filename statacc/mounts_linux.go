@@ -16,54 +16,35 @@ import (
 	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 )
 
-// Mounts are invisible to inotify: `mount --bind new.css app.css`, a
-// release image or a tmpfs mounted over a directory, or an unmount that
-// uncovers what was below, change what a path opens without an event. The
-// kernel tells of every change of the process's mount table instead:
-// poll on /proc/self/mountinfo wakes (POLLPRI | POLLERR) when a mount
-// appears, goes (umount, umount -l), moves or changes in the process's
-// mount namespace.
+// Mounts are invisible to inotify: a bind mount over a file, an image
+// mounted over a directory, or an unmount change what a path opens
+// without an event. The kernel tells of every change of the process's
+// mount table instead: poll on /proc/self/mountinfo wakes (POLLPRI).
 //
-// One mountWatcher serves the process (caches are per settings, and
-// several can live at once): a goroutine parked on the netpoller, which
-// costs nothing while the table does not change. On a change it reads the
-// table again, compares it with the last one line by line, and tells
-// every cache the mount points of the mounts that appeared or went; each
-// cache drops what it holds at or below them (watcher.mountsChanged). A
-// change elsewhere (a container host's overlay and netns mounts) costs
-// one read of the table and one map lookup per line, and two map lookups
-// per changed mount point in each cache: nothing is flushed.
+// One mountWatcher serves the process: a goroutine parked on the
+// netpoller, which reads the table on a change, compares it line by line
+// with the last one, and tells every cache the mount points that appeared
+// or went; each drops what it holds at or below them (mountsChanged).
 //
-// What is left: a mount that appears and goes again between two reads of
-// the table (both within the goroutine's reaction, microseconds unless
-// the process is starved of CPU) shows no change; so does one unmounted
-// and mounted again at the same place with the same mount ID, device and
-// root (both are reused at once by the kernel) between two reads. Entries
-// looked up from such a mount before the goroutine wakes are trusted until
-// revalidate. From its wake to its read (the gap a storm of changes
-// widens, up to 100 ms) the table is "unread" (mountsChanging): what a
-// lookup finds then is trusted for a second, a directory whose watch is
-// added then is installed again, and a directory listing read then is not
-// kept. Without inotify (NoInotify, or inotify unavailable) there
-// are no watcher nodes to find the entries by, and no watcher of the
-// mount table: every entry is trusted for a second at most anyway.
+// What is left: a mount that appears and goes again between two reads,
+// or comes back with the same ID, device and root, shows no change. From
+// the wake to the read the table is unread (mountsChanging): a lookup's
+// entry is then trusted for a second, a node installed then is made
+// again, a listing read then is not kept. Without inotify every entry is
+// trusted for a second at most anyway.
 
-// mountRegistry is the process's set of caches that want mount changes,
-// and the watcher that serves them while there are any.
+// mountRegistry is the caches that want mount changes, and their watcher.
 type mountRegistry struct {
 	mu     sync.Mutex
 	caches map[*Cache]struct{}
 	w      *mountWatcher
-	// notifying is held while caches are told of a change: a cache that
-	// leaves waits for it, so that no change reaches a closed cache.
+	// notifying is held while caches are told: one that leaves waits for it.
 	notifying sync.Mutex
 }
 
 var mountReg = mountRegistry{caches: make(map[*Cache]struct{})}
 
-// watchMounts tells c of the mount table's changes from now on, starting
-// the process's watcher if c is the first cache. Without a readable,
-// pollable /proc/self/mountinfo nothing is watched.
+// watchMounts tells c of the mount table's changes, from now on.
 func watchMounts(c *Cache) {
 	r := &mountReg
 	r.mu.Lock()
@@ -74,8 +55,7 @@ func watchMounts(c *Cache) {
 	r.caches[c] = struct{}{}
 }
 
-// unwatchMounts ends watchMounts; the watcher stops with its last cache.
-// No change reaches c once it returns.
+// unwatchMounts ends watchMounts: no change reaches c once it returns.
 func unwatchMounts(c *Cache) {
 	r := &mountReg
 	r.mu.Lock()
@@ -113,8 +93,7 @@ func (r *mountRegistry) changing() {
 	r.each(func(c *Cache) { c.watch.mountsChanging() })
 }
 
-// read tells every cache of the mount points that changed since the last
-// read of the table (none, if the changes cancelled out), now read.
+// read tells every cache of the mount points that changed since the last read.
 func (r *mountRegistry) read(points []string) {
 	r.each(func(c *Cache) {
 		if c.watch.mountsChanged(points) {
@@ -129,14 +108,11 @@ type mountWatcher struct {
 	file *os.File
 	fd   int
 	done chan struct{}
-	// buf holds the table read last, grown as needed; table is its
-	// content (a prefix of buf), kept to tell a change that leaves the
-	// table as it was.
+	// buf holds the table read last; table is its content.
 	buf, table []byte
-	// seen holds the key of each line of the table (mount ID, parent ID,
-	// device, root and mount point): a line whose key is new is a mount
-	// that appeared, a key no longer there one that went. The value is
-	// the number of the last read that saw it.
+	// seen holds the key of each line (mount ID, parent ID, device, root,
+	// mount point) and the number of the last read that saw it: a new key is
+	// a mount that appeared, a key gone one that went.
 	seen  map[string]*uint64
 	reads uint64
 }
@@ -144,11 +120,9 @@ type mountWatcher struct {
 // mountinfoPath is the table read; tests read it too.
 const mountinfoPath = "/proc/self/mountinfo"
 
-// startMountWatcher reads the table and starts watching it, or returns nil
-// if it cannot: then no cache sees mounts before revalidate.
+// startMountWatcher starts watching the table, or returns nil if it cannot.
 func startMountWatcher(r *mountRegistry) *mountWatcher {
-	// O_NONBLOCK, so that os.NewFile registers it with the netpoller:
-	// the goroutine waits there, not in a thread blocked in poll(2).
+	// O_NONBLOCK, so that the goroutine waits in the netpoller.
 	fd, err := unix.Open(mountinfoPath, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
@@ -175,9 +149,8 @@ func (m *mountWatcher) close() {
 }
 
 // run waits for the table to change and tells the caches. The table is
-// read after the wait is armed (RawRead clears the descriptor's
-// readiness, then calls the function, which reads; a change from then on
-// wakes the wait), so no change falls between a read and the wait.
+// read after the wait is armed (RawRead clears the readiness, then reads),
+// so no change falls between a read and the wait.
 func (m *mountWatcher) run(rc syscall.RawConn) {
 	defer close(m.done)
 	var gap time.Duration
@@ -187,10 +160,8 @@ func (m *mountWatcher) run(rc syscall.RawConn) {
 		err := rc.Read(func(uintptr) bool {
 			if armed {
 				if first {
-					// The first wake may be the readiness epoll reports for
-					// any file when it is registered (EPOLLIN; /proc files
-					// are always readable), delivered after RawRead cleared
-					// it: not a change unless the table shows one.
+					// The first wake may be epoll's readiness of a newly registered
+					// file: not a change unless the table shows one.
 					first = false
 					if prev := string(m.table); m.read() == nil && string(m.table) == prev {
 						return false
@@ -205,9 +176,8 @@ func (m *mountWatcher) run(rc syscall.RawConn) {
 				points = m.diff()
 			}
 			m.reg.read(points)
-			// Under a storm of changes (a container host starting many
-			// at once) the reads are spaced by four times what one took:
-			// at most a fifth of a CPU, whatever the table's size.
+			// Under a storm of changes, reads are spaced by four times
+			// what one took: at most a fifth of a CPU.
 			gap = min(4*time.Since(start), 100*time.Millisecond)
 			return false
 		})
@@ -281,9 +251,9 @@ func (m *mountWatcher) diff() []string {
 	return dedupe(points)
 }
 
-// mountKey cuts a mountinfo line to its first five fields, which say which
-// mount it is and where (mount ID, parent ID, major:minor, root, mount
-// point), and returns the fifth, still escaped.
+// mountKey cuts a mountinfo line to its first five fields (mount ID,
+// parent ID, major:minor, root, mount point) and returns the fifth,
+// escaped.
 func mountKey(line []byte) (key, point []byte, ok bool) {
 	end := 0
 	for field := 0; field < 5; field++ {
@@ -305,9 +275,8 @@ func mountKey(line []byte) (key, point []byte, ok bool) {
 	return line[:end], point, true
 }
 
-// unescapeMountPoint undoes the kernel's escapes in a mount point: a
-// space, tab, newline or backslash is written as a backslash and three
-// octal digits.
+// unescapeMountPoint undoes the kernel's octal escapes of space, tab,
+// newline and backslash.
 func unescapeMountPoint(p []byte) string {
 	if bytes.IndexByte(p, '\\') < 0 {
 		return string(p)
@@ -343,11 +312,9 @@ func dedupe(points []string) []string {
 	return out
 }
 
-// mountsChanging records that the mount table changed and is not read
-// yet: until it is (mountsChanged), what a lookup finds may be a mount
-// that will be gone before the table is read, and show no change then.
-// Such a lookup's entry is trusted for a second (Cache.record), and nodes
-// made meanwhile are made again (ensure).
+// mountsChanging records that the table changed and is not read yet:
+// what a lookup finds meanwhile may be a mount gone before the read, so
+// its entry is trusted for a second and new nodes are made again.
 func (w *watcher) mountsChanging() {
 	if w == nil {
 		return
@@ -362,17 +329,11 @@ func (w *watcher) mountsChanging() {
 // yet (mountsChanging).
 func (w *watcher) mountsPending() bool { return w != nil && w.mountsUnread.Load() }
 
-// mountsChanged ends what mounts appearing or going at points may have
-// changed, as inotify events would: the nodes of the directories at or
-// below each point, with their entries (positive and negative) and the
-// links that lead through them, and the entries of each point's name in
-// its parent directory (a file bind mount). Nodes are found by their real
-// path (dirNode.real: the mount table names mount points without links),
-// so a point reached through a symlink (the root's `current`) is found
-// too, and a point above the root ends everything below it. A lookup in
-// flight through a dropped node, or in a directory that saw the name
-// event, publishes its entry stale, as it does after an inotify event;
-// one that was installing nodes starts again (ensure). It reports
+// mountsChanged ends, as inotify events would, what mounts appearing or
+// going at points may have changed: the nodes at or below each point,
+// with their entries and the links through them, and the entries of each
+// point's name in its parent (a file bind mount). Nodes are found by real
+// path, so a point reached through a symlink is found too. It reports
 // whether anything was dropped.
 func (w *watcher) mountsChanged(points []string) bool {
 	if w == nil {
@@ -385,11 +346,9 @@ func (w *watcher) mountsChanged(points []string) bool {
 	var gone []*Entry
 	var events []nameEvent
 	w.mu.Lock()
-	invalidated := w.cache.counts.Invalidations.Load()
-	// A read that follows no change (the watcher's first, at its start)
-	// changes nothing: bumping the generation then would make every
-	// lookup installing a directory at that moment start again, up to
-	// giving up its watch.
+	invalidated := w.cache.counts[Invalidations].Load()
+	// A read that follows no change (the first) changes nothing:
+	// bumping the generation would restart every install in flight.
 	if len(points) > 0 || w.mountsUnread.Load() {
 		w.mountGen++
 	}
@@ -414,9 +373,8 @@ func (w *watcher) mountsChanged(points []string) bool {
 			n.gen++
 			w.dropLocked(n, &gone)
 		}
-		// The point's own name in its parent: a file mounted over a
-		// cached file, or a directory's entry. As an event on the
-		// parent's watch names it (handle).
+		// The point's own name in its parent (a file mounted over a
+		// cached file), as an event on the parent's watch names it.
 		for n := w.byReal[filepath.Dir(p)]; n != nil; n = n.sameReal {
 			if n.wd >= 0 {
 				events = append(events, nameEvent{n.wd, filepath.Base(p)})
@@ -428,7 +386,7 @@ func (w *watcher) mountsChanged(points []string) bool {
 	for _, ev := range events {
 		w.handle(ev.wd, unix.IN_CREATE, ev.name)
 	}
-	return w.cache.counts.Invalidations.Load() != invalidated
+	return w.cache.counts[Invalidations].Load() != invalidated
 }
 
 // indexRealLocked enters a node just settled in byReal, by its real path.

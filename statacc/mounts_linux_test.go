@@ -77,8 +77,8 @@ func (l *localLooker) get(t *testing.T, root, path string) string {
 }
 
 func (l *localLooker) watched(_ *testing.T, path string) bool { return l.c.cachedWatched(path) }
-func (l *localLooker) openFiles(*testing.T) int64             { return l.c.counts.OpenFiles.Load() }
-func (l *localLooker) listings(*testing.T) int64              { return l.c.counts.Listings.Load() }
+func (l *localLooker) openFiles(*testing.T) int64             { return l.c.counts[OpenFiles].Load() }
+func (l *localLooker) listings(*testing.T) int64              { return l.c.counts[Listings].Load() }
 
 // childLooker is a looker of a cache in a child process of another user:
 // the same test binary, running serveMountLookups.

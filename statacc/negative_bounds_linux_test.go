@@ -95,7 +95,7 @@ func TestNegativeHeapAfterChurnStaysAsDocumented(t *testing.T) {
 	}
 	first = nil
 	lookMissing(t, c, second)
-	if got := c.counts.NegativeCount.Load(); got != n {
+	if got := c.counts[NegativeEntries].Load(); got != n {
 		t.Fatalf("%d negative entries, want %d", got, n)
 	}
 	churned := float64(heap()-base) / n
@@ -132,7 +132,7 @@ func TestFirstMissWhenFullSeesChangesAtOnce(t *testing.T) {
 			}
 			lookMissing(t, c, []string{p})
 			if admitted {
-				for c.counts.NegativeCount.Load() < 100 {
+				for c.counts[NegativeEntries].Load() < 100 {
 					lookMissing(t, c, missingPaths(root, fmt.Sprintf("fill-%d", time.Now().UnixNano()), 1))
 				}
 				lookMissing(t, c, []string{p, p})
@@ -173,10 +173,10 @@ func TestFirstMissWhenFullAnswersAsACacheWithRoom(t *testing.T) {
 		room := New(Options{Workers: 2, Revalidate: time.Hour})
 		for _, rel := range paths {
 			p := filepath.Join(site, rel)
-			_, werr := room.GetConfined(context.Background(), site, mode, p)
+			_, werr := room.getConfined(context.Background(), site, mode, p)
 			want := errClass(werr)
 			for i := range 3 {
-				e, err := full.GetConfined(context.Background(), site, mode, p)
+				e, err := full.getConfined(context.Background(), site, mode, p)
 				if e != nil {
 					e.Release()
 				}
@@ -254,9 +254,9 @@ func TestFullNegativeCacheCountsStayConsistent(t *testing.T) {
 			}
 		}
 		c.negs.mu.Unlock()
-		count := c.counts.NegativeCount.Load()
+		count := c.counts[NegativeEntries].Load()
 		if int64(negs) == count && inRing == negs {
-			t.Logf("%d negative entries, %d on a ring of %d; %d evictions, %d negative hits", negs, inRing, ringLen, c.counts.NegativeEvictions.Load(), c.counts.NegativeHits.Load())
+			t.Logf("%d negative entries, %d on a ring of %d; %d evictions, %d negative hits", negs, inRing, ringLen, c.counts[NegativeEvictions].Load(), c.counts[NegativeHits].Load())
 			if ringLen > 2*bound+64 {
 				t.Errorf("ring of %d entries for a bound of %d", ringLen, bound)
 			}
@@ -271,7 +271,7 @@ func TestFullNegativeCacheCountsStayConsistent(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	c.Purge(root, true)
-	if got := c.counts.NegativeCount.Load(); got != 0 {
+	if got := c.counts[NegativeEntries].Load(); got != 0 {
 		t.Errorf("%d negative entries counted after purging everything", got)
 	}
 }
@@ -354,7 +354,7 @@ func TestMergedFirstMissesWhenFull(t *testing.T) {
 			}()
 		}
 		waitFor := time.Now().Add(5 * time.Second)
-		for c.counts.Misses.Load()+c.counts.Merged.Load() < int64(50+16*(round+1)) && time.Now().Before(waitFor) {
+		for c.counts[Misses].Load()+c.counts[Merged].Load() < int64(50+16*(round+1)) && time.Now().Before(waitFor) {
 			time.Sleep(time.Millisecond)
 		}
 		for i := 0; i < 16; i += 3 {
@@ -394,16 +394,16 @@ func TestScannerInFullCacheGrowsNothing(t *testing.T) {
 	c, kept := fullNegativeCache(t, root, 100)
 	lookMissing(t, c, missingPaths(filepath.Join(root, "warm"), "w", 1)) // makes the doorkeeper
 	slots := len(c.door().slots)
-	nodes := c.counts.WatchNodes.Load()
+	nodes := c.counts[WatchedDirs].Load()
 	for d := range 20 {
 		lookMissing(t, c, missingPaths(filepath.Join(root, fmt.Sprintf("scan-%02d", d)), "s", 1000))
 	}
 	c.negs.mu.Lock()
 	ring := len(c.negs.ring)
 	c.negs.mu.Unlock()
-	if ring > 2*100+64 || c.counts.NegativeCount.Load() != 100 || len(c.door().slots) != slots || c.counts.WatchNodes.Load() != nodes {
+	if ring > 2*100+64 || c.counts[NegativeEntries].Load() != 100 || len(c.door().slots) != slots || c.counts[WatchedDirs].Load() != nodes {
 		t.Errorf("after 20,000 scanned paths: ring %d, %d negatives, doorkeeper %d slots (%d before), %d watcher nodes (%d before)",
-			ring, c.counts.NegativeCount.Load(), len(c.door().slots), slots, c.counts.WatchNodes.Load(), nodes)
+			ring, c.counts[NegativeEntries].Load(), len(c.door().slots), slots, c.counts[WatchedDirs].Load(), nodes)
 	}
 	if got := negativeHitsOf(t, c, kept); got != int64(len(kept)) {
 		t.Errorf("%d of %d kept paths are still hits", got, len(kept))
@@ -417,14 +417,14 @@ func TestNegativeHitAllocatesNothing(t *testing.T) {
 	root := t.TempDir()
 	c, kept := fullNegativeCache(t, root, 100)
 	ctx := context.Background()
-	misses := c.counts.Misses.Load()
+	misses := c.counts[Misses].Load()
 	allocs := testing.AllocsPerRun(1000, func() {
 		if _, err := c.Get(ctx, kept[7]); !errors.Is(err, fs.ErrNotExist) {
 			t.Fatal(err)
 		}
 	})
-	if allocs != 0 || c.counts.Misses.Load() != misses {
-		t.Errorf("a negative hit: %.1f allocations, %d misses", allocs, c.counts.Misses.Load()-misses)
+	if allocs != 0 || c.counts[Misses].Load() != misses {
+		t.Errorf("a negative hit: %.1f allocations, %d misses", allocs, c.counts[Misses].Load()-misses)
 	}
 }
 
@@ -468,7 +468,7 @@ func TestDroppedSmallFilesFreeTheirBodies(t *testing.T) {
 			}
 			e.Release()
 		}
-		if got := c.counts.MemoryBytes.Load(); got != files*size {
+		if got := c.counts[MemoryBytes].Load(); got != files*size {
 			t.Fatalf("round %d: %d bytes in memory, want %d", round, got, files*size)
 		}
 		c.Purge(root, true)
@@ -478,9 +478,9 @@ func TestDroppedSmallFilesFreeTheirBodies(t *testing.T) {
 	ring := len(c.fds.ring)
 	c.fds.mu.Unlock()
 	t.Logf("after dropping everything: memory_bytes %d, heap %d B above the empty cache's, descriptors' ring %d entries",
-		c.counts.MemoryBytes.Load(), held, ring)
-	if c.counts.MemoryBytes.Load() != 0 {
-		t.Errorf("memory_bytes %d with nothing cached", c.counts.MemoryBytes.Load())
+		c.counts[MemoryBytes].Load(), held, ring)
+	if c.counts[MemoryBytes].Load() != 0 {
+		t.Errorf("memory_bytes %d with nothing cached", c.counts[MemoryBytes].Load())
 	}
 	if held > files*size/4 {
 		t.Errorf("nothing is cached, yet %d B of heap are held (the bodies of %d files are %d B): dropped entries are kept by the ring", held, files, files*size)

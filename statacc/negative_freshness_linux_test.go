@@ -70,13 +70,13 @@ func TestRefusalBelowALinkSeesTheLinkReplaced(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := filepath.Join(site, "dl", "page.html")
-			_, err := c.GetConfined(t.Context(), site, mode, p)
+			_, err := c.getConfined(t.Context(), site, mode, p)
 			if !IsRefused(err) {
 				t.Fatalf("%s under %v: %v, want a refusal", p, mode, err)
 			}
-			hits := c.counts.NegativeHits.Load()
-			if _, err := c.GetConfined(t.Context(), site, mode, p); !IsRefused(err) || c.counts.NegativeHits.Load() != hits+1 {
-				t.Fatalf("second lookup: %v, %d negative hits, want a cached refusal", err, c.counts.NegativeHits.Load()-hits)
+			hits := c.counts[NegativeHits].Load()
+			if _, err := c.getConfined(t.Context(), site, mode, p); !IsRefused(err) || c.counts[NegativeHits].Load() != hits+1 {
+				t.Fatalf("second lookup: %v, %d negative hits, want a cached refusal", err, c.counts[NegativeHits].Load()-hits)
 			}
 			changed := time.Now()
 			if err := os.Remove(filepath.Join(site, "dl")); err != nil {
@@ -85,7 +85,7 @@ func TestRefusalBelowALinkSeesTheLinkReplaced(t *testing.T) {
 			write(t, p, "in")
 			flushes := delays.start(t, c)
 			for {
-				e, err := c.GetConfined(t.Context(), site, mode, p)
+				e, err := c.getConfined(t.Context(), site, mode, p)
 				if err == nil {
 					e.Release()
 					break
@@ -171,7 +171,7 @@ func TestNegativeHitsDuringCompactionAndReuse(t *testing.T) {
 	if capacity > 4*live+2*negArenaMin {
 		t.Errorf("arena of %d bytes for %d live bytes after the churn", capacity, live)
 	}
-	t.Logf("%d negative hits, %d misses; arena %d bytes for %d live", c.counts.NegativeHits.Load(), c.counts.Misses.Load(), capacity, live)
+	t.Logf("%d negative hits, %d misses; arena %d bytes for %d live", c.counts[NegativeHits].Load(), c.counts[Misses].Load(), capacity, live)
 }
 
 // TestNegativeArenaHoldsPathsOnceMoreAtMost: the documented bound of the
@@ -237,21 +237,21 @@ func TestHotNegativesSurviveARepeatingScanner(t *testing.T) {
 		lookMissing(t, c, []string{s, s})
 		if i%5 == 0 {
 			for _, p := range hot {
-				h := c.counts.NegativeHits.Load()
+				h := c.counts[NegativeHits].Load()
 				lookMissing(t, c, []string{p})
-				if c.counts.NegativeHits.Load() == h {
+				if c.counts[NegativeHits].Load() == h {
 					hotMisses++
 				}
 			}
 		}
-		most = max(most, c.counts.NegativeCount.Load())
+		most = max(most, c.counts[NegativeEntries].Load())
 	}
 	t.Logf("%d misses of %d hot lookups; at most %d negatives", hotMisses, 20*1000, most)
 	if hotMisses > 20*3 {
 		t.Errorf("%d misses of 20,000 lookups of 20 hot missing paths", hotMisses)
 	}
-	if most > 101 || int64(c.negatives.len()) != c.counts.NegativeCount.Load() {
-		t.Errorf("at most %d negatives for a bound of 100; %d in the store, counted %d", most, c.negatives.len(), c.counts.NegativeCount.Load())
+	if most > 101 || int64(c.negatives.len()) != c.counts[NegativeEntries].Load() {
+		t.Errorf("at most %d negatives for a bound of 100; %d in the store, counted %d", most, c.negatives.len(), c.counts[NegativeEntries].Load())
 	}
 }
 
@@ -268,17 +268,17 @@ func TestNegativeWithoutInotifyExpiresAtRevalidate(t *testing.T) {
 	p := filepath.Join(root, "late.html")
 	looked := time.Now()
 	lookMissing(t, c, []string{p})
-	h := c.counts.NegativeHits.Load()
+	h := c.counts[NegativeHits].Load()
 	lookMissing(t, c, []string{p})
-	if c.counts.NegativeHits.Load() != h+1 {
+	if c.counts[NegativeHits].Load() != h+1 {
 		t.Fatal("the second lookup was not a negative hit")
 	}
 	write(t, p, "late")
 	within(t, 10*revalidate, c, p, "4:late")
 	t.Logf("served %v after the first lookup", time.Since(looked))
-	hits := c.counts.Hits.Load()
-	if got := describe(t, c, p); got != "4:late" || c.counts.Hits.Load() != hits+1 {
-		t.Errorf("after it was served: %q, %d hits", got, c.counts.Hits.Load()-hits)
+	hits := c.counts[Hits].Load()
+	if got := describe(t, c, p); got != "4:late" || c.counts[Hits].Load() != hits+1 {
+		t.Errorf("after it was served: %q, %d hits", got, c.counts[Hits].Load()-hits)
 	}
 }
 
@@ -334,8 +334,8 @@ func createdWhilePublished(t *testing.T, colliding bool) {
 			time.Sleep(100 * time.Microsecond)
 		}
 		// A few hundred lookups after the first 200.
-		h := c.counts.Hits.Load()
-		for c.counts.Hits.Load() < h+200 && time.Since(created) < eachDelayBound {
+		h := c.counts[Hits].Load()
+		for c.counts[Hits].Load() < h+200 && time.Since(created) < eachDelayBound {
 			time.Sleep(100 * time.Microsecond)
 		}
 		close(stop)
@@ -367,7 +367,7 @@ func TestQueueOverflowDropsNegatives(t *testing.T) {
 		paths = append(paths, p)
 	}
 	c.watch.handle(-1, unix.IN_Q_OVERFLOW, "")
-	if n, k := c.negatives.len(), c.counts.NegativeCount.Load(); n != 0 || k != 0 {
+	if n, k := c.negatives.len(), c.counts[NegativeEntries].Load(); n != 0 || k != 0 {
 		t.Fatalf("after an overflow: %d negatives in the store, %d counted", n, k)
 	}
 	for _, p := range paths {

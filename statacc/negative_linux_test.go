@@ -58,7 +58,7 @@ func TestExistingFileMissWhenFullIsWatched(t *testing.T) {
 		write(t, filepath.Join(dir, "page.html"), "hello")
 	}
 	c, _ := fullNegativeCache(t, root, 100)
-	inv0 := c.counts.Invalidations.Load()
+	inv0 := c.counts[Invalidations].Load()
 	for _, dir := range dirs {
 		if n := lookupOpens(t, c, dir); n != 1 {
 			t.Errorf("%s: the first lookup opened the file %d times, want 1", dir, n)
@@ -74,10 +74,10 @@ func TestExistingFileMissWhenFullIsWatched(t *testing.T) {
 			// loaded the machine.
 			v.(*Entry).checked.Store(nanotime())
 		}
-		hits := c.counts.Hits.Load()
+		hits := c.counts[Hits].Load()
 		describe(t, c, p)
-		if n := oc.opens(t, "page.html"); n != 0 || c.counts.Hits.Load() != hits+1 {
-			t.Errorf("%s: the second lookup opened the file %d times (%d hits), want a hit", dir, n, c.counts.Hits.Load()-hits)
+		if n := oc.opens(t, "page.html"); n != 0 || c.counts[Hits].Load() != hits+1 {
+			t.Errorf("%s: the second lookup opened the file %d times (%d hits), want a hit", dir, n, c.counts[Hits].Load()-hits)
 		}
 		v, _ = c.entries.Load(p)
 		if v == nil {
@@ -101,7 +101,7 @@ func TestExistingFileMissWhenFullIsWatched(t *testing.T) {
 			}
 		}
 	}
-	if n := c.counts.Invalidations.Load() - inv0; n != 0 {
+	if n := c.counts[Invalidations].Load() - inv0; n != 0 {
 		t.Errorf("%d invalidations, though nothing changed on disk since the cache was made", n)
 	}
 }

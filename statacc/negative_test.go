@@ -32,9 +32,9 @@ func lookMissing(t *testing.T, c *Cache, paths []string) {
 // makes.
 func negativeHitsOf(t *testing.T, c *Cache, paths []string) int64 {
 	t.Helper()
-	before := c.counts.NegativeHits.Load()
+	before := c.counts[NegativeHits].Load()
 	lookMissing(t, c, paths)
-	return c.counts.NegativeHits.Load() - before
+	return c.counts[NegativeHits].Load() - before
 }
 
 // fullNegativeCache returns a cache whose negative cache of n entries is
@@ -47,7 +47,7 @@ func fullNegativeCache(t *testing.T, dir string, n int) (*Cache, []string) {
 	t.Cleanup(func() { c.Close() })
 	kept := missingPaths(dir, "kept", n)
 	lookMissing(t, c, kept)
-	if got := c.counts.NegativeCount.Load(); got != int64(n) {
+	if got := c.counts[NegativeEntries].Load(); got != int64(n) {
 		t.Fatalf("%d negative entries after %d distinct misses, want %d", got, n, n)
 	}
 	return c, kept
@@ -59,20 +59,20 @@ func fullNegativeCache(t *testing.T, dir string, n int) (*Cache, []string) {
 func TestNegativeCacheFullScannerDisplacesNothing(t *testing.T) {
 	root := t.TempDir()
 	c, kept := fullNegativeCache(t, root, 100)
-	nodes := c.counts.WatchNodes.Load()
+	nodes := c.counts[WatchedDirs].Load()
 	scan := missingPaths(filepath.Join(root, "scanned-dir"), "scan", 1000)
-	misses := c.counts.Misses.Load()
+	misses := c.counts[Misses].Load()
 	lookMissing(t, c, scan)
-	if got := c.counts.Misses.Load() - misses; got != int64(len(scan)) {
+	if got := c.counts[Misses].Load() - misses; got != int64(len(scan)) {
 		t.Errorf("%d misses for %d distinct paths", got, len(scan))
 	}
-	if got := c.counts.NegativeCount.Load(); got != 100 {
+	if got := c.counts[NegativeEntries].Load(); got != 100 {
 		t.Errorf("%d negative entries after the scan, want 100", got)
 	}
-	if got := c.counts.NegativeEvictions.Load(); got != 0 {
+	if got := c.counts[NegativeEvictions].Load(); got != 0 {
 		t.Errorf("the scan evicted %d negative entries", got)
 	}
-	if got := c.counts.WatchNodes.Load(); got != nodes {
+	if got := c.counts[WatchedDirs].Load(); got != nodes {
 		t.Errorf("the scan made %d watcher nodes (%d before, %d after)", got-nodes, nodes, got)
 	}
 	if got := negativeHitsOf(t, c, kept); got != int64(len(kept)) {
@@ -91,7 +91,7 @@ func TestNegativeCacheFullRepeatedMissIsKept(t *testing.T) {
 	for _, p := range again {
 		// Full again: the room the last admission made is taken, by
 		// paths kept on their first miss while there is room.
-		for c.counts.NegativeCount.Load() < 100 {
+		for c.counts[NegativeEntries].Load() < 100 {
 			lookMissing(t, c, filler[:1])
 			filler = filler[1:]
 		}
@@ -102,10 +102,10 @@ func TestNegativeCacheFullRepeatedMissIsKept(t *testing.T) {
 			t.Errorf("%s: its third lookup is not a hit: the second miss must keep it", filepath.Base(p))
 		}
 	}
-	if got := c.counts.NegativeCount.Load(); got > 100 {
+	if got := c.counts[NegativeEntries].Load(); got > 100 {
 		t.Errorf("%d negative entries, more than the bound of 100", got)
 	}
-	if got := c.counts.NegativeEvictions.Load(); got < int64(len(again)) {
+	if got := c.counts[NegativeEvictions].Load(); got < int64(len(again)) {
 		t.Errorf("%d evictions to admit %d paths into a full cache", got, len(again))
 	}
 }
@@ -129,7 +129,7 @@ func TestNegativeCacheEvictsTheUnusedFirst(t *testing.T) {
 		t.Errorf("%d of %d admitted paths are hits", got, len(newer))
 	}
 	left := negativeHitsOf(t, c, unused)
-	t.Logf("of the 50 entries nobody hit, %d are left; %d evictions", left, c.counts.NegativeEvictions.Load())
+	t.Logf("of the 50 entries nobody hit, %d are left; %d evictions", left, c.counts[NegativeEvictions].Load())
 	if left > 50-int64(len(newer)) {
 		t.Errorf("%d of the unused entries are left, want at most %d: the admitted paths must have displaced them", left, 50-len(newer))
 	}
@@ -172,7 +172,7 @@ func TestLongMissingPathsStayUnderTheByteBound(t *testing.T) {
 		peak = max(peak, c.negatives.bytes.Load())
 	}
 	grew := heapAfterGC() - heap
-	kept := c.counts.NegativeCount.Load()
+	kept := c.counts[NegativeEntries].Load()
 	t.Logf("%d of 2,000 paths kept, %d bytes of paths at most, heap %+d bytes", kept, peak, grew)
 	if peak > bound {
 		t.Errorf("the negative entries held %d bytes of paths, bound %d", peak, bound)
@@ -183,7 +183,7 @@ func TestLongMissingPathsStayUnderTheByteBound(t *testing.T) {
 	if grew > 3*bound {
 		t.Errorf("the heap grew by %d bytes for %d bytes of paths kept (bound %d)", grew, peak, bound)
 	}
-	if ev := c.counts.NegativeEvictions.Load(); ev != 0 {
+	if ev := c.counts[NegativeEvictions].Load(); ev != 0 {
 		// Each admission that overfilled the bytes evicted a sixteenth,
 		// which made room for the next distinct paths: the store churned.
 		t.Errorf("distinct paths, each missing once, evicted %d entries: once full, a new path is to displace nothing", ev)

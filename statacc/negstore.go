@@ -10,42 +10,33 @@ import (
 	"syscall"
 )
 
-// negStore holds the negative entries, the cached "no such file" answers,
-// in memory the garbage collector does not scan: a storm of 50,000 missing
-// paths kept as 50,000 *Entry (each with its path, error, root and node
-// pointers) cost more CPU per request in marking than a hit costs in all
-// (5.4 µs against Caddy's whole `respond 404` at 2.4 µs). Here an entry is
-// a slot of a pointer-free struct, found through a map from a 64-bit hash
-// of its path to its slot number (a map of plain words, which the collector
-// does not scan either), with its root and path in a byte arena: a hit
-// compares them with the lookup's, so that two paths with the same hash
-// never answer for each other (the later one replaces the earlier, whose
-// next lookup is a miss).
+// negStore holds the negative entries in memory the garbage collector
+// does not scan: a storm of missing paths kept as *Entry cost more CPU in
+// marking than a hit costs in all. An entry is a slot of a pointer-free
+// struct, found through a map from its path's 64-bit hash, with its root
+// and path in a byte arena that a hit compares, so that two paths with one
+// hash never answer for each other (the later replaces the earlier).
 //
 // The store is sharded by hash, each shard under its own RWMutex: a hit
-// takes one shard's read lock, no lock shared by every lookup, and
-// allocates nothing. Who indexes an entry elsewhere (the watcher, by the
-// node of its directory; the negative clock, for eviction) names it by a
-// negRef whose seq changes when the slot is freed, so that a reference to
-// an entry that left the cache finds it gone.
+// takes one shard's read lock and allocates nothing. Others (the watcher,
+// the negative clock) name an entry by a negRef whose seq changes when the
+// slot is freed, so that a reference to a gone entry finds it gone.
 type negStore struct {
 	// hash is maphash of the path; tests replace it to force collisions.
 	hash   func(path string) uint64
 	seed   maphash.Seed
 	seq    atomic.Uint64
 	shards [negShards]negShard
-	// count and dead are the cache's NegativeCount and its negative
-	// clock's dead count, moved by every insertion and removal.
+	// count and dead are the cache's NegativeEntries and its negative
+	// clock's dead count.
 	count, dead *atomic.Int64
-	// bytes is what the live entries' roots and paths take in the arenas
-	// (Options.negativeBytes bounds it).
+	// bytes is what live roots and paths take (Options.negativeBytes).
 	bytes atomic.Int64
 }
 
 const (
 	negShards = 64
-	// negChunk is the slots of one allocation: slots never move, so a
-	// reference to one stays valid while its shard grows.
+	// negChunk is the slots of one allocation: slots never move.
 	negChunk = 32
 	// negArenaMin is the smallest arena.
 	negArenaMin = 4096
@@ -57,35 +48,31 @@ type negShard struct {
 	index  map[uint64]uint32 // hash → slot number
 	chunks []*[negChunk]negSlot
 	free   []uint32 // freed slot numbers
-	// arena holds each live slot's root and path, garbage the bytes of
-	// freed ones, compacted away when they are most of it.
+	// arena holds live slots' roots and paths, and freed ones' garbage.
 	arena   []byte
 	garbage int
-	// peak is the most entries index held since it was made: a Go map
-	// keeps the room of its largest size (shrinkLocked).
+	// peak is the most entries index held: a Go map keeps that room.
 	peak int
 	_    [24]byte // keeps neighbouring shards' locks off one cache line
 }
 
 // negSlot is one negative entry. It holds no pointer.
 type negSlot struct {
-	// seq is the entry's number, unique in the cache's life; 0 while the
-	// slot is free. Written under the shard's lock.
+	// seq is the entry's number, unique in the cache's life; 0 while free.
 	seq  atomic.Uint64
 	hash uint64
-	// node is the watcher's id of the directory node the entry is indexed
-	// under (0: none); mark the index of that node's LRU mark (-1: none).
+	// node is the watcher's id of the entry's directory node (0: none); mark
+	// that node's LRU mark (-1: none).
 	node uint64
-	// checked is the nanotime of the lookup that found the path missing,
-	// moved on by a revalidation in place; staleSince if its directory
-	// changed while it was looked up.
+	// checked is the nanotime of the lookup that found the path missing;
+	// staleSince if its directory changed while it was looked up.
 	checked          atomic.Int64
 	off              uint32 // root then path, in the shard's arena
 	rootLen, pathLen uint32
 	mark             int32
 	kind             negKind
-	// refusedAt says the refusal (negSymlink, negEscape) that made the
-	// entry named the path (an openat2 PathError), as a hit's must.
+	// refusedAt: the refusal that made the entry named the path (an openat2
+	// PathError), as a hit's must.
 	refusedAt bool
 	symlinks  Symlinks
 	watched   bool
@@ -100,16 +87,12 @@ type negRef struct {
 	shard uint32
 }
 
-// negGone is what the watcher needs to unindex an entry that left the
-// store: its node, hash and seq.
 type negGone struct {
 	node, hash, seq uint64
 }
 
-// negKind is the error a negative entry answers with: the errors
-// cacheableError accepts, one value each, so that a hit returns an error
-// without allocating one (the miss that made the entry returned the
-// lookup's own error, with its path).
+// negKind is the error a negative entry answers with, one value each, so
+// that a hit allocates no error.
 type negKind uint8
 
 const (
@@ -127,11 +110,9 @@ var negErrors = [...]error{
 }
 
 // hitError is the error a negative hit of path answers with. A 404 says
-// nothing of its error (the handler answers not-found errors alone), so a
-// missing path takes the one value of its kind; a refusal is a 403 whose
-// error is {err.message} in handle_errors and Caddy's error log, so it is
-// made again as the lookup that made the entry returned it, path and all
-// (one allocation, on refusals only).
+// nothing of its error, so a missing path takes its kind's one value; a
+// refusal is a 403 whose error Caddy logs, so it is made again as the
+// lookup returned it (one allocation, on refusals only).
 func hitError(kind negKind, refusedAt bool, path string) error {
 	if kind != negSymlink && kind != negEscape {
 		return negErrors[kind]
@@ -146,8 +127,6 @@ func hitError(kind negKind, refusedAt bool, path string) error {
 	return &fs.PathError{Op: "openat2", Path: path, Err: refusal}
 }
 
-// refusedAtPath reports whether err, a refusal of path, is the openat2
-// PathError that names it (hitError).
 func refusedAtPath(err error, path string) bool {
 	var pe *fs.PathError
 	return errors.As(err, &pe) && pe.Op == "openat2" && pe.Path == path
@@ -179,15 +158,13 @@ func (s *negStore) shardOf(h uint64) (*negShard, uint32) {
 
 func (sh *negShard) slot(i uint32) *negSlot { return &sh.chunks[i/negChunk][i%negChunk] }
 
-// root and path return a slot's strings as the arena holds them; valid
-// while the shard's lock is held.
+// root and path return a slot's bytes; valid under the shard's lock.
 func (sh *negShard) rootOf(sl *negSlot) []byte { return sh.arena[sl.off : sl.off+sl.rootLen] }
 func (sh *negShard) pathOf(sl *negSlot) []byte {
 	return sh.arena[sl.off+sl.rootLen : sl.off+sl.rootLen+sl.pathLen]
 }
 
-// findLocked returns the live slot of path, nil if none: the hash's slot,
-// only if its path is path. Called with sh.mu held.
+// findLocked returns the live slot of path, nil if none. sh.mu held.
 func (sh *negShard) findLocked(h uint64, path string) (*negSlot, uint32) {
 	i, ok := sh.index[h]
 	if !ok {
@@ -212,9 +189,8 @@ type negNew struct {
 	mark       int32
 }
 
-// insertLocked stores n under hash h, in place of what the hash's slot
-// held (the same path, or another with its hash): old is that entry, for
-// its unindexing. Called with sh.mu held for writing.
+// insertLocked stores n under hash h in place of what the hash's slot
+// held (old, for its unindexing). sh.mu held for writing.
 func (s *negStore) insertLocked(sh *negShard, shard uint32, h uint64, n negNew) (ref negRef, old negGone, replaced bool) {
 	// Before the index changes: compaction walks the live slots.
 	sh.compactLocked(len(n.root) + len(n.path))
@@ -261,8 +237,6 @@ func (s *negStore) insertLocked(sh *negShard, shard uint32, h uint64, n negNew) 
 	return negRef{seq: seq, slot: i, shard: shard}, old, replaced
 }
 
-// freeLocked removes the entry of slot i. Called with sh.mu held for
-// writing.
 func (s *negStore) freeLocked(sh *negShard, i uint32) negGone {
 	sl := sh.slot(i)
 	g := negGone{node: sl.node, hash: sl.hash, seq: sl.seq.Load()}
@@ -281,17 +255,10 @@ func (s *negStore) freeLocked(sh *negShard, i uint32) negGone {
 	return g
 }
 
-// compactLocked makes room for more bytes in the arena when it has none:
-// it rewrites the live slots' bytes, without the garbage, into an arena
-// of a quarter more than they and the new bytes take. So an arena is never
-// more than 1.25 times its live bytes when it grows (nor than the smallest
-// arena, negArenaMin), and the bytes copied are at most five times the
-// bytes appended since the last rewrite: where append would double the
-// arena while freed bytes are under half of it, an arena under steady
-// churn reached 2.7 times its live bytes (see
-// TestNegativeArenaHoldsPathsOnceMoreAtMost), and rewriting into twice
-// the live bytes held 2.5 times the bound of a store full of long paths
-// (TestLongMissingPathsStayUnderTheByteBound).
+// compactLocked makes room in a full arena by rewriting the live bytes
+// into one a quarter larger than they and the new bytes: an arena never
+// holds more than 1.25 times its live bytes when it grows, and the bytes
+// copied stay within five times those appended.
 func (sh *negShard) compactLocked(more int) {
 	if len(sh.arena)+more <= cap(sh.arena) {
 		return
@@ -299,9 +266,6 @@ func (sh *negShard) compactLocked(more int) {
 	sh.rewriteArenaLocked(more)
 }
 
-// rewriteArenaLocked copies the live slots' bytes, without the garbage,
-// into a new arena of a quarter more than they and more bytes take
-// (negArenaMin at least). Called with sh.mu held for writing.
 func (sh *negShard) rewriteArenaLocked(more int) {
 	need := len(sh.arena) - sh.garbage + more
 	arena := make([]byte, 0, max(need+need/4, negArenaMin))
@@ -315,14 +279,10 @@ func (sh *negShard) rewriteArenaLocked(more int) {
 	sh.arena, sh.garbage = arena, 0
 }
 
-// shrinkLocked gives back the room of entries that left the shard in
-// bulk (the janitor's expiry of a storm of missing paths, a purge): the
-// arena, if rewriting it would at least halve it, and the index, made
-// anew once it holds a quarter of its peak, since neither an arena's
-// garbage nor a Go map's room is given back otherwise, and a storm of a
-// million paths that expired would keep its peak's memory. The slots
-// stay (references name them by number): the free ones are reused first.
-// Called with sh.mu held for writing.
+// shrinkLocked gives back the room of entries that left in bulk: the
+// arena, if rewriting would halve it, and the index, made anew at a
+// quarter of its peak (neither an arena's garbage nor a map's room is
+// given back otherwise). Slots stay: free ones are reused first.
 func (sh *negShard) shrinkLocked() {
 	if live := len(sh.arena) - sh.garbage; cap(sh.arena) >= 2*max(2*live, negArenaMin) {
 		sh.rewriteArenaLocked(0)
@@ -336,9 +296,8 @@ func (sh *negShard) shrinkLocked() {
 	}
 }
 
-// shrink lets every shard give back the room of entries that left it
-// one at a time (shrinkLocked), which remove does not, so that a hit
-// never waits for a rewrite.
+// shrink lets every shard give back its room (shrinkLocked); remove
+// does not, so that a hit never waits for a rewrite.
 func (s *negStore) shrink() {
 	for k := range s.shards {
 		sh := &s.shards[k]
@@ -400,8 +359,7 @@ func (s *negStore) has(path string) bool {
 }
 
 // live reports whether r still names an entry, and whether a hit marked
-// it since the last call with clear (its second chance, which clear
-// takes).
+// it (with clear, taking the mark).
 func (s *negStore) live(r negRef, clear bool) (live, used bool) {
 	sh := &s.shards[r.shard]
 	sh.mu.RLock()
@@ -419,9 +377,8 @@ func (s *negStore) live(r negRef, clear bool) (live, used bool) {
 	return true, false
 }
 
-// removeWhere takes out every entry for which drop, given its path, says
-// so, and returns them. A shard it took many from gives back their room
-// (shrinkLocked).
+// removeWhere takes out and returns every entry drop says so of,
+// shrinking the shards it took many from.
 func (s *negStore) removeWhere(drop func(sl *negSlot, path []byte) bool) []negGone {
 	var gone []negGone
 	for k := range s.shards {

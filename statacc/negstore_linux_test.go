@@ -75,9 +75,9 @@ func TestNegativeEntriesSeeChangesWithAnyHash(t *testing.T) {
 				changed := time.Now()
 				s.apply()
 				took := delays.seen(t, c, changed, s.path, s.want)
-				hits := c.counts.Hits.Load()
+				hits := c.counts[Hits].Load()
 				got := describe(t, c, s.path)
-				if colliding && got == s.want && c.counts.Hits.Load() == hits {
+				if colliding && got == s.want && c.counts[Hits].Load() == hits {
 					// With one hash for all, an event of another name in
 					// the directory (the temporary file of a rename, its
 					// create and writes) drops the path's negative early,
@@ -86,11 +86,11 @@ func TestNegativeEntriesSeeChangesWithAnyHash(t *testing.T) {
 					// stale, as it must, and the next lookup looks again.
 					// The one after that is the hit.
 					t.Logf("%s: the lookup after the file was served looked again (published stale by an event during its miss)", s.name)
-					hits = c.counts.Hits.Load()
+					hits = c.counts[Hits].Load()
 					got = describe(t, c, s.path)
 				}
-				if got != s.want || c.counts.Hits.Load() != hits+1 {
-					t.Errorf("%s: the lookup after the file was served gave %q (%d hits), want %q from the cache", s.name, got, c.counts.Hits.Load()-hits, s.want)
+				if got != s.want || c.counts[Hits].Load() != hits+1 {
+					t.Errorf("%s: the lookup after the file was served gave %q (%d hits), want %q from the cache", s.name, got, c.counts[Hits].Load()-hits, s.want)
 				}
 				t.Logf("%s: served after %v", s.name, took)
 			}
@@ -107,9 +107,9 @@ func TestNegativeEntriesSeeChangesWithAnyHash(t *testing.T) {
 			if !sl.gone.Load() {
 				t.Error("the dropped negative entry's slot is not marked gone")
 			}
-			misses := c.counts.Misses.Load()
+			misses := c.counts[Misses].Load()
 			lookMissing(t, c, []string{p})
-			wantCount(t, c.counts.Misses.Load()-misses, 1, "%d misses for the lookup after the chmod, want 1")
+			wantCount(t, c.counts[Misses].Load()-misses, 1, "%d misses for the lookup after the chmod, want 1")
 		})
 	}
 }
@@ -127,7 +127,7 @@ func TestNegativeHashCollisionNeverAnswersForAnotherPath(t *testing.T) {
 	a, b, d := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt"), filepath.Join(dir, "d.txt")
 	write(t, b, "bee")
 	lookMissing(t, c, []string{a, a})
-	wantCount(t, c.counts.NegativeHits.Load(), 1, "%d negative hits for the second lookup of a cached 404, want 1")
+	wantCount(t, c.counts[NegativeHits].Load(), 1, "%d negative hits for the second lookup of a cached 404, want 1")
 	for range 2 {
 		if got := describe(t, c, b); got != "3:bee" {
 			t.Fatalf("%s exists and collides with a cached 404: %q", b, got)
@@ -137,23 +137,23 @@ func TestNegativeHashCollisionNeverAnswersForAnotherPath(t *testing.T) {
 	if c.negativeSlot(a) != nil || c.negativeSlot(d) == nil {
 		t.Fatal("the colliding 404 did not replace the one before it")
 	}
-	misses := c.counts.Misses.Load()
+	misses := c.counts[Misses].Load()
 	lookMissing(t, c, []string{a})
-	wantCount(t, c.counts.Misses.Load()-misses, 1, "%d misses for a 404 that a colliding one replaced, want 1")
+	wantCount(t, c.counts[Misses].Load()-misses, 1, "%d misses for a 404 that a colliding one replaced, want 1")
 	// Under another root and mode the same path is another lookup.
-	if _, err := c.GetConfined(t.Context(), dir, SymlinksBeneath, a); err == nil {
+	if _, err := c.getConfined(t.Context(), dir, SymlinksBeneath, a); err == nil {
 		t.Fatal("the missing path was found under a root")
 	}
 	if sl := negativeEntry(t, c, a); sl.symlinks != SymlinksBeneath || sl.rootLen != uint32(len(dir)) {
 		t.Errorf("the confined lookup's entry has mode %v, root length %d", sl.symlinks, sl.rootLen)
 	}
-	misses = c.counts.Misses.Load()
+	misses = c.counts[Misses].Load()
 	lookMissing(t, c, []string{a})
-	wantCount(t, c.counts.Misses.Load()-misses, 1, "an unconfined lookup was answered by a confined entry (%d misses, want 1)")
+	wantCount(t, c.counts[Misses].Load()-misses, 1, "an unconfined lookup was answered by a confined entry (%d misses, want 1)")
 	// A file written where the last colliding 404 was is served.
 	write(t, a, "ay")
 	t.Logf("the file written where the 404 was served after %v", within(t, eachDelayBound, c, a, "2:ay"))
-	if n := c.counts.NegativeCount.Load(); n != 0 {
+	if n := c.counts[NegativeEntries].Load(); n != 0 {
 		t.Errorf("%d negative entries counted, want 0: each colliding one replaced the last, and the last went with the write", n)
 	}
 }

@@ -80,7 +80,7 @@ func BenchmarkNegativeHit(b *testing.B) {
 		pathBytes += len(p)
 	}
 	perEntry := (float64(heapAfterGC()) - before - float64(pathBytes)) / float64(len(paths)-1)
-	misses := c.counts.Misses.Load()
+	misses := c.counts[Misses].Load()
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -91,7 +91,7 @@ func BenchmarkNegativeHit(b *testing.B) {
 			i = 0
 		}
 	}
-	b.ReportMetric(float64(c.counts.Misses.Load()-misses)/float64(b.N), "misses/op")
+	b.ReportMetric(float64(c.counts[Misses].Load()-misses)/float64(b.N), "misses/op")
 	b.ReportMetric(perEntry, "heapB/negative")
 }
 
@@ -161,7 +161,7 @@ func TestJanitorCountsWhatExpires(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	s := c.Snapshot()
-	if want := int64(len(files) + len(missing)); s.Expired != want || s.Entries != 0 {
-		t.Errorf("expired %d, want %d; %d entries left, want 0", s.Expired, want, s.Entries)
+	if want := int64(len(files) + len(missing)); s[Expired] != want || s[Entries] != 0 {
+		t.Errorf("expired %d, want %d; %d entries left, want 0", s[Expired], want, s[Entries])
 	}
 }

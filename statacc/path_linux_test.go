@@ -154,9 +154,9 @@ func TestPathChangesSeenWithin100ms(t *testing.T) {
 				fresh.Close()
 				start := time.Now()
 				for {
-					misses := c.counts.Misses.Load()
+					misses := c.counts[Misses].Load()
 					got := describe(t, c, path)
-					if c.counts.Misses.Load() > misses && got == want {
+					if c.counts[Misses].Load() > misses && got == want {
 						break
 					}
 					if time.Since(start) > time.Second {
@@ -191,10 +191,10 @@ func watchedHit(t testing.TB, c *Cache, path string) string {
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		got := describe(t, c, path)
-		hits := c.counts.Hits.Load() + c.counts.NegativeHits.Load()
+		hits := c.counts[Hits].Load() + c.counts[NegativeHits].Load()
 		again := describe(t, c, path)
 		if c.cachedWatched(path) && again == got &&
-			c.counts.Hits.Load()+c.counts.NegativeHits.Load() == hits+1 {
+			c.counts[Hits].Load()+c.counts[NegativeHits].Load() == hits+1 {
 			return got
 		}
 		if time.Now().After(deadline) {
@@ -241,16 +241,16 @@ func TestWatchesBounded(t *testing.T) {
 		if got, want := describe(t, c, p), fmt.Sprintf("%d:%d", len(strconv.Itoa(i)), i); got != want {
 			t.Fatalf("%s: %q, want %q", p, got, want)
 		}
-		peakNodes = max(peakNodes, int(c.counts.WatchNodes.Load()))
+		peakNodes = max(peakNodes, int(c.counts[WatchedDirs].Load()))
 		if i%10 == 0 || i == dirs-1 {
 			peakWatches = max(peakWatches, inotifyWatches(t, c.watch.watchFD()))
 		}
 	}
-	t.Logf("peak %d nodes, %d watches (kernel), %d evictions, %d lookups refused a watch", peakNodes, peakWatches, c.counts.WatchEvictions.Load(), c.counts.WatchRefused.Load())
+	t.Logf("peak %d nodes, %d watches (kernel), %d evictions, %d lookups refused a watch", peakNodes, peakWatches, c.counts[watchEvictions].Load(), c.counts[WatchRefused].Load())
 	if peakNodes > limit || peakWatches > limit {
 		t.Fatalf("peak %d nodes and %d watches, bound %d", peakNodes, peakWatches, limit)
 	}
-	if c.counts.WatchEvictions.Load() == 0 {
+	if c.counts[watchEvictions].Load() == 0 {
 		t.Fatal("no directory was evicted")
 	}
 	// The most recent directory is still watched: a change is seen.
@@ -279,9 +279,9 @@ func TestWatchesRemovedWhenUnneeded(t *testing.T) {
 	}
 	c.flush()
 	after := inotifyWatches(t, fd)
-	t.Logf("watches: %d with the entries, %d after they went; nodes %d", during, after, c.counts.WatchNodes.Load())
-	if after != 0 || c.counts.WatchNodes.Load() != 0 {
-		t.Fatalf("%d watches and %d nodes left after every entry went", after, c.counts.WatchNodes.Load())
+	t.Logf("watches: %d with the entries, %d after they went; nodes %d", during, after, c.counts[WatchedDirs].Load())
+	if after != 0 || c.counts[WatchedDirs].Load() != 0 {
+		t.Fatalf("%d watches and %d nodes left after every entry went", after, c.counts[WatchedDirs].Load())
 	}
 }
 
@@ -302,7 +302,7 @@ func TestDirEntriesBounded(t *testing.T) {
 		if got := describe(t, c, p); got != "dir" {
 			t.Fatalf("%s: %q", p, got)
 		}
-		peak = max(peak, int(c.counts.DirEntries.Load()))
+		peak = max(peak, int(c.counts[dirEntries].Load()))
 	}
 	n := 0
 	c.entries.Range(func(_, v any) bool {
@@ -316,7 +316,7 @@ func TestDirEntriesBounded(t *testing.T) {
 		t.Fatalf("%d directory entries (peak %d), bound %d", n, peak, limit)
 	}
 	c.flush()
-	if got := c.counts.DirEntries.Load(); got != 0 {
+	if got := c.counts[dirEntries].Load(); got != 0 {
 		t.Fatalf("%d directory entries counted after a flush", got)
 	}
 }
@@ -361,7 +361,7 @@ func TestOnlyWholeFilesAreKept(t *testing.T) {
 			}
 		}
 	}
-	if m := c.counts.MemoryBytes.Load(); m != 2<<10 {
+	if m := c.counts[MemoryBytes].Load(); m != 2<<10 {
 		t.Fatalf("%d bytes of content kept, want the small file's 2048 alone", m)
 	}
 	for _, e := range held {
@@ -369,7 +369,7 @@ func TestOnlyWholeFilesAreKept(t *testing.T) {
 	}
 	held = nil
 	c.flush()
-	if m := c.counts.MemoryBytes.Load(); m != 0 {
+	if m := c.counts[MemoryBytes].Load(); m != 0 {
 		t.Fatalf("%d bytes still counted after a flush", m)
 	}
 }

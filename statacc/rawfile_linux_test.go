@@ -72,14 +72,14 @@ func TestMissKeepsABareDescriptor(t *testing.T) {
 	s := c.Snapshot()
 	// AllocsPerRun calls once more before it counts; hits allocate
 	// nothing (BenchmarkGetHit).
-	misses := s.Misses - before.Misses - 1
+	misses := s[Misses] - before[Misses] - 1
 	if misses < runs/2 {
 		t.Fatalf("%d misses in %d lookups: the descriptors did not churn", misses, runs)
 	}
 	perMiss := allocs * runs / float64(misses)
-	t.Logf("%.2f allocations per lookup, %d misses of %d lookups: %.2f per miss; %d open", allocs, misses, runs, perMiss, s.OpenFiles)
-	if s.OpenFiles > 50 {
-		t.Errorf("%d descriptors open, max_open_files 50", s.OpenFiles)
+	t.Logf("%.2f allocations per lookup, %d misses of %d lookups: %.2f per miss; %d open", allocs, misses, runs, perMiss, s[OpenFiles])
+	if s[OpenFiles] > 50 {
+		t.Errorf("%d descriptors open, max_open_files 50", s[OpenFiles])
 	}
 	if perMiss > 8 {
 		t.Errorf("%.2f allocations per churning miss, want at most 8 (8.9 with an *os.File)", perMiss)

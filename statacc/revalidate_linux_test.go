@@ -61,10 +61,10 @@ func TestStaleNegativeIsRevalidatedInPlace(t *testing.T) {
 	if c.freshNegative(e) {
 		t.Fatal("an entry checked more than Revalidate ago is fresh")
 	}
-	misses, hits := c.counts.Misses.Load(), c.counts.NegativeHits.Load()
+	misses, hits := c.counts[Misses].Load(), c.counts[NegativeHits].Load()
 	lookMissing(t, c, []string{p})
-	wantCount(t, c.counts.Misses.Load()-misses, 0, "the stale negative entry's lookup made %d misses, want 0 (revalidated in place)")
-	wantCount(t, c.counts.NegativeRevalidations.Load(), 1, "%d revalidations in place, want 1")
+	wantCount(t, c.counts[Misses].Load()-misses, 0, "the stale negative entry's lookup made %d misses, want 0 (revalidated in place)")
+	wantCount(t, c.counts[negativeRevalidations].Load(), 1, "%d revalidations in place, want 1")
 	if now := negativeEntry(t, c, p); now != e {
 		t.Error("the revalidated path has a new entry, want the same one kept")
 	}
@@ -72,8 +72,8 @@ func TestStaleNegativeIsRevalidatedInPlace(t *testing.T) {
 		t.Error("the revalidated entry is not fresh")
 	}
 	lookMissing(t, c, []string{p})
-	wantCount(t, c.counts.NegativeRevalidations.Load(), 1, "the lookup after the revalidation revalidated again (%d in all), want a plain hit")
-	wantCount(t, c.counts.NegativeHits.Load()-hits, 2, "%d negative hits for the two lookups, want 2")
+	wantCount(t, c.counts[negativeRevalidations].Load(), 1, "the lookup after the revalidation revalidated again (%d in all), want a plain hit")
+	wantCount(t, c.counts[NegativeHits].Load()-hits, 2, "%d negative hits for the two lookups, want 2")
 }
 
 // TestRevalidationFindsAFileItsEventDidNotReport: the revalidation is a
@@ -96,12 +96,12 @@ func TestRevalidationFindsAFileItsEventDidNotReport(t *testing.T) {
 	ref, _, _ := c.negatives.insertLocked(sh, shard, h, negNew{path: p, kind: negNotExist, watched: true, checked: nanotime() - int64(time.Hour) - int64(time.Second), mark: -1})
 	sh.mu.Unlock()
 	ringAdd(&c.negs, negOps{c}, ref, c.opts.NegativeEntries)
-	misses := c.counts.Misses.Load()
+	misses := c.counts[Misses].Load()
 	if got := describe(t, c, p); got != "4:here" {
 		t.Fatalf("%s after its stale negative entry was revalidated: %q, want the file", p, got)
 	}
-	wantCount(t, c.counts.NegativeRevalidations.Load(), 0, "%d revalidations kept an entry whose path exists")
-	wantCount(t, c.counts.Misses.Load()-misses, 1, "%d misses, want 1: the path is looked up as a miss")
+	wantCount(t, c.counts[negativeRevalidations].Load(), 0, "%d revalidations kept an entry whose path exists")
+	wantCount(t, c.counts[Misses].Load()-misses, 1, "%d misses, want 1: the path is looked up as a miss")
 }
 
 // TestUnwatchedStaleNegativeIsAMiss: without inotify an expired negative
@@ -113,10 +113,10 @@ func TestUnwatchedStaleNegativeIsAMiss(t *testing.T) {
 		t.Fatal("an entry of a cache without inotify is watched")
 	}
 	e.checked.Store(nanotime() - int64(2*time.Second))
-	misses := c.counts.Misses.Load()
+	misses := c.counts[Misses].Load()
 	lookMissing(t, c, []string{p})
-	wantCount(t, c.counts.Misses.Load()-misses, 1, "%d misses for the expired unwatched entry, want 1")
-	wantCount(t, c.counts.NegativeRevalidations.Load(), 0, "%d revalidations in place of an unwatched entry, want 0")
+	wantCount(t, c.counts[Misses].Load()-misses, 1, "%d misses for the expired unwatched entry, want 1")
+	wantCount(t, c.counts[negativeRevalidations].Load(), 0, "%d revalidations in place of an unwatched entry, want 0")
 }
 
 // TestJanitorKeepsStaleNegativesForRevalidation: the janitor leaves a
@@ -181,7 +181,7 @@ func BenchmarkStaleNegative(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(c.counts.Misses.Load())/float64(b.N), "misses/op")
+			b.ReportMetric(float64(c.counts[Misses].Load())/float64(b.N), "misses/op")
 		})
 	}
 }

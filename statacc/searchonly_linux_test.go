@@ -37,7 +37,7 @@ func TestMissingNameInSearchOnlyDirectoryIsRevalidated(t *testing.T) {
 			}
 		}
 	}
-	if n := c.counts.UnwatchedDirs.Load(); n != 0 {
+	if n := c.counts[UnwatchedDirs].Load(); n != 0 {
 		t.Logf("%d directories counted unwatched", n)
 	}
 	for _, rel := range []string{"site/f.html", "site/deeper/f.html"} {

@@ -96,10 +96,10 @@ func TestDescriptorClockGivesBackADeletedDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for c.counts.OpenFiles.Load() > 0 && time.Now().Before(deadline) {
+	for c.counts[OpenFiles].Load() > 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := c.counts.OpenFiles.Load(); n != 0 {
+	if n := c.counts[OpenFiles].Load(); n != 0 {
 		t.Fatalf("%d descriptors open after the directory's deletion", n)
 	}
 	// The descriptors close as each event is handled; the clock is tidied

@@ -64,7 +64,7 @@ func TestShrinkUnderConcurrentChurn(t *testing.T) {
 	wg.Wait()
 
 	sn := c.Snapshot()
-	t.Logf("expired %d, negative evictions %d, evictions %d, invalidations %d, negative hits %d", sn.Expired, sn.NegativeEvictions, sn.Evictions, sn.Invalidations, sn.NegativeHits)
+	t.Logf("expired %d, negative evictions %d, evictions %d, invalidations %d, negative hits %d", sn[Expired], sn[NegativeEvictions], sn[Evictions], sn[Invalidations], sn[NegativeHits])
 	s := c.negatives
 	total := 0
 	for k := range s.shards {
@@ -83,18 +83,18 @@ func TestShrinkUnderConcurrentChurn(t *testing.T) {
 		total += len(sh.index)
 		sh.mu.RUnlock()
 	}
-	if n := c.counts.NegativeCount.Load(); n != int64(total) {
+	if n := c.counts[NegativeEntries].Load(); n != int64(total) {
 		t.Errorf("NegativeCount %d, the shards index %d", n, total)
 	}
 	c.Close()
 	deadline := time.Now().Add(5 * time.Second)
-	for c.counts.OpenFiles.Load() != 0 && time.Now().Before(deadline) {
+	for c.counts[OpenFiles].Load() != 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := c.counts.OpenFiles.Load(); n != 0 {
+	if n := c.counts[OpenFiles].Load(); n != 0 {
 		t.Errorf("%d descriptors open after Close", n)
 	}
-	if n := c.counts.NegativeCount.Load(); n != 0 {
+	if n := c.counts[NegativeEntries].Load(); n != 0 {
 		t.Errorf("%d negatives after Close", n)
 	}
 	c.negs.mu.Lock()

@@ -44,7 +44,7 @@ func TestMissOpensFirstSafely(t *testing.T) {
 		}{{fifo, os.ModeNamedPipe}, {sock, os.ModeSocket}, {dir, os.ModeDir}, {file, 0}} {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			start := time.Now()
-			e, err := c.GetConfined(ctx, root, mode, tc.path)
+			e, err := c.getConfined(ctx, root, mode, tc.path)
 			cancel()
 			if err != nil {
 				t.Errorf("%v %s: %v after %v", mode, filepath.Base(tc.path), err, time.Since(start))

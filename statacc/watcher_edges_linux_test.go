@@ -54,13 +54,13 @@ func TestSymlinkSwapsUnderLookupsNotLost(t *testing.T) {
 	wg.Wait()
 	want := fmt.Sprintf("%d:release-%d", len("release-0"), last)
 	took := within(t, time.Second, c, path, want)
-	t.Logf("last release served %v after the swaps stopped; %d nodes, %d watches", took, c.counts.WatchNodes.Load(), inotifyWatches(t, c.watch.watchFD()))
+	t.Logf("last release served %v after the swaps stopped; %d nodes, %d watches", took, c.counts[WatchedDirs].Load(), inotifyWatches(t, c.watch.watchFD()))
 	// It stays right: a watched hit, and a change in the new target is seen.
 	watchedHit(t, c, path)
 	write(t, filepath.Join(dir, "r"+strconv.Itoa(last), "sub", "f"), "changed")
 	within(t, time.Second, c, path, "7:changed")
 	c.flush()
-	if n, w := c.counts.WatchNodes.Load(), inotifyWatches(t, c.watch.watchFD()); n != 0 || w != 0 {
+	if n, w := c.counts[WatchedDirs].Load(), inotifyWatches(t, c.watch.watchFD()); n != 0 || w != 0 {
 		t.Fatalf("%d nodes and %d watches left after every entry went", n, w)
 	}
 }
@@ -80,12 +80,12 @@ func TestMissingDirectoriesBounded(t *testing.T) {
 		if got := describe(t, c, p); got != "missing" {
 			t.Fatalf("%s: %q", p, got)
 		}
-		peakNodes = max(peakNodes, int(c.counts.WatchNodes.Load()))
+		peakNodes = max(peakNodes, int(c.counts[WatchedDirs].Load()))
 		if i%50 == 0 {
 			peakWatches = max(peakWatches, inotifyWatches(t, c.watch.watchFD()))
 		}
 	}
-	t.Logf("peak %d nodes, %d watches; %d evictions, %d refused", peakNodes, peakWatches, c.counts.WatchEvictions.Load(), c.counts.WatchRefused.Load())
+	t.Logf("peak %d nodes, %d watches; %d evictions, %d refused", peakNodes, peakWatches, c.counts[watchEvictions].Load(), c.counts[WatchRefused].Load())
 	if peakNodes > limit || peakWatches > limit {
 		t.Fatalf("peak %d nodes, %d watches, bound %d", peakNodes, peakWatches, limit)
 	}
@@ -94,7 +94,7 @@ func TestMissingDirectoriesBounded(t *testing.T) {
 	write(t, p, "now")
 	within(t, time.Second, c, p, "3:now")
 	c.flush()
-	if n, w := c.counts.WatchNodes.Load(), inotifyWatches(t, c.watch.watchFD()); n != 0 || w != 0 {
+	if n, w := c.counts[WatchedDirs].Load(), inotifyWatches(t, c.watch.watchFD()); n != 0 || w != 0 {
 		t.Fatalf("%d nodes and %d watches left after every entry went", n, w)
 	}
 }
@@ -115,7 +115,7 @@ func TestQueueOverflowStartsOver(t *testing.T) {
 		paths = append(paths, p)
 	}
 	c.watch.handle(-1, unix.IN_Q_OVERFLOW, "")
-	if n, w, l := c.counts.WatchNodes.Load(), inotifyWatches(t, c.watch.watchFD()), c.entryCount(); n != 0 || w != 0 || l != 0 {
+	if n, w, l := c.counts[WatchedDirs].Load(), inotifyWatches(t, c.watch.watchFD()), c.entryCount(); n != 0 || w != 0 || l != 0 {
 		t.Fatalf("after an overflow: %d nodes, %d watches, %d entries", n, w, l)
 	}
 	for _, p := range paths {
@@ -159,12 +159,12 @@ func TestFileChmodReopens(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	if os.Geteuid() == 0 {
-		misses := c.counts.Misses.Load()
+		misses := c.counts[Misses].Load()
 		if err := os.Chown(p, 65534, 65534); err != nil {
 			t.Fatal(err)
 		}
 		start = time.Now()
-		for c.counts.Misses.Load() == misses {
+		for c.counts[Misses].Load() == misses {
 			mode()
 			if time.Since(start) > time.Second {
 				t.Fatal("a chown of the file was not seen within 1 s")
@@ -195,7 +195,7 @@ func TestSharedWatchOutlivesOneOfItsPaths(t *testing.T) {
 			kept = viaLink
 			watchedHit(t, c, viaLink)
 		}
-		c.invalidate(gone, false)
+		c.Purge(gone, false)
 		watchedHit(t, c, kept)
 		write(t, real, "changed-"+filepath.Base(filepath.Dir(filepath.Dir(gone))))
 		want := fmt.Sprintf("%d:changed-%s", len("changed-")+len(filepath.Base(filepath.Dir(filepath.Dir(gone)))), filepath.Base(filepath.Dir(filepath.Dir(gone))))
@@ -205,7 +205,7 @@ func TestSharedWatchOutlivesOneOfItsPaths(t *testing.T) {
 		watchedHit(t, c, viaLink)
 	}
 	c.flush()
-	if n, w := c.counts.WatchNodes.Load(), inotifyWatches(t, c.watch.watchFD()); n != 0 || w != 0 {
+	if n, w := c.counts[WatchedDirs].Load(), inotifyWatches(t, c.watch.watchFD()); n != 0 || w != 0 {
 		t.Fatalf("%d nodes and %d watches left", n, w)
 	}
 }
@@ -235,14 +235,14 @@ func TestLinkPastTheWatchBound(t *testing.T) {
 		t.Fatal("a lookup past the watch bound is stuck")
 	}
 	v, _ := c.entries.Load(path)
-	t.Logf("bound %d: %d nodes, entry watched %v, %d refused", limit, c.counts.WatchNodes.Load(), v.(*Entry).watched, c.counts.WatchRefused.Load())
-	if c.counts.WatchNodes.Load() > int64(limit) {
-		t.Fatalf("%d nodes past the bound %d", c.counts.WatchNodes.Load(), limit)
+	t.Logf("bound %d: %d nodes, entry watched %v, %d refused", limit, c.counts[WatchedDirs].Load(), v.(*Entry).watched, c.counts[WatchRefused].Load())
+	if c.counts[WatchedDirs].Load() > int64(limit) {
+		t.Fatalf("%d nodes past the bound %d", c.counts[WatchedDirs].Load(), limit)
 	}
 	symlinkSwap(t, base, "current", filepath.Join(deep, "r2"))
 	within(t, 3*time.Second, c, path, "3:two")
 	c.flush()
-	if n, w := c.counts.WatchNodes.Load(), inotifyWatches(t, c.watch.watchFD()); n != 0 || w != 0 {
+	if n, w := c.counts[WatchedDirs].Load(), inotifyWatches(t, c.watch.watchFD()); n != 0 || w != 0 {
 		t.Fatalf("%d nodes and %d watches left", n, w)
 	}
 }

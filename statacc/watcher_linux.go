@@ -8,6 +8,7 @@ import (
 	"hash/maphash"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,44 +22,29 @@ import (
 
 // watcher invalidates entries from inotify events. It watches directories,
 // not files, as lighttpd does: one watch covers every entry of a directory,
-// including the names that do not exist yet (negative entries).
+// names that do not exist yet included.
 //
 // A path is only as fresh as every directory it is looked up through, so
 // the watcher keeps a tree of directory nodes from "/" down to each
-// entry's directory, each watched, or down to the first directory on the
-// way that is missing (or cannot be watched): no node is made below it,
-// however deep the path, and the entries below are indexed under it. A
-// node whose name is a symlink also holds the node of the directory its
-// target names (resolved against the
-// real path of the link's directory, so relative targets, absolute ones,
-// ".." and chains of links are all looked up through watched nodes): when
-// that target node goes, the link's node goes with it. An event on a name
-// drops that name's entries and the subtree of its node; an event on a
-// directory itself (IN_ATTRIB, IN_MOVE_SELF, IN_DELETE_SELF, IN_IGNORED)
-// drops everything below it. Entries are indexed by their directory's
-// node, so no event scans the cache.
+// entry's directory, or to the first one on the way that is missing or
+// cannot be watched, under which the entries below are indexed. A node
+// whose name is a symlink holds the node of its target (resolved through
+// watched nodes), and goes with it. An event on a name drops its entries
+// and its node's subtree; an event on a directory itself drops everything
+// below it. Entries are indexed by node, so no event scans the cache.
+// Nodes are bounded by MaxWatches, least recently used leaf first.
 //
-// Nodes, and so watches, are bounded by Options.MaxWatches: past it the
-// least recently used leaf directory is forgotten with its entries and its
-// watch removed; a node that cannot be made leaves its entries unwatched
-// (revalidated after at most a second). A leaf whose last entry goes is
-// removed at once, and so are the ancestors it leaves empty.
-//
-// Locking: mu guards the tree and is never held across a system call.
-// A new node is a placeholder installed by the lookup that made it; an
-// event that drops it meanwhile marks it dropped, and the lookup starts
-// again. An entry is published in the cache map under mu, after checking
-// that its directory's node saw no event since the lookup's stat, so no
-// event falls between the check and the publication.
+// Locking: mu guards the tree and is never held across a system call. A
+// new node is a placeholder installed by the lookup that made it; an event
+// that drops it meanwhile marks it dropped, and the lookup starts again.
+// An entry is published under mu after checking that its node saw no
+// event since the lookup's stat.
 type watcher struct {
 	cache *Cache
 	file  *os.File // the inotify descriptor, read through the netpoller
 	fd    int
 	raw   syscall.RawConn // file's, to wait for events without reading them
-	// drainTurn (a semaphore of one) is held while the descriptor is read
-	// and what was read is handled, by the watcher's goroutine or by a
-	// lookup about to answer "no such file" from memory (catchUp);
-	// draining is set while it is.
+	// drainTurn (a semaphore of one) is held while events are read and handled.
 	drainTurn chan struct{}
 	draining  atomic.Bool
 	closing   atomic.Bool // set by close before the descriptor closes
@@ -68,44 +54,34 @@ type watcher struct {
 	mu   sync.Mutex
 	root *dirNode
 	byWD map[int32][]*dirNode // nodes on one watch: one directory reached by several paths
-	// dead holds the watches removed here lately: a lookup that added a
-	// watch just before its removal must not take it for live. Kept for
-	// deadFor after the removal (the kernel does not reuse numbers soon).
+	// dead holds the watches removed lately: a lookup that added one just
+	// before its removal must not take it for live.
 	dead     map[int32]int64
 	deadFIFO []int32
 	nodes    int
 	lru      dirNode // sentinel of the list of nodes, most recently used first
 	done     chan struct{}
-	// byID finds a node from the id a negative entry names it by (the
-	// negative store holds no pointers); nextID numbers the nodes.
+	// byID finds a node by the id a negative entry names it by.
 	byID   map[uint64]*dirNode
 	nextID uint64
-	// marks are the LRU second chances that negative hits give their
-	// directory's node (dirNode.used is the positive hits'): a node has
-	// one while it lives, a negative entry its index. Allocated for the
-	// node bound; a node past them gets none (mark -1).
+	// marks are the LRU second chances negative hits give nodes (-1: none).
 	marks     []atomic.Bool
 	freeMarks []int32
-	// byReal finds the settled nodes by their real path, for the mount
-	// table's changes (mounts_linux.go); nodes of one path are chained by
-	// sameReal. mountGen counts those changes, mountsUnread is set from
-	// the kernel's word that the table changed until it was read: a
-	// lookup that installed nodes meanwhile starts again (ensure).
+	// byReal finds the settled nodes by real path, for the mount table's
+	// changes (mounts_linux.go); mountGen counts those changes; mountsUnread
+	// is set until a changed table is read (ensure starts again meanwhile).
 	byReal       map[string]*dirNode
 	mountGen     uint64
 	mountsUnread atomic.Bool
-	// listed is the names the directories' listings hold in all
-	// (maxListedNames bounds it), listedNodes the nodes that hold one, by
-	// path (a lookup finds its directory's at once),
-	// misses the missing names looked up by directory, which decide what
-	// is listed (nil until the first); nameSeed hashes names and paths.
+	// listed is the names all listings hold (maxListedNames bounds it),
+	// listedNodes the nodes that hold one, by path; misses counts the
+	// missing names by directory; nameSeed hashes names and paths.
 	listed      int
 	listedNodes map[string]*dirNode
 	misses      *missCounts
 	nameSeed    maphash.Seed
 }
 
-// maxMarks bounds the marks allocated for a very large MaxWatches.
 const maxMarks = 1 << 20
 
 // dirNode is one directory on the way to cached entries.
@@ -121,35 +97,26 @@ type dirNode struct {
 	// installing is closed when a placeholder's lookup has finished.
 	installing chan struct{}
 	// link is the node of the directory this node's symlink names;
-	// dependents are the link nodes whose target this node is.
+	// dependents the link nodes whose target this node is.
 	link       *dirNode
 	dependents map[*dirNode]struct{}
-	// sameReal is the next node in watcher.byReal with the same real path.
-	sameReal *dirNode
-	// entries are the cached entries of the directory, by name: one per
-	// name, since the cache holds one entry per path. A publication
-	// replaces the entry of its name, which has left the cache map by
-	// then (publish). A missing or failed node also holds those of the
-	// paths below it, by their path below it (entryKey).
+	sameReal   *dirNode
+	// entries are the directory's cached entries by name; a missing or failed
+	// node also holds those below it (entryKey).
 	entries map[string]*Entry
-	// negs indexes the negative entries of the directory (and, on a
-	// missing or failed node, of the paths below it): the hash of each
-	// one's path to its seq (negstore.go). One per hash: the store holds
-	// one entry per hash too.
+	// negs indexes the negative entries the same way: path hash to seq.
 	negs    map[uint64]uint64
 	id      uint64 // the node's number, unique in the watcher's life
 	mark    int32  // index of the node's negative-hit mark, -1 if none
 	pins    int    // lookups in progress, plus dependents
 	gen     uint64 // events on this node's watch
 	dropped bool
-	// fs says whether an open in this directory may be done without a
-	// filesystem slot when the kernel has its dentry cached (learnFS).
+	// fs says whether opens here may skip the slot (learnFS).
 	fs fsVerdict
-	// listing holds the hashes of the directory's names once it is listed
-	// (listing_linux.go): a name not there does not exist.
+	// listing holds the hashes of the directory's names (listing_linux.go).
 	listing *dirListing
 	list    listState
-	// used is the second chance of the LRU, set by a cache hit.
+	// used is the LRU's second chance, set by a hit.
 	used       atomic.Bool
 	prev, next *dirNode
 }
@@ -161,35 +128,30 @@ const (
 	nodeWatched                  // watched (and its link, if any, resolved)
 	nodeMissing                  // does not exist or is not a directory: its parent sees it appear
 	nodeFailed                   // exists but cannot be watched
-	// nodeBlind exists and may be searched but not read (mode 0711, as
-	// many home directories): inotify refuses it. Its parent sees it
-	// renamed or removed; a rename inside it is seen after Revalidate, as
-	// before ancestors were watched. Below it, paths stay watched, but for
-	// a name missing in it, whose making no event tells (pathOK).
+	// nodeBlind may be searched but not read (mode 0711): inotify refuses
+	// it. Its parent sees it renamed or removed; a name missing in it is
+	// not watched (pathOK).
 	nodeBlind
 )
 
-// watchRetry is how long a directory that could not be watched (watch
-// limit, permission) waits before another try, unless its parent's event
-// drops it sooner.
+// watchRetry is how long a directory that could not be watched waits
+// before another try.
 const watchRetry = int64(10 * time.Second)
 
-// testHookWatchAdded, if set by a test, runs after a node's watch is
-// registered and before its name is looked at.
+// testHookWatchAdded runs after a node's watch is registered.
 var testHookWatchAdded func(path string)
 
 // maxLinkDepth bounds chains of symlinks, as the kernel's ELOOP does.
 const maxLinkDepth = 40
 
-// deadFor is how long a removed watch is remembered.
 const deadFor = int64(10 * time.Second)
 
 const watchMask = unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CLOSE_WRITE | unix.IN_CREATE |
 	unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF |
 	unix.IN_ONLYDIR
 
-// defaultMaxWatches is a quarter of the user's inotify watches (the rest is
-// for other instances and programs of the same user), at most 65536.
+// defaultMaxWatches is a quarter of the user's inotify watches, at most
+// 65536.
 func defaultMaxWatches() int {
 	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_watches")
 	if err != nil {
@@ -235,8 +197,7 @@ func newWatcher(c *Cache, limit int) *watcher {
 	return w
 }
 
-// watchTicket is what a lookup holds between finding its directory's node
-// and publishing its entry.
+// watchTicket is what a lookup holds between enter and publish.
 type watchTicket struct {
 	leaf    *dirNode // pinned; nil when unwatched
 	gen     uint64
@@ -244,8 +205,7 @@ type watchTicket struct {
 	fsKnown bool // leaf's fs verdict was known at enter
 }
 
-// fsVerdict is what a directory's filesystem allows: fsUnknown until the
-// first lookup in it that holds a slot asks statfs.
+// fsVerdict is what a directory's filesystem allows.
 type fsVerdict uint8
 
 const (
@@ -254,9 +214,8 @@ const (
 	fsSlotOnly              // every lookup holds a slot (FUSE, NFS, ...)
 )
 
-// learnFS records the filesystem of a watched directory, once: a statfs
-// by a lookup that holds a slot, since it can block where the verdict is
-// "slot only".
+// learnFS records a watched directory's filesystem once, by a lookup
+// that holds a slot, since statfs can block.
 func (w *watcher) learnFS(t watchTicket, dir string) {
 	if w == nil || t.leaf == nil || !t.watched || t.fsKnown {
 		return
@@ -270,10 +229,10 @@ func (w *watcher) learnFS(t watchTicket, dir string) {
 	w.mu.Unlock()
 }
 
-// enterCached is enter for a lookup that must not block: it gives a
-// ticket only if every directory from "/" down to dir is watched already,
-// none through a symlink, and dir's filesystem allows cached opens. It
-// makes no node and no watch (inotify_add_watch can block).
+// enterCached is enter for a lookup that must not block: a ticket only
+// if every directory down to dir is watched already, none through a
+// symlink, on a filesystem that allows cached opens. It makes no watch
+// (inotify_add_watch can block).
 func (w *watcher) enterCached(dir string) (watchTicket, bool) {
 	if w == nil || !filepath.IsAbs(dir) {
 		return watchTicket{}, false
@@ -293,17 +252,13 @@ func (w *watcher) enterCached(dir string) (watchTicket, bool) {
 		return watchTicket{}, false
 	}
 	n.pins++
-	// As ensure: most recently used first, ancestors before descendants.
-	for m := n; m != nil; m = m.parent {
-		w.touchLocked(m)
-	}
+	w.touchPathLocked(n)
 	return watchTicket{leaf: n, gen: n.gen, watched: true, fsKnown: true}, true
 }
 
 // enter makes sure every directory from "/" down to dir is watched and
-// returns a ticket for publish or leave. ticket.watched is false when some
-// directory on the way cannot be watched: the entry then falls back to the
-// one-second revalidation.
+// returns a ticket for publish or leave; unwatched, the entry lives a
+// second.
 func (w *watcher) enter(dir string) watchTicket {
 	if w == nil {
 		return watchTicket{}
@@ -328,11 +283,8 @@ func (w *watcher) enter(dir string) watchTicket {
 }
 
 // enterKnown is enter for a directory whose nodes all exist and are
-// settled, as on most misses: one walk under mu, without the work of
-// making nodes (ensure). As ensure, it stops at a node that is missing or
-// failed: a path below a directory known missing finds its node. It
-// reports false where ensure has work to do: a node to make, one being
-// installed, or a failed one due for another try.
+// settled, as on most misses: one walk under mu. It reports false where
+// ensure has work to do.
 func (w *watcher) enterKnown(dir string) (watchTicket, bool) {
 	if !filepath.IsAbs(dir) {
 		return watchTicket{}, false
@@ -352,22 +304,16 @@ func (w *watcher) enterKnown(dir string) (watchTicket, bool) {
 		return watchTicket{}, false
 	}
 	n.pins++
-	// As ensure: most recently used first, ancestors before descendants.
-	for m := n; m != nil; m = m.parent {
-		w.touchLocked(m)
-	}
+	w.touchPathLocked(n)
 	return watchTicket{leaf: n, gen: n.gen, watched: w.pathOK(n), fsKnown: fsKnown(n)}, true
 }
 
-// fsKnown reports whether learnFS has nothing to learn of n: its verdict
-// is known, or n is not a watched directory (enterCached uses no other),
-// such as a missing one, whose statfs would fail.
+// fsKnown reports whether learnFS has nothing to learn of n (a missing
+// directory's statfs would fail).
 func fsKnown(n *dirNode) bool { return n.fs != fsUnknown || n.state != nodeWatched }
 
 // entryKey is the name an entry of path is indexed by under n: its path
-// below n. n is the entry's directory's node, where this is its base name
-// (which an event on n names), or the missing or failed ancestor its
-// lookup stopped at (ensure).
+// below n, the base name when n is its directory's node.
 func entryKey(n *dirNode, path string) string {
 	if p := n.path; len(path) > len(p) && strings.HasPrefix(path, p) {
 		if p == "/" {
@@ -381,12 +327,9 @@ func entryKey(n *dirNode, path string) string {
 }
 
 // enterSettled is enterKnown for a lookup that must make no node for a
-// directory that may not exist (a negative answer that will not be kept):
-// ok is false where enter would have to make or install one, unless the
-// listing of the deepest directory known on the way holds the next name
-// (listedAsExisting), whose nodes enter then makes: they are directories
-// that exist, which a client cannot make up. Without a watcher there is
-// nothing to make.
+// directory that may not exist (a negative answer that will not be kept),
+// unless a listing shows the next name exists: a client cannot make up
+// directories that exist.
 func (w *watcher) enterSettled(dir string) (watchTicket, bool) {
 	if w == nil {
 		return watchTicket{}, true
@@ -401,9 +344,8 @@ func (w *watcher) enterSettled(dir string) (watchTicket, bool) {
 }
 
 // pathOK reports whether every node from the root to n is watched, or
-// watched down to one that is missing (whose appearance its parent sees).
-// A missing name in a directory inotify refused (nodeBlind) is not: no
-// event tells that it was made.
+// down to a missing one (its parent sees it appear), not through a blind
+// one (no event tells that a name was made in it).
 func (w *watcher) pathOK(n *dirNode) bool {
 	if n.state != nodeWatched && n.state != nodeMissing {
 		return false
@@ -419,13 +361,10 @@ func (w *watcher) pathOK(n *dirNode) bool {
 	return true
 }
 
-// publish stores e (through store, which puts it in the cache map) and
-// indexes it under its directory's node, unless that node saw an event
-// since enter: then e is stored as stale, so that the requests waiting for
-// it get it and the next one looks again. It gives up the ticket.
-//
-// store also takes out the path's negative entry, if there was one, and
-// returns it for unindexing.
+// publish stores e (store puts it in the cache map and takes out the
+// path's negative entry) and indexes it under its node, unless the node
+// saw an event since enter: then e is stored as stale, so that the waiting
+// requests get it and the next one looks again. It gives up the ticket.
 func (w *watcher) publish(t watchTicket, e *Entry, store func() (negGone, bool)) {
 	if w == nil || t.leaf == nil {
 		if g, ok := store(); ok {
@@ -439,16 +378,14 @@ func (w *watcher) publish(t watchTicket, e *Entry, store func() (negGone, bool))
 		e.checked.Store(staleSince)
 	}
 	if !n.dropped {
-		// Indexed even when stale or unwatched: an event drops it all the
-		// same, and its directory's node is kept while it is cached.
+		// Indexed even when stale or unwatched: an event drops it the same.
 		e.dir = n
 		name := entryKey(n, e.path)
 		if n.entries == nil {
 			n.entries = make(map[string]*Entry)
 		}
-		// An entry indexed under this name left the cache map already
-		// (store swaps it out, under mu, or it was dropped and its forget
-		// is on its way, and then finds e and leaves it).
+		// An entry under this name left the cache map already (store swapped
+		// it out under mu, or its forget is on its way and leaves e).
 		n.entries[name] = e
 	}
 	if g, ok := store(); ok {
@@ -458,11 +395,9 @@ func (w *watcher) publish(t watchTicket, e *Entry, store func() (negGone, bool))
 	w.mu.Unlock()
 }
 
-// publishNegative stores a negative entry through insert, as publish
-// stores a positive one: insert is given the node to index it under (its
-// id and mark; 0 and -1 for none) and whether it is stale, and returns
-// the entry and the one it replaced in the store, if any. The entry is
-// indexed under the node by h, its path's hash. It gives up the ticket.
+// publishNegative is publish for a negative entry: insert is given the
+// node (id and mark; 0 and -1 for none) and whether it is stale. The
+// entry is indexed by its path's hash h.
 func (w *watcher) publishNegative(t watchTicket, h uint64, insert func(node uint64, mark int32, stale bool) (negRef, negGone, bool)) {
 	if w == nil || t.leaf == nil {
 		if _, old, replaced := insert(0, -1, false); replaced {
@@ -492,7 +427,6 @@ func (w *watcher) publishNegative(t watchTicket, h uint64, insert func(node uint
 	w.mu.Unlock()
 }
 
-// forgetNegative unindexes a negative entry that left the store.
 func (w *watcher) forgetNegative(g negGone) {
 	if w == nil || g.node == 0 {
 		return
@@ -502,7 +436,6 @@ func (w *watcher) forgetNegative(g negGone) {
 	w.mu.Unlock()
 }
 
-// forgetNegatives is forgetNegative for many, under one lock.
 func (w *watcher) forgetNegatives(gs []negGone) {
 	if w == nil || len(gs) == 0 {
 		return
@@ -514,9 +447,8 @@ func (w *watcher) forgetNegatives(gs []negGone) {
 	w.mu.Unlock()
 }
 
-// forgetNegativeLocked is forgetNegative with mu held. The node's index
-// is taken only if it still names g: a later entry of the same path (or
-// hash) indexed since keeps its place.
+// forgetNegativeLocked takes the node's index only if it still names
+// g: a later entry of the same hash keeps its place.
 func (w *watcher) forgetNegativeLocked(g negGone) {
 	n := w.byID[g.node]
 	if n == nil || n.dropped || n.negs[g.hash] != g.seq {
@@ -526,7 +458,6 @@ func (w *watcher) forgetNegativeLocked(g negGone) {
 	w.maybeRemoveLocked(n)
 }
 
-// markUsed gives the node of mark its second chance, for a negative hit.
 func (w *watcher) markUsed(mark int32) {
 	if w == nil || mark < 0 {
 		return
@@ -536,19 +467,16 @@ func (w *watcher) markUsed(mark int32) {
 	}
 }
 
-// dropNegativesLocked takes n's negative entries out of the store;
-// counted as invalidations where gone is set (an event or an eviction,
-// not a node removed because it was empty).
+// dropNegativesLocked takes n's negative entries out of the store.
 func (w *watcher) dropNegativesLocked(n *dirNode, gone *[]*Entry) {
 	for h, seq := range n.negs {
 		if _, ok := w.cache.negatives.remove(h, seq); ok && gone != nil {
-			w.cache.counts.Invalidations.Add(1)
+			w.cache.counts[Invalidations].Add(1)
 		}
 	}
 	n.negs = nil
 }
 
-// leave gives up a ticket without publishing.
 func (w *watcher) leave(t watchTicket) {
 	if w == nil || t.leaf == nil {
 		return
@@ -558,8 +486,7 @@ func (w *watcher) leave(t watchTicket) {
 	w.mu.Unlock()
 }
 
-// forget unindexes an entry that left the cache; its directory's node
-// goes if nothing else needs it.
+// forget unindexes an entry that left the cache.
 func (w *watcher) forget(e *Entry) {
 	if w == nil || e.dir == nil {
 		return
@@ -575,33 +502,23 @@ func (w *watcher) forget(e *Entry) {
 }
 
 // ensure finds or makes the nodes of path, from the root down, and
-// returns the deepest one, pinned: path's own node, or the first node on
-// the way that is missing (its name does not exist, is not a directory, or
-// is a dangling link) or failed (it cannot be watched), in which case
-// below is set. No node is made below such a node: nothing below a missing
-// directory can change before the directory appears, which its parent's
-// watch reports (dropping the node and everything indexed under it), and
-// below a failed one nothing is watched anyway. So a lookup makes at most
-// one node per directory that exists on the way, plus one: a 380-level
-// path missing from its first level below the site makes one node more
-// than the site's directory has, where a node per level cost memory
-// quadratic in the depth (each node held its path) and time under mu for
-// every distinct path.
+// returns the deepest one, pinned: path's own node, or the first one on
+// the way that is missing or failed (below is then set). No node is made
+// below it: nothing below a missing directory changes before it appears,
+// which its parent's watch reports; so a deep path missing near the top
+// costs one node, not one per level.
 //
-// Nodes are made and installed one level at a time, each once its parent
-// is settled, so that the first missing one ends the walk. again asks the
-// caller to start over: a node on the way was dropped by an event
-// meanwhile. A nil leaf means the path cannot be watched (no room under
-// the bound, a link loop). stack holds the link nodes whose targets the
-// caller is resolving: meeting one of them again is a loop.
+// Nodes are installed one level at a time, each once its parent is
+// settled. again asks the caller to start over (a node on the way was
+// dropped meanwhile). A nil leaf means the path cannot be watched. stack
+// holds the link nodes being resolved: meeting one again is a loop.
 func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, again bool) {
 	if len(stack) > maxLinkDepth || !filepath.IsAbs(path) {
 		return nil, false, false
 	}
 	rest := strings.Trim(path, "/")
 	var gone []*Entry
-	// unlock releases mu and drops what the walk took out (retried failed
-	// nodes, evicted ones) once it is released.
+	// unlock releases mu and drops what the walk took out.
 	unlock := func() {
 		w.mu.Unlock()
 		w.finish(gone)
@@ -626,10 +543,9 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, a
 			next = nil
 		}
 		if next == nil {
-			// Make it, after making room for it under the bound (n is
-			// pinned, so the part of the path that exists stays).
+			// Make room under the bound (n is pinned, so it stays).
 			if w.nodes >= w.limit && !w.evictLocked(w.nodes+1-w.limit, &gone) {
-				w.cache.counts.WatchRefused.Add(1)
+				w.cache.counts[WatchRefused].Add(1)
 				if n != nil {
 					w.unpinLocked(n)
 				}
@@ -640,8 +556,7 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, a
 				next = w.newNodeLocked(nil, "/", "/")
 				w.root = next
 			} else {
-				// A copy: name is a part of path, which a node must not
-				// keep (a 3.4 KB path for an 8-byte name).
+				// A copy: a node must not keep the whole path.
 				name = strings.Clone(name)
 				next = w.newNodeLocked(n, name, filepath.Join(n.path, name))
 			}
@@ -655,12 +570,9 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, a
 			again := w.install(n, stack)
 			w.mu.Lock()
 			if !again && !n.dropped && (w.mountGen != mountGen || w.mountsUnread.Load()) {
-				// A mount came or went while n was installed, or the
-				// table changed and is not read yet: its watch may be on
-				// the directory a mount covers now (or uncovered, or on
-				// one that came and went, which no read of the table will
-				// show). Make it again, with what was made below it
-				// meanwhile.
+				// A mount came or went while n was installed, or the table is
+				// not read yet: its watch may be on a covered directory. Make
+				// it again.
 				w.dropLocked(n, &gone)
 				again = true
 			}
@@ -679,8 +591,7 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, a
 		if n.state != nodePending {
 			continue
 		}
-		// Another lookup is installing it, or this one is: a link whose
-		// target goes through itself (ELOOP).
+		// Being installed, or by this lookup: a link loop.
 		for _, l := range stack {
 			if l == n {
 				w.unpinLocked(n)
@@ -697,17 +608,11 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, a
 			return nil, false, true
 		}
 	}
-	// Most recently used first, ancestors before descendants, so that the
-	// tail of the list is always a leaf.
-	for m := n; m != nil; m = m.parent {
-		w.touchLocked(m)
-	}
+	w.touchPathLocked(n)
 	unlock()
 	return n, rest != "", false
 }
 
-// retryDueLocked reports whether n failed to be watched long enough ago
-// (watchRetry) to be tried again.
 func (w *watcher) retryDueLocked(n *dirNode) bool {
 	return n.state == nodeFailed && nanotime()-n.failedAt > watchRetry
 }
@@ -728,10 +633,18 @@ func (w *watcher) newNodeLocked(parent *dirNode, name, path string) *dirNode {
 		parent.children[name] = n
 	}
 	w.nodes++
-	w.cache.counts.WatchNodes.Store(int64(w.nodes))
+	w.cache.counts[WatchedDirs].Store(int64(w.nodes))
 	n.prev, n.next = &w.lru, w.lru.next
 	n.prev.next, n.next.prev = n, n
 	return n
+}
+
+// touchPathLocked makes n and its ancestors the most recently used,
+// ancestors first, so that the list's tail is a leaf.
+func (w *watcher) touchPathLocked(n *dirNode) {
+	for ; n != nil; n = n.parent {
+		w.touchLocked(n)
+	}
 }
 
 func (w *watcher) touchLocked(n *dirNode) {
@@ -740,9 +653,7 @@ func (w *watcher) touchLocked(n *dirNode) {
 	n.prev.next, n.next.prev = n, n
 }
 
-// evictLocked forgets up to k least recently used leaves that nothing
-// pins, giving a second chance to those a hit used. It reports whether it
-// made k places.
+// evictLocked forgets up to k unpinned, unused leaves, least recent first.
 func (w *watcher) evictLocked(k int, gone *[]*Entry) bool {
 	for steps := 2 * w.nodes; k > 0 && steps > 0; steps-- {
 		n := w.lru.prev
@@ -759,22 +670,19 @@ func (w *watcher) evictLocked(k int, gone *[]*Entry) bool {
 		}
 		before := w.nodes
 		w.dropLocked(n, gone)
-		w.cache.counts.WatchEvictions.Add(1)
+		w.cache.counts[watchEvictions].Add(1)
 		k -= before - w.nodes
 	}
 	return k <= 0
 }
 
 // install watches a placeholder node and, if its name is a symlink,
-// resolves the target to its own node. Called without mu; the node is
-// pinned by the caller (ensure).
+// resolves the target to its own node. Called without mu, n pinned.
 //
 // The first call looks at the name itself (IN_DONT_FOLLOW), so that one
-// system call tells the common cases apart: a directory, which it
-// watches; a name that does not exist (ENOENT, not even as a dangling
-// link), whose parent sees it appear; and anything else (ENOTDIR), a file
-// or a symlink, which lstat tells apart. The parent is watched before, so
-// a change of the name after the call is an event that drops the node.
+// system call tells a directory (watched), a missing name (ENOENT) and
+// anything else (ENOTDIR: lstat tells a file from a link) apart. The
+// parent is watched first, so a later change of the name drops the node.
 func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 	defer close(n.installing)
 	w.mu.Lock()
@@ -783,14 +691,12 @@ func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 		pstate, preal, ppath = n.parent.state, n.parent.real, n.parent.path
 	}
 	w.mu.Unlock()
-	// Without a link on the way the real path is the path: one string.
 	real := n.path
 	if preal != ppath {
 		real = filepath.Join(preal, n.name)
 	}
 	if pstate == nodeMissing || pstate == nodeFailed {
-		// Nothing to look at below (ensure makes no such node): the
-		// parent's own state decides.
+		// Nothing below (ensure makes no such node): the parent decides.
 		return w.settle(n, pstate, real, nil)
 	}
 	err, again := w.watch(n, watchMask|unix.IN_DONT_FOLLOW)
@@ -802,8 +708,7 @@ func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 	case errors.Is(err, unix.ENOENT):
 		return w.settle(n, nodeMissing, real, nil)
 	case errors.Is(err, unix.EACCES) && unix.Access(n.path, unix.X_OK) == nil:
-		// A directory that may be searched but not read (a link would
-		// have given ENOTDIR).
+		// Searchable but not readable (a link would give ENOTDIR).
 		return w.settle(n, nodeBlind, real, nil)
 	case !errors.Is(err, unix.ENOTDIR):
 		return w.settle(n, nodeFailed, real, nil)
@@ -817,8 +722,7 @@ func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 	case fi.Mode()&os.ModeSymlink == 0:
 		return w.settle(n, nodeMissing, real, nil) // a file: its parent sees it become a directory
 	}
-	// A symlink: watch the directory it names, if it names one, before
-	// reading it; its target is looked up through other directories.
+	// A symlink: watch what it names, if a directory, before reading it.
 	err, again = w.watch(n, watchMask)
 	switch {
 	case again:
@@ -848,23 +752,19 @@ func (w *watcher) install(n *dirNode, stack []*dirNode) (again bool) {
 	}
 	state := nodeWatched
 	if err != nil || toBelow {
-		// Dangling, or naming a file (ENOTDIR), or a directory the
-		// watcher still knows as missing (it appeared since, and the
-		// event that says so drops to and this node with it): the
-		// target's node, or its first missing ancestor's, sees it
-		// appear or change.
+		// Dangling, naming a file, or a directory still known as
+		// missing: the target's node, or its first missing ancestor's,
+		// sees it appear or change.
 		state = nodeMissing
 	}
 	return w.settle(n, state, "", to)
 }
 
-// errWatchLost is watch's error when every watch it added was one just
-// removed by another lookup.
+// errWatchLost: every watch added was one just removed by another lookup.
 var errWatchLost = errors.New("statacc: inotify watch removed while added")
 
-// watch adds an inotify watch of n's path with mask and registers it as
-// n's, so that any change after this is an event for n. again says that n
-// was dropped meanwhile.
+// watch adds and registers n's watch: a later change is an event for n.
+// again: n was dropped meanwhile.
 func (w *watcher) watch(n *dirNode, mask uint32) (err error, again bool) {
 	wd, err := unix.InotifyAddWatch(w.fd, n.path, mask)
 	if err != nil {
@@ -872,8 +772,7 @@ func (w *watcher) watch(n *dirNode, mask uint32) (err error, again bool) {
 	}
 	w.mu.Lock()
 	for try := 0; w.isDeadLocked(int32(wd)); try++ {
-		// Added just before another lookup removed it (under mu, so it is
-		// gone now): a new call makes a new watch.
+		// Added just before another lookup removed it: add again.
 		w.mu.Unlock()
 		if try == 3 {
 			return errWatchLost, false
@@ -890,7 +789,7 @@ func (w *watcher) watch(n *dirNode, mask uint32) (err error, again bool) {
 	}
 	n.wd = int32(wd)
 	w.byWD[n.wd] = append(w.byWD[n.wd], n)
-	w.cache.counts.Watches.Store(int64(len(w.byWD)))
+	w.cache.counts[Watches].Store(int64(len(w.byWD)))
 	w.mu.Unlock()
 	if testHookWatchAdded != nil {
 		testHookWatchAdded(n.path)
@@ -901,23 +800,15 @@ func (w *watcher) watch(n *dirNode, mask uint32) (err error, again bool) {
 // settle records what install found. to, if set, is the pinned node of a
 // symlink's target; its pin passes to the link.
 func (w *watcher) settle(n *dirNode, state nodeState, real string, to *dirNode) (again bool) {
-	var gone []*Entry
 	w.mu.Lock()
-	if n.dropped {
+	defer w.mu.Unlock()
+	if n.dropped || to != nil && to.dropped {
 		if to != nil {
 			w.unpinLocked(to)
 		}
-		w.mu.Unlock()
-		w.finish(gone)
 		return true
 	}
 	if to != nil {
-		if to.dropped {
-			w.unpinLocked(to)
-			w.mu.Unlock()
-			w.finish(gone)
-			return true
-		}
 		n.link = to
 		if to.dependents == nil {
 			to.dependents = make(map[*dirNode]struct{})
@@ -932,10 +823,8 @@ func (w *watcher) settle(n *dirNode, state nodeState, real string, to *dirNode) 
 	w.indexRealLocked(n)
 	if state == nodeFailed {
 		n.failedAt = nanotime()
-		w.cache.counts.UnwatchedDirs.Add(1)
+		w.cache.counts[UnwatchedDirs].Add(1)
 	}
-	w.mu.Unlock()
-	w.finish(gone)
 	return false
 }
 
@@ -944,9 +833,7 @@ func (w *watcher) unpinLocked(n *dirNode) {
 	w.maybeRemoveLocked(n)
 }
 
-// maybeRemoveLocked removes n and then its ancestors while nothing needs
-// them: no entries, children, pins or listing. Their entries are gone
-// already.
+// maybeRemoveLocked removes n and its ancestors while nothing needs them.
 func (w *watcher) maybeRemoveLocked(n *dirNode) {
 	for n != nil && !n.dropped && n.pins <= 0 && len(n.entries) == 0 && len(n.negs) == 0 && len(n.children) == 0 && len(n.dependents) == 0 && n.listing == nil {
 		parent := n.parent
@@ -955,20 +842,18 @@ func (w *watcher) maybeRemoveLocked(n *dirNode) {
 	}
 }
 
-// dropLocked forgets n, its subtree and the links that resolve through
-// them, with their entries: gone collects the entries to drop once mu is
-// released (nil when there are none). A watch nothing else uses is
-// removed here, under mu: inotify_rm_watch touches no filesystem, and
-// removing it before mu is released means that a lookup's later
-// inotify_add_watch of the same directory makes a new watch rather than
-// getting one that is about to go.
+// dropLocked forgets n, its subtree and the links through them, with
+// their entries (collected in gone, dropped once mu is released). A watch
+// nothing else uses is removed here, under mu, so that a lookup's later
+// inotify_add_watch of the directory makes a new watch, not one about to
+// go (inotify_rm_watch touches no filesystem).
 func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 	if n.dropped {
 		return
 	}
 	n.dropped = true
 	if n.state == nodeFailed {
-		w.cache.counts.UnwatchedDirs.Add(-1)
+		w.cache.counts[UnwatchedDirs].Add(-1)
 	}
 	for _, ch := range n.children {
 		w.dropLocked(ch, gone)
@@ -1002,13 +887,7 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 		w.unpinLocked(to)
 	}
 	if n.wd >= 0 {
-		users := w.byWD[n.wd]
-		for i, x := range users {
-			if x == n {
-				users = append(users[:i], users[i+1:]...)
-				break
-			}
-		}
+		users := slices.DeleteFunc(w.byWD[n.wd], func(x *dirNode) bool { return x == n })
 		if len(users) == 0 {
 			delete(w.byWD, n.wd)
 			w.markDeadLocked(n.wd)
@@ -1017,21 +896,18 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
 			w.byWD[n.wd] = users
 		}
 		n.wd = -1
-		w.cache.counts.Watches.Store(int64(len(w.byWD)))
+		w.cache.counts[Watches].Store(int64(len(w.byWD)))
 	}
 	n.prev.next, n.next.prev = n.next, n.prev
 	n.prev, n.next = nil, nil
 	w.nodes--
-	w.cache.counts.WatchNodes.Store(int64(w.nodes))
+	w.cache.counts[WatchedDirs].Store(int64(w.nodes))
 	if n.parent != nil {
-		// The parent may now be an empty leaf.
 		w.maybeRemoveLocked(n.parent)
 	}
 }
 
-// rmUnused removes a watch added for a node that was dropped before it
-// could use it, unless another node uses the same watch.
-// Called with mu held.
+// rmUnusedLocked removes a watch added for a dropped node, if unused.
 func (w *watcher) rmUnusedLocked(wd int32) {
 	if len(w.byWD[wd]) == 0 {
 		w.markDeadLocked(wd)
@@ -1039,7 +915,6 @@ func (w *watcher) rmUnusedLocked(wd int32) {
 	}
 }
 
-// markDeadLocked remembers a watch about to be removed.
 func (w *watcher) markDeadLocked(wd int32) {
 	now := nanotime()
 	for len(w.deadFIFO) > 0 {
@@ -1064,7 +939,7 @@ func (w *watcher) isDeadLocked(wd int32) bool {
 // finish drops the entries that left the map, once mu is released.
 func (w *watcher) finish(gone []*Entry) {
 	for _, e := range gone {
-		w.cache.counts.Invalidations.Add(1)
+		w.cache.counts[Invalidations].Add(1)
 		w.cache.drop(e)
 	}
 }
@@ -1076,19 +951,18 @@ func (w *watcher) close() {
 	w.closing.Store(true)
 	w.file.Close() // ends read
 	<-w.done
-	// A lookup may still be handling events it read (catchUp): wait for
-	// it, so that no event is handled after the cache's last flush.
+	// Wait for a lookup handling events (catchUp): none may be handled
+	// after the cache's last flush.
 	w.drainTurn <- struct{}{}
 	<-w.drainTurn
 }
 
-// read handles events until the descriptor is closed. The descriptor is
-// non-blocking, so the wait parks on the netpoller instead of a thread.
+// read handles events until the descriptor is closed, parked on the
+// netpoller.
 func (w *watcher) read() {
 	defer close(w.done)
 	for {
-		// Wait until the kernel holds events, reading none: drain reads
-		// them, here or in a lookup that got there first.
+		// Wait for events without reading them: drain reads them.
 		err := w.raw.Read(func(fd uintptr) bool { return eventsQueued(int(fd)) })
 		if err != nil || !w.drain() {
 			return // closed
@@ -1096,14 +970,12 @@ func (w *watcher) read() {
 	}
 }
 
-// drain reads and handles every event the kernel holds, until it holds
-// none; it reports false once the descriptor is closed.
+// drain reads and handles events until there are none; false once closed.
 func (w *watcher) drain() bool {
 	w.drainTurn <- struct{}{}
 	return w.drainHeld()
 }
 
-// drainHeld is drain with the turn taken; it gives it back.
 func (w *watcher) drainHeld() bool {
 	w.draining.Store(true)
 	defer func() {
@@ -1114,7 +986,7 @@ func (w *watcher) drainHeld() bool {
 		var n int
 		var rerr error
 		// Control, not Read: the watcher's goroutine may be parked in
-		// raw.Read, which holds the descriptor's read lock while it waits.
+		// raw.Read, holding the read lock.
 		err := w.raw.Control(func(fd uintptr) {
 			for {
 				if n, rerr = unix.Read(int(fd), w.buf); rerr != unix.EINTR {
@@ -1134,9 +1006,8 @@ func (w *watcher) drainHeld() bool {
 	}
 }
 
-// handleBatch handles the events of one read.
 func (w *watcher) handleBatch(buf []byte) {
-	invalidated := w.cache.counts.Invalidations.Load()
+	invalidated := w.cache.counts[Invalidations].Load()
 	for off := 0; off+unix.SizeofInotifyEvent <= len(buf); {
 		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
 		nameBytes := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
@@ -1144,44 +1015,34 @@ func (w *watcher) handleBatch(buf []byte) {
 		off += unix.SizeofInotifyEvent + int(ev.Len)
 		w.handle(ev.Wd, ev.Mask, name)
 	}
-	if w.cache.counts.Invalidations.Load() != invalidated {
-		// Events take entries out one at a time, a deleted directory
-		// many at once: what a purge of it would give back is given
-		// back here, once per batch of events.
+	if w.cache.counts[Invalidations].Load() != invalidated {
+		// Give back what a purge would, once per batch of events.
 		w.cache.tidyAfterRemovals()
 	}
 }
 
-// catchUpWait bounds how long a lookup waits for the batch of events
-// the watcher's goroutine is handling before it looks in the filesystem
-// instead of trusting what the cache says is missing: short, since the
-// filesystem's answer costs a few microseconds, and under a storm of
-// events (a deploy) waiting would buy nothing.
+// catchUpWait bounds how long a lookup waits for the events being
+// handled before it asks the filesystem instead: short, since the
+// filesystem answers in microseconds.
 const catchUpWait = 5 * time.Millisecond
 
-// eventsQueued reports whether the kernel holds events on the inotify
-// descriptor fd (or cannot tell). poll, not FIONREAD: the kernel answers
-// it by looking whether its queue is empty, where FIONREAD walks the
-// whole queue under the lock every event producer takes.
+// eventsQueued reports whether the kernel holds events on fd (or cannot
+// tell). poll, not FIONREAD, which walks the queue under the lock every
+// event producer takes.
 func eventsQueued(fd int) bool {
 	fds := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	n, err := unix.Poll(fds[:], 0)
 	return err != nil || n > 0
 }
 
-// catchUp reports whether every event queued before it was called is
-// handled when it returns. A lookup calls it before it answers "no such
-// file" from memory: a file made and closed just before the request had
-// its event queued before the close returned, and until the watcher's
-// goroutine got its turn the cache would still say the name is missing
-// (a 404 where file_server finds the file; at once for every name of a
-// listed directory). When the kernel holds no event and none is being
-// handled, the usual case, it costs one poll(2); otherwise the lookup
-// handles the events itself, or waits for the batch being handled, up to
-// catchUpWait or ctx's end, and reports false if it is not done by then
-// (the lookup then goes to the filesystem). The order (the kernel's count,
-// then draining) leaves no gap: an event the count missed was read
-// already, by a drain that is still going or is done.
+// catchUp reports whether every event queued before the call is handled
+// when it returns. A lookup calls it before it answers "no such file" from
+// memory: a file made just before the request had its event queued, and
+// the cache would answer 404 where file_server finds it. Usually one
+// poll(2); else the lookup handles the events itself or waits for the
+// batch being handled, up to catchUpWait or ctx's end, and reports false
+// if not done (the lookup then goes to the filesystem). Count first, then
+// drain: an event the count missed was read already.
 func (w *watcher) catchUp(ctx context.Context) bool {
 	if w == nil {
 		return true
@@ -1226,14 +1087,13 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 	}
 	w.mu.Lock()
 	if mask&unix.IN_IGNORED != 0 {
-		// The kernel removed the watch (ours, or the directory is gone):
-		// nothing to remove any more.
+		// The kernel removed the watch: nothing to remove any more.
 		for _, n := range w.byWD[wd] {
 			n.wd = -1
 		}
 		users := w.byWD[wd]
 		delete(w.byWD, wd)
-		c.counts.Watches.Store(int64(len(w.byWD)))
+		c.counts[Watches].Store(int64(len(w.byWD)))
 		for _, n := range users {
 			n.gen++
 			w.dropLocked(n, &gone)
@@ -1272,7 +1132,7 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 			if seq, ok := n.negs[h]; ok {
 				delete(n.negs, h)
 				if _, ok := c.negatives.remove(h, seq); ok {
-					c.counts.Invalidations.Add(1)
+					c.counts[Invalidations].Add(1)
 				}
 				w.maybeRemoveLocked(n)
 			}
