@@ -319,11 +319,13 @@ func buildCaddy(cfg *config) error {
 	return nil
 }
 
-// measureWorkload runs w on every server, interleaved (A B C A B C …),
-// then counts syscalls once per server.
+// measureWorkload runs w on every server, interleaved, each round starting
+// one server further (A B C, B C A, C A B …) so that no server always runs
+// first or right after the same one, then counts syscalls once per server.
 func measureWorkload(cfg *config, w workload, servers []*server, res map[string]*result) {
 	for round := 1; round <= cfg.runs; round++ {
-		for _, s := range servers {
+		for i := range servers {
+			s := servers[(i+round-1)%len(servers)]
 			if !s.takes(w.id) {
 				continue
 			}
