@@ -273,9 +273,11 @@ func collect(countEntries bool) Stats {
 	s.CacheInstances = make([]CacheInstance, 0, len(live))
 	var limits CacheFigures
 	for i, lc := range live {
-		c := lc.c.Counts()
+		var c statacc.Counters
 		if countEntries {
 			c = lc.c.Snapshot()
+		} else {
+			c = lc.c.Counts()
 		}
 		for st, v := range c {
 			total[st] += v

@@ -49,7 +49,6 @@ const (
 	negativeRevalidations // negative entries looked up again in place (revalidateNegative)
 	dirEntries            // cached entries without a descriptor
 	watchEvictions        // watched directories forgotten to stay under MaxWatches
-	watchRefused          // lookups left unwatched for want of room
 	numCounts
 )
 
