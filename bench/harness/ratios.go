@@ -12,8 +12,8 @@ import (
 
 // pairStat sums up one server's figure over another's, round by round.
 // The runs of one round follow each other (measureWorkload runs every
-// server once a round, in the same order), so the two runs of a pair are a
-// few runs apart at most and see about the same state of the machine, and their ratio cancels what drifts from
+// server once a round, each round starting one server further), so the
+// two runs of a pair are a few runs apart at most and see about the same state of the machine, and their ratio cancels what drifts from
 // one round to the next: another process's load, the host's page cache,
 // this VM's CPU. The ratio of two separate medians does not, and their two
 // spreads overstate how uncertain the comparison is.

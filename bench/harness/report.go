@@ -92,7 +92,7 @@ func report(cfg *config, ws []workload, names []string, results map[string]map[s
 	fmt.Fprintf(&b, "- RLIMIT_NOFILE of every server: %d; nginx `open_file_cache max=%d`; lighttpd `server.max-fds = 16384` and its default stat cache.\n", noFile, openFileCacheMax())
 	fmt.Fprintf(&b, "- Command: `%s`\n", strings.TrimSpace(cfg.command))
 	fmt.Fprintf(&b, "- Servers pinned to CPU 0, load generators to CPU 1; loopback. Each figure is the median of %d "+
-		"runs of %s, servers interleaved in rounds (A B C, A B C, …: one run of each server a round, in the same order). "+
+		"runs of %s, servers interleaved in rounds (A B C, B C A, C A B, …: one run of each server a round, each round starting one server further). "+
 		"Spread is (max−min)/median of one server's runs. "+
 		"req/s counts successful responses only (404s in g and g2 are the expected answer).\n",
 		cfg.runs, cfg.duration)
