@@ -217,6 +217,24 @@ func skipIfShort(t *testing.T, what string) {
 func get(t testing.TB, c *http.Client, url string) (int, http.Header, []byte) {
 	t.Helper()
 	resp, err := c.Get(url)
+	return readAnswer(t, url, resp, err)
+}
+
+// getAfterReload is get for the first request after a reload: one that
+// the old config's listener dropped (droppedByReload) is sent again, once.
+func getAfterReload(t testing.TB, c *http.Client, url string) (int, http.Header, []byte) {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil && droppedByReload(err) {
+		t.Logf("GET %s right after a reload: %v; again", url, err)
+		resp, err = c.Get(url)
+	}
+	return readAnswer(t, url, resp, err)
+}
+
+// readAnswer reads the response to a GET of url, failing the test on an error.
+func readAnswer(t testing.TB, url string, resp *http.Response, err error) (int, http.Header, []byte) {
+	t.Helper()
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}

@@ -90,7 +90,7 @@ func TestNegativesAcrossAReload(t *testing.T) {
 	loadSites(t, "", site) // the reload
 	c.CloseIdleConnections()
 	hits := negativeHits()
-	if status, _, _ := get(t, c, url); status != http.StatusNotFound || negativeHits() != hits+1 {
+	if status, _, _ := getAfterReload(t, c, url); status != http.StatusNotFound || negativeHits() != hits+1 {
 		t.Errorf("after the reload: %d, %d negative hits, want a cached 404", status, negativeHits()-hits)
 	}
 	if err := os.WriteFile(filepath.Join(root, ".late"), []byte("late\n"), 0o644); err != nil {
