@@ -72,6 +72,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    negative_cache <n>
 //	    max_watches   <n>
 //	    max_dir_entries <n>
+//	    max_entries   <n>
 //	    memory_cache  <budget> [max_file <size>]
 //	    transmit      auto|sendfile|io_uring|copy
 //	    sendfile_max_chunk <size>
@@ -100,7 +101,7 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	}
 
 	counts := map[string]*int{"stat_workers": &fsrv.StatWorkers, "max_open_files": &fsrv.MaxOpenFiles,
-		"max_watches": &fsrv.MaxWatches, "max_dir_entries": &fsrv.MaxDirEntries, "prewarm_workers": &fsrv.PrewarmWorkers}
+		"max_watches": &fsrv.MaxWatches, "max_dir_entries": &fsrv.MaxDirEntries, "max_entries": &fsrv.MaxEntries, "prewarm_workers": &fsrv.PrewarmWorkers}
 	// at holds the token of each subdirective, for the line of a value
 	// checkSettings refuses.
 	at := make(map[string]caddyfile.Token)
@@ -145,7 +146,7 @@ func (fsrv *FlashServe) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			fsrv.MaxRanges, err = pointer(arg(d, sub, intValue))
 		case "negative_cache":
 			fsrv.NegativeCache, err = pointer(arg(d, sub, intValue))
-		case "stat_workers", "max_open_files", "max_watches", "max_dir_entries", "prewarm_workers":
+		case "stat_workers", "max_open_files", "max_watches", "max_dir_entries", "max_entries", "prewarm_workers":
 			*counts[sub], err = notDefault(d, sub, intValue)
 		case "revalidate":
 			fsrv.Revalidate, err = notDefault(d, sub, durationValue)

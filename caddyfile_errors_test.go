@@ -50,6 +50,7 @@ var badCaddyfile = []struct{ lines, want string }{
 	{"negative_cache lots", `negative_cache: "lots" is not a number, at Caddyfile:3`},
 	{"max_watches 0", "`max_watches 0` would mean the default; leave it out, at Caddyfile:3"},
 	{"max_dir_entries x", `max_dir_entries: "x" is not a number, at Caddyfile:3`},
+	{"max_entries x", `max_entries: "x" is not a number, at Caddyfile:3`},
 	{"memory_cache", "memory_cache syntax: memory_cache <budget> [max_file <size>], at Caddyfile:3"},
 	{"memory_cache lots", `memory_cache: "lots" is not a size (e.g. 64MiB, 512KB), at Caddyfile:3`},
 	{"memory_cache 64MiB max 1KiB", "memory_cache syntax: memory_cache <budget> [max_file <size>], at Caddyfile:3"},

@@ -95,9 +95,14 @@ type CacheFigures struct {
 	NegativeEntries int64 `json:"negative_entries"`
 	MaxNegative     int64 `json:"max_negative_entries"`
 	Listings        int64 `json:"listings"`
-	// OpenFiles counts the descriptors held, MaxOpenFiles their bound.
+	// OpenFiles counts the descriptors held, MaxOpenFiles their bound;
+	// MaxEntries bounds the entries of regular files, with or without a
+	// descriptor; Reopens counts the hits whose descriptor had been closed
+	// for max_open_files, answered by opening the file again.
 	OpenFiles    int64 `json:"open_files"`
 	MaxOpenFiles int64 `json:"max_open_files"`
+	MaxEntries   int64 `json:"max_entries"`
+	Reopens      int64 `json:"reopens"`
 	// MemoryBytes is the file content kept in memory, MemoryBudget its
 	// bound (memory_cache, 0 when off).
 	MemoryBytes  int64 `json:"memory_bytes"`
@@ -113,14 +118,16 @@ type CacheFigures struct {
 }
 
 // CacheDrops count the entries dropped: their file changed, an inotify
-// overflow flushed the cache, a descriptor evicted for max_open_files, a
-// negative entry for negative_cache, stale, idle on a filesystem mounted
+// overflow flushed the cache, a descriptor closed for max_open_files (its
+// entry stays), an entry for max_entries, a negative entry for
+// negative_cache, stale, idle on a filesystem mounted
 // below the site's root (so that it can be unmounted), closed because the
 // fd table was full.
 type CacheDrops struct {
 	Invalidations     int64 `json:"invalidations"`
 	Flushes           int64 `json:"flushes"`
 	Evictions         int64 `json:"evictions"`
+	EntryEvictions    int64 `json:"entry_evictions"`
 	NegativeEvictions int64 `json:"negative_evictions"`
 	Expired           int64 `json:"expired"`
 	IdleClosed        int64 `json:"idle_closed"`
@@ -288,13 +295,14 @@ func collect(countEntries bool) Stats {
 		s.CacheInstances = append(s.CacheInstances, inst)
 		limits.MaxNegative += inst.MaxNegative
 		limits.MaxOpenFiles += inst.MaxOpenFiles
+		limits.MaxEntries += inst.MaxEntries
 		limits.MemoryBudget += inst.MemoryBudget
 		limits.MaxWatches += inst.MaxWatches
 	}
 	s.Caches = len(live)
 	s.Cache = cacheFigures(total)
-	s.Cache.MaxNegative, s.Cache.MaxOpenFiles, s.Cache.MemoryBudget, s.Cache.MaxWatches =
-		limits.MaxNegative, limits.MaxOpenFiles, limits.MemoryBudget, limits.MaxWatches
+	s.Cache.MaxNegative, s.Cache.MaxOpenFiles, s.Cache.MaxEntries, s.Cache.MemoryBudget, s.Cache.MaxWatches =
+		limits.MaxNegative, limits.MaxOpenFiles, limits.MaxEntries, limits.MemoryBudget, limits.MaxWatches
 	wait := time.Duration(total[statacc.Wait]).Seconds()
 	s.Lookups = LookupStats{Hits: total[statacc.Hits], NegativeHits: total[statacc.NegativeHits], Misses: total[statacc.Misses], Merged: total[statacc.Merged],
 		HitRatio:   hitRatio(total[statacc.Hits]+total[statacc.NegativeHits], total[statacc.Misses]+total[statacc.Merged]),
@@ -323,9 +331,9 @@ func collect(countEntries bool) Stats {
 func cacheFigures(c statacc.Counters) CacheFigures {
 	return CacheFigures{
 		Entries: c[statacc.Entries], NegativeEntries: c[statacc.NegativeEntries], Listings: c[statacc.Listings],
-		OpenFiles: c[statacc.OpenFiles], MemoryBytes: c[statacc.MemoryBytes],
+		OpenFiles: c[statacc.OpenFiles], Reopens: c[statacc.Reopens], MemoryBytes: c[statacc.MemoryBytes],
 		WatchedDirs: c[statacc.WatchedDirs], InotifyWatches: c[statacc.Watches], UnwatchedDirs: c[statacc.UnwatchedDirs],
-		CacheDrops: CacheDrops{Invalidations: c[statacc.Invalidations], Flushes: c[statacc.Flushes], Evictions: c[statacc.Evictions],
+		CacheDrops: CacheDrops{Invalidations: c[statacc.Invalidations], Flushes: c[statacc.Flushes], Evictions: c[statacc.Evictions], EntryEvictions: c[statacc.EntryEvictions],
 			NegativeEvictions: c[statacc.NegativeEvictions], Expired: c[statacc.Expired], IdleClosed: c[statacc.IdleClosed], Shed: c[statacc.Shed]},
 	}
 }
@@ -334,6 +342,7 @@ func cacheFigures(c statacc.Counters) CacheFigures {
 func (f *CacheFigures) setLimits(o statacc.Options) {
 	f.MaxNegative = int64(max(o.NegativeEntries, 0))
 	f.MaxOpenFiles = int64(o.MaxOpenFiles)
+	f.MaxEntries = int64(o.MaxEntries)
 	f.MemoryBudget = max(o.MemoryBudget, 0)
 	if !o.NoInotify { // else it watches nothing
 		f.MaxWatches = int64(o.MaxWatches)
@@ -423,14 +432,16 @@ var metrics = []*metric{
 		read: func(s *Stats) []series { return []series{{v: s.Lookups.WaitSeconds}} }},
 	single(counter, "cache_invalidations_total", "Cached entries dropped because their file or directory changed.", func(s *Stats) int64 { return s.Cache.Invalidations }),
 	single(counter, "cache_flushes_total", "Whole-cache flushes (inotify queue overflows).", func(s *Stats) int64 { return s.Cache.Flushes }),
-	{name: "cache_evictions_total", help: "Cached entries evicted to stay within a bound: open_file for max_open_files, negative for negative_cache.", kind: counter, label: "entry",
+	{name: "cache_evictions_total", help: "Cached entries evicted to stay within a bound: open_file for the descriptors closed for max_open_files (their entry stays), file for the entries of files dropped for max_entries, negative for negative_cache.", kind: counter, label: "entry",
 		read: func(s *Stats) []series {
-			return []series{{"open_file", float64(s.Cache.Evictions)}, {"negative", float64(s.Cache.NegativeEvictions)}}
+			return []series{{"open_file", float64(s.Cache.Evictions)}, {"file", float64(s.Cache.EntryEvictions)}, {"negative", float64(s.Cache.NegativeEvictions)}}
 		}},
+	single(counter, "cache_reopens_total", "Hits whose descriptor had been closed for max_open_files, answered by opening the file again without a lookup.", func(s *Stats) int64 { return s.Cache.Reopens }),
 	single(counter, "cache_expirations_total", "Cached entries dropped as stale: not asked for within revalidate (twice it for a negative entry of a watched directory).", func(s *Stats) int64 { return s.Cache.Expired }),
 	single(counter, "cache_idle_closed_total", "Descriptors on a filesystem mounted below the site's root closed because no request used them for 2 to 4 s (so that it can be unmounted).", func(s *Stats) int64 { return s.Cache.IdleClosed }),
 	single(gauge, "cache_open_files", "Descriptors the caches hold open.", func(s *Stats) int64 { return s.Cache.OpenFiles }),
 	single(gauge, "cache_open_files_limit", "The most descriptors the caches keep open (max_open_files, summed over the caches).", func(s *Stats) int64 { return s.Cache.MaxOpenFiles }),
+	single(gauge, "cache_file_entries_limit", "The most entries of regular files the caches keep, with or without a descriptor (max_entries, summed over the caches).", func(s *Stats) int64 { return s.Cache.MaxEntries }),
 	single(gauge, "cache_entries", "Entries cached, negative ones included.", func(s *Stats) int64 { return s.Cache.Entries }),
 	single(gauge, "cache_negative_entries", "Cached \"no such file\" answers.", func(s *Stats) int64 { return s.Cache.NegativeEntries }),
 	single(gauge, "cache_listings", "Directories listed, whose missing names are answered with no entry.", func(s *Stats) int64 { return s.Cache.Listings }),

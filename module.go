@@ -156,6 +156,15 @@ type FlashServe struct {
 	// Default: 10000.
 	MaxDirEntries int `json:"max_dir_entries,omitempty"`
 
+	// The most cached entries of regular files, each a few hundred bytes of
+	// heap. The `max_open_files` most recently used keep a descriptor open;
+	// the others keep their headers and validators, and a hit on one opens
+	// the file again in the request (one openat2 and one fstat, checked
+	// against the inode, size and mtime it had) rather than looking it up.
+	// Past it the least recently used are forgotten.
+	// Default: 131072, or max_open_files if more.
+	MaxEntries int `json:"max_entries,omitempty"`
+
 	// Small files kept in memory, validated by inotify and revalidate like
 	// every cached lookup, and written with the headers in one write.
 	// Default: a budget of 64 MiB for files of at most 3 KiB.
@@ -453,6 +462,7 @@ func (fsrv *FlashServe) checkSettings() error {
 		{"max_open_files", fsrv.MaxOpenFiles},
 		{"max_watches", fsrv.MaxWatches},
 		{"max_dir_entries", fsrv.MaxDirEntries},
+		{"max_entries", fsrv.MaxEntries},
 	} {
 		if c.n < 0 {
 			return refuse(c.field, "need at least 1, got %d", c.n)
@@ -649,6 +659,7 @@ func (fsrv *FlashServe) cacheOptions() statacc.Options {
 		NoInotify:     fsrv.DisableInotify,
 		MaxWatches:    fsrv.MaxWatches,
 		MaxDirEntries: fsrv.MaxDirEntries,
+		MaxEntries:    fsrv.MaxEntries,
 	}
 	// The symlinks mode is not a cache setting: every lookup names its own
 	// (GetCounted), so sites with other modes share one cache.

@@ -43,6 +43,7 @@ var reloadedSettings = []reloadedSetting{
 	{"stat_workers 8", "stat_workers 4"},
 	{"max_watches 1000", "max_watches 900"},
 	{"max_dir_entries 1000", "max_dir_entries 900"},
+	{"max_entries 1000", "max_entries 900"},
 	{"inotify on", "inotify off"},
 	{"transmit io_uring", "transmit sendfile"},
 	{"max_ranges 16", "max_ranges 8"},

@@ -25,6 +25,8 @@ var outOfRange = []struct{ caddyfile, json, wantJSON, wantCaddyfile string }{
 		"max_watches: need at least 1, got -1", "max_watches: need at least 1, got -1, at Caddyfile:3"},
 	{"max_dir_entries -2", `"max_dir_entries": -2`,
 		"max_dir_entries: need at least 1, got -2", "max_dir_entries: need at least 1, got -2, at Caddyfile:3"},
+	{"max_entries -2", `"max_entries": -2`,
+		"max_entries: need at least 1, got -2", "max_entries: need at least 1, got -2, at Caddyfile:3"},
 	{"negative_cache -1", `"negative_cache": -1`,
 		"negative_cache: need 0 (off) or more, got -1", "negative_cache: need 0 (off) or more, got -1, at Caddyfile:3"},
 	{"max_ranges -1", `"max_ranges": -1`,

@@ -35,6 +35,13 @@ type Options struct {
 	// MaxOpenFiles bounds the descriptors the cache keeps open. Default: a
 	// quarter of RLIMIT_NOFILE (the rest is for connections), at most 262144.
 	MaxOpenFiles int
+	// MaxEntries bounds the cached entries of regular files, with or
+	// without a descriptor: past MaxOpenFiles, the least recently used keep
+	// their validators and headers but not their descriptor, and a hit on
+	// one opens the file again in the request (reopen) rather than looking
+	// it up. Default: 131072 (some 80 MiB of heap at most), or MaxOpenFiles
+	// if more.
+	MaxEntries int
 	// NegativeEntries bounds the cached "no such file" answers. When full,
 	// a path missing for the first time is answered without being kept (a
 	// scanner's distinct paths displace nothing); one that missed before
@@ -87,7 +94,7 @@ func defaultWorkers() int { return max(32, 4*runtime.GOMAXPROCS(0)) }
 // second for unwatched directories).
 type Cache struct {
 	opts    Options
-	entries sync.Map // path string → *Entry, for the paths that exist
+	entries sync.Map // path string → *meta, for the paths that exist
 	// negatives holds the negative entries, pointer-free (negstore.go).
 	negatives *negStore
 	jobs      chan *call
@@ -99,9 +106,11 @@ type Cache struct {
 	mu          sync.Mutex // guards inflight; taken on the miss path only
 	inflight    map[lookupKey]*call
 	watch       *watcher
-	// fds and negs are the eviction clocks of descriptors and negative entries.
-	fds  clock[*Entry]
-	negs clock[negRef]
+	// fds, files and negs are the eviction clocks of descriptors, of
+	// regular files' entries and of negative entries.
+	fds   clock[*Entry]
+	files clock[*meta]
+	negs  clock[negRef]
 	// doors is nil until the negative cache was first full (negative.go).
 	doors  atomic.Pointer[doorkeeper]
 	counts counters
@@ -200,6 +209,10 @@ func New(o Options) *Cache {
 	if o.MaxDirEntries <= 0 {
 		o.MaxDirEntries = 10000
 	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = 1 << 17
+	}
+	o.MaxEntries = max(o.MaxEntries, o.MaxOpenFiles)
 	c := &Cache{
 		opts:        o,
 		jobs:        make(chan *call, o.queueLength),
@@ -352,8 +365,8 @@ type rootMount struct {
 // last request, so that `umount` succeeds then.
 const idlePeriod = 2 * time.Second
 
-// closeIdle forgets the entries on another mount than their site's root
-// that no request used since the previous pass, nor uses now. It walks
+// closeIdle closes the descriptors on another mount than their site's
+// root that no request used since the previous pass, nor uses now. It walks
 // the clock in steps, letting misses in between, and stops if a
 // compaction moved the entries (the next pass does the rest).
 func (c *Cache) closeIdle() int {
@@ -372,13 +385,13 @@ func (c *Cache) closeIdle() int {
 		e := k.ring[i]
 		// A new entry comes with markIdle set (record): it lives through
 		// at least one whole period.
-		if !e.otherMount || e.gone.Load() || e.refs.Load() > 1 || e.takeMark(markIdle) {
+		if !e.otherMount || e.shut.Load() || e.refs.Load() > 1 || e.takeMark(markIdle) {
 			i++
 			continue
 		}
-		// Fails if e left the cache since, and its drop is on its way.
-		if c.entries.CompareAndDelete(e.path, e) {
-			c.drop(e)
+		// The entry stays, without its descriptor. Fails if the descriptor
+		// was let go of since.
+		if c.shut(e) {
 			n++
 		}
 		k.removeAt(i) // the last entry moves to i, and is looked at next
@@ -394,7 +407,7 @@ func (c *Cache) closeIdle() int {
 func (c *Cache) dropStale() int {
 	n := 0
 	c.entries.Range(func(k, v any) bool {
-		if e := v.(*Entry); !c.fresh(e) && c.entries.CompareAndDelete(k, v) {
+		if e := v.(*meta); !c.fresh(e) && c.entries.CompareAndDelete(k, v) {
 			c.drop(e)
 			n++
 		}
@@ -422,6 +435,7 @@ func (c *Cache) tidyAfterRemovals() {
 func (c *Cache) tidyRings(fds, negs bool) {
 	if fds {
 		tidy(&c.fds, fdOps{c}, c.opts.MaxOpenFiles)
+		tidy(&c.files, fileOps{c}, c.opts.MaxEntries)
 	}
 	if negs {
 		tidy(&c.negs, negOps{c}, c.opts.NegativeEntries)
@@ -497,7 +511,7 @@ func (c *Cache) refuseQueued() {
 	for {
 		select {
 		case cl := <-c.jobs:
-			c.complete(cl, &Entry{path: cl.key.path, err: errCacheClosed})
+			c.complete(cl, errorEntry(cl.key.path, errCacheClosed))
 			cl.leave()
 		default:
 			return
@@ -518,18 +532,24 @@ func (c *Cache) GetCounted(ctx context.Context, counts *LookupCounts, root strin
 		root = ""
 	}
 	if v, ok := c.entries.Load(path); ok {
-		e := v.(*Entry)
-		if e.root == root && e.symlinks == mode && c.fresh(e) && e.acquire() {
-			e.markUsed()
-			if d := e.dir; d != nil && !d.used.Load() {
-				d.used.Store(true) // the directory's second chance
+		m := v.(*meta)
+		if m.root == root && m.symlinks == mode && c.fresh(m) {
+			e := m.open.Load()
+			if e == nil || !e.acquire() {
+				e = c.reopen(m)
 			}
-			e.hot.Hit()
-			c.counts[Hits].Add(1)
-			if counts != nil {
-				counts.Hits.Add(1)
+			if e != nil {
+				m.markUsed()
+				if d := m.dir; d != nil && !d.used.Load() {
+					d.used.Store(true) // the directory's second chance
+				}
+				m.hot.Hit()
+				c.counts[Hits].Add(1)
+				if counts != nil {
+					counts.Hits.Add(1)
+				}
+				return e, nil
 			}
-			return e, nil
 		}
 	}
 	key := lookupKey{path: path, root: root, mode: mode}
@@ -655,7 +675,7 @@ func sameMissing(err, old error) bool {
 	return errors.Is(old, syscall.ENOTDIR) && errors.Is(err, syscall.ENOTDIR)
 }
 
-func (c *Cache) fresh(e *Entry) bool { return c.freshSince(e.checked.Load(), e.watched) }
+func (c *Cache) fresh(e *meta) bool { return c.freshSince(e.checked.Load(), e.watched) }
 
 func (c *Cache) freshNegative(sl *negSlot) bool { return c.freshSince(sl.checked.Load(), sl.watched) }
 
@@ -714,7 +734,7 @@ func (c *Cache) miss(ctx context.Context, key lookupKey, site string) (*Entry, e
 		// Misses merged with this one meanwhile are refused with it.
 		cl.pending.Add(-1)
 		c.counts[QueueFull].Add(1)
-		c.complete(cl, &Entry{path: key.path, err: ErrQueueFull})
+		c.complete(cl, errorEntry(key.path, ErrQueueFull))
 		cl.leave()
 		return nil, ErrQueueFull
 	}
@@ -891,24 +911,26 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 	if !briefly && ticket.watched && c.watch.mountsPending() {
 		briefly = true
 	}
-	e.root, e.symlinks = key.root, key.mode
-	if e.err == nil && e.fileMode.IsRegular() {
-		c.hot.Track(&e.hot, path)
+	m := e.meta
+	m.root, m.symlinks = key.root, key.mode
+	if m.err == nil && m.fileMode.IsRegular() {
+		c.hot.Track(&m.hot, path)
 	}
-	e.watched = ticket.watched && !briefly
-	e.checked.Store(checked)
+	m.watched = ticket.watched && !briefly
+	m.checked.Store(checked)
 	if e.file != nil {
 		// As if used now: the idle pass that comes next keeps it.
-		e.marks.Store(markIdle)
+		m.marks.Store(markIdle)
+		m.reopenInline = m.watched && c.watch.cachedOpens(ticket)
 	}
 	if !ticket.watched && e.file != nil {
 		c.noteUnwatched()
 	}
-	if e.err != nil && !cacheableError(e.err) {
+	if m.err != nil && !cacheableError(m.err) {
 		c.watch.leave(ticket)
 		return e // an answer for this request, not for the next one
 	}
-	if e.err != nil {
+	if m.err != nil {
 		if admit == admitNo || admit == admitAsk && !c.keepsNegative(key) {
 			c.watch.leave(ticket)
 			return e
@@ -918,40 +940,50 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 	}
 	if e.file == nil {
 		// A directory or another file without a descriptor: bounded apart,
-		// since the descriptor clock does not see it.
+		// since no clock sees it.
 		if c.counts[dirEntries].Add(1) > int64(c.opts.MaxDirEntries) {
 			c.counts[dirEntries].Add(-1)
 			c.watch.leave(ticket)
 			return e
 		}
+	} else {
+		e.refs.Store(2) // the meta's own reference and the call's
+		c.counts[fileEntries].Add(1)
 	}
-	e.refs.Store(2) // the cache's own reference and the call's
+	m.open.Store(e)
 	var old any
 	var replaced bool
-	// publish marks e stale if its directory changed while we looked: the
+	// publish marks m stale if its directory changed while we looked: the
 	// requests that wait for it get it, the next one looks again.
-	c.watch.publish(ticket, e, func() (negGone, bool) {
-		old, replaced = c.entries.Swap(path, e)
+	c.watch.publish(ticket, m, func() (negGone, bool) {
+		old, replaced = c.entries.Swap(path, m)
 		return c.negatives.removePath(path) // the path's negative entry, if any
 	})
 	if replaced {
-		c.drop(old.(*Entry))
+		c.drop(old.(*meta))
 	}
 	if e.file != nil {
-		ringAdd(&c.fds, fdOps{c}, e, c.opts.MaxOpenFiles)
-		if e.otherMount {
-			c.armIdle()
+		ringAdd(&c.files, fileOps{c}, m, c.opts.MaxEntries)
+		if c.counts[fileEntries].Load() > int64(c.opts.MaxEntries) {
+			c.evictEntries(m)
 		}
-		if c.counts[OpenFiles].Load() > int64(c.opts.MaxOpenFiles) {
-			c.evict(c.opts.MaxOpenFiles*9/10, true)
-		}
+		c.addOpen(e)
 	}
-	if c.closed.Load() && c.unpublish(e) {
+	if c.closed.Load() && c.unpublish(m) {
 		// Close's flush may have gone by: drop it here, or its descriptor
 		// stays open (a bare descriptor has no finalizer).
-		c.drop(e)
+		c.drop(m)
 	}
 	return e
+}
+
+// evictEntries makes room after m overfilled MaxEntries: down to fifteen
+// sixteenths, so that the sweep runs once per sixteenth of the entries.
+// m stays.
+func (c *Cache) evictEntries(m *meta) {
+	n := c.opts.MaxEntries
+	over := func() bool { return c.counts[fileEntries].Load() > int64(n-max(1, n/16)) }
+	sweep(&c.files, fileOps{c}, over, n, true, &c.counts[EntryEvictions], m)
 }
 
 // publishNegative caches the negative answer e in place of the path's
@@ -977,7 +1009,7 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *
 		return r, old, replaced
 	})
 	if hadPos {
-		c.drop(pos.(*Entry))
+		c.drop(pos.(*meta))
 	}
 	ringAdd(&c.negs, negOps{c}, ref, c.opts.NegativeEntries)
 	if c.counts[NegativeEntries].Load() > int64(c.opts.NegativeEntries) || s.bytes.Load() > c.opts.negativeBytes {
@@ -991,7 +1023,7 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *
 	}
 }
 
-func (c *Cache) unpublish(e *Entry) bool { return c.entries.CompareAndDelete(e.path, e) }
+func (c *Cache) unpublish(m *meta) bool { return c.entries.CompareAndDelete(m.path, m) }
 
 // load looks key up, making room and trying again if the fd table is full.
 func (c *Cache) load(key lookupKey, site string) (e *Entry, links linkKind) {
@@ -1013,7 +1045,7 @@ func (c *Cache) load(key lookupKey, site string) (e *Entry, links linkKind) {
 // cache holds it.
 func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, mayBlock bool) *Entry {
 	if err != nil {
-		return &Entry{path: path, err: err}
+		return errorEntry(path, err)
 	}
 	e := newEntry(path, info)
 	if f == nil {
@@ -1023,10 +1055,9 @@ func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, 
 	e.fd = handleFD(f)
 	e.trusted = pagecache.Trusted(e.fd, info)
 	e.inMemoryFS = e.noBlockDev && pagecache.InMemoryFS(e.fd, info)
-	c.counts[OpenFiles].Add(1)
-	if e.otherMount = c.onOtherMount(info, site); e.otherMount {
-		c.otherMountFiles.Add(1)
-	}
+	e.otherMount = c.onOtherMount(info, site)
+	e.cache = c
+	c.countOpen(e)
 	if e.size <= c.opts.MemoryMaxFile && c.opts.MemoryBudget > 0 {
 		if c.counts[MemoryBytes].Add(e.size) <= c.opts.MemoryBudget {
 			data := make([]byte, e.size)
@@ -1046,8 +1077,20 @@ func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, 
 			c.counts[MemoryBytes].Add(-e.size)
 		}
 	}
-	e.cache = c
 	return e
+}
+
+// errorEntry is the answer of a lookup that failed with err.
+func errorEntry(path string, err error) *Entry {
+	return &Entry{meta: &meta{path: path, err: err}}
+}
+
+// countOpen counts a descriptor that e opened.
+func (c *Cache) countOpen(e *Entry) {
+	c.counts[OpenFiles].Add(1)
+	if e.otherMount {
+		c.otherMountFiles.Add(1)
+	}
 }
 
 // open describes key's path and returns it open if it is a regular
@@ -1127,18 +1170,93 @@ func cacheableError(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || isConfinementError(err)
 }
 
-func (c *Cache) drop(e *Entry) {
-	e.gone.Store(true)
-	c.watch.forget(e)
-	if e.file == nil {
+// drop lets go of an entry that left the map: of its descriptor, its
+// memory and its place in the watcher's index and the clocks.
+func (c *Cache) drop(m *meta) {
+	m.gone.Store(true)
+	c.watch.forget(m)
+	if !m.fileMode.IsRegular() {
 		c.counts[dirEntries].Add(-1)
-	} else {
-		c.fds.dead.Add(1)
+		return
 	}
-	if e.fileMode.IsRegular() {
-		c.hot.Leave(&e.hot, hotset.File{Path: e.path, Size: e.size})
+	c.files.dead.Add(1)
+	c.counts[fileEntries].Add(-1)
+	if n := len(m.data); n != 0 {
+		c.counts[MemoryBytes].Add(-int64(n))
 	}
+	c.hot.Leave(&m.hot, hotset.File{Path: m.path, Size: m.size})
+	if e := m.open.Load(); e != nil {
+		c.shut(e)
+	}
+}
+
+// shut makes e's meta let go of e, its descriptor, which closes once the
+// requests that hold it release it. It reports false if the meta had let
+// go of it already.
+func (c *Cache) shut(e *Entry) bool {
+	if !e.meta.open.CompareAndSwap(e, nil) {
+		return false
+	}
+	e.shut.Store(true)
+	c.fds.dead.Add(1)
 	e.Release()
+	return true
+}
+
+// reopen opens the file of m, a fresh entry whose descriptor the clock
+// closed, and returns it acquired: one openat2 and one fstat in the
+// request instead of a lookup, if the kernel has every name on the way
+// cached and the file is still the one m describes. nil sends the caller
+// to a miss, which looks the path up as if it were new.
+func (c *Cache) reopen(m *meta) *Entry {
+	for {
+		if e := m.open.Load(); e != nil {
+			if e.acquire() {
+				return e
+			}
+			continue // shut while we looked: open again
+		}
+		if !m.reopenInline || m.gone.Load() || c.closed.Load() {
+			return nil
+		}
+		info, f, err, ok := openCached(lookupKey{path: m.path, root: m.root, mode: m.symlinks})
+		if !ok || err != nil || f == nil {
+			return nil
+		}
+		if !m.sameFile(info) {
+			// Changed, and its event is not read yet: a miss makes its entry.
+			f.Close()
+			return nil
+		}
+		e := &Entry{meta: m, file: f, fd: handleFD(f)}
+		e.refs.Store(2) // the meta's and the caller's
+		c.countOpen(e)
+		if !m.open.CompareAndSwap(nil, e) {
+			// Another request opened it first: take that one.
+			e.refs.Store(1)
+			e.Release()
+			continue
+		}
+		c.counts[Reopens].Add(1)
+		if m.gone.Load() {
+			// Dropped while we opened: drop's shut may have missed e.
+			c.shut(e)
+		}
+		c.addOpen(e)
+		return e
+	}
+}
+
+// addOpen puts a descriptor newly in the cache under its clock, closing
+// the least recently used if there are too many now.
+func (c *Cache) addOpen(e *Entry) {
+	ringAdd(&c.fds, fdOps{c}, e, c.opts.MaxOpenFiles)
+	if e.otherMount {
+		c.armIdle()
+	}
+	if c.counts[OpenFiles].Load() > int64(c.opts.MaxOpenFiles) {
+		c.evict(c.opts.MaxOpenFiles*9/10, true)
+	}
 }
 
 // Purge drops path's entry, and with subtree every entry below it, so
@@ -1153,7 +1271,7 @@ func (c *Cache) Purge(path string, subtree bool) int {
 	c.watch.unlistAll()
 	n := len(gone)
 	if v, ok := c.entries.LoadAndDelete(path); ok {
-		c.drop(v.(*Entry))
+		c.drop(v.(*meta))
 		n++
 	}
 	if !subtree {
@@ -1161,7 +1279,7 @@ func (c *Cache) Purge(path string, subtree bool) int {
 	}
 	c.entries.Range(func(k, v any) bool {
 		if strings.HasPrefix(k.(string), prefix) && c.entries.CompareAndDelete(k, v) {
-			c.drop(v.(*Entry))
+			c.drop(v.(*meta))
 			n++
 		}
 		return true
@@ -1177,7 +1295,7 @@ func (c *Cache) flush() {
 	c.watch.unlistAll()
 	c.entries.Range(func(k, v any) bool {
 		if c.entries.CompareAndDelete(k, v) {
-			c.drop(v.(*Entry))
+			c.drop(v.(*meta))
 		}
 		return true
 	})

@@ -6,16 +6,16 @@ import "testing"
 // flag says so, as fdOps reads it.
 type flagOps struct{}
 
-func (flagOps) gone(e *Entry) bool  { return e.gone.Load() }
-func (flagOps) used(e *Entry) bool  { return e.takeMark(markEvict) }
-func (flagOps) evict(e *Entry) bool { return !e.gone.Swap(true) }
+func (flagOps) gone(e *meta) bool  { return e.gone.Load() }
+func (flagOps) used(e *meta) bool  { return e.takeMark(markEvict) }
+func (flagOps) evict(e *meta) bool { return !e.gone.Swap(true) }
 
 // clockOf is a clock of n entries in room for capacity, the first dead of
 // them dropped (gone, and counted dead as Cache.drop counts them).
-func clockOf(n, dead, capacity int) *clock[*Entry] {
-	k := &clock[*Entry]{ring: make([]*Entry, 0, capacity)}
+func clockOf(n, dead, capacity int) *clock[*meta] {
+	k := &clock[*meta]{ring: make([]*meta, 0, capacity)}
 	for i := range n {
-		e := &Entry{}
+		e := &meta{}
 		if i < dead {
 			e.gone.Store(true)
 			k.dead.Add(1)
@@ -43,7 +43,7 @@ func TestTidyGivesUpASmallRingOfDeadEntries(t *testing.T) {
 // gives back the room above 2×compactMin at the next tidy.
 func TestTidyGivesBackAnEmptyRingsRoom(t *testing.T) {
 	for _, room := range []int{2*compactMin + 1, 140, 168, 4*compactMin - 1, 4 * compactMin, 1000} {
-		k := &clock[*Entry]{ring: make([]*Entry, 0, room)}
+		k := &clock[*meta]{ring: make([]*meta, 0, room)}
 		tidy(k, flagOps{}, 1000)
 		if cap(k.ring) > 2*compactMin {
 			t.Errorf("empty ring in room for %d: room %d after tidy, want at most %d", room, cap(k.ring), 2*compactMin)
@@ -63,13 +63,13 @@ func TestDroppedBeforeItsRingAddLeavesNoHusk(t *testing.T) {
 	if len(k.ring) != 0 {
 		t.Errorf("tidy left %d dead entries on the ring (%d counted dead, one of them not on it)", len(k.ring), k.dead.Load())
 	}
-	late := &Entry{}
+	late := &meta{}
 	late.gone.Store(true)
 	ringAdd(k, flagOps{}, late, 1000)
 	if len(k.ring) != 0 || k.dead.Load() != 0 {
 		t.Errorf("after the dropped entry's ringAdd: %d entries on the ring, %d counted dead; want 0 and 0", len(k.ring), k.dead.Load())
 	}
-	live := &Entry{}
+	live := &meta{}
 	ringAdd(k, flagOps{}, live, 1000)
 	if len(k.ring) != 1 || k.ring[0] != live || k.dead.Load() != 0 {
 		t.Errorf("a live entry's ringAdd: %d entries on the ring, %d counted dead; want it alone and 0", len(k.ring), k.dead.Load())

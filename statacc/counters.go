@@ -22,6 +22,11 @@ const (
 	Flushes
 	Evictions
 	NegativeEvictions
+	// EntryEvictions count the entries of regular files dropped to stay
+	// under MaxEntries, Reopens the hits whose descriptor had been closed
+	// and were answered by opening the file again (Cache.reopen).
+	EntryEvictions
+	Reopens
 	// Expired counts the entries the janitor dropped as no longer fresh,
 	// IdleClosed those on another mount than their site's root it dropped
 	// as idle (closeIdle), Shed the lookups that found the fd table full
@@ -48,6 +53,7 @@ const (
 	listedMisses          // NegativeHits answered from a listing
 	negativeRevalidations // negative entries looked up again in place (revalidateNegative)
 	dirEntries            // cached entries without a descriptor
+	fileEntries           // cached entries of regular files, which MaxEntries bounds
 	watchEvictions        // watched directories forgotten to stay under MaxWatches
 	numCounts
 )

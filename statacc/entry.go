@@ -15,31 +15,29 @@ import (
 	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 )
 
-// Entry is what serving one filesystem path needs, computed when the path
-// is resolved so that a response only copies strings. It is shared by
-// every request for its path and never changed once published: Data, the
-// only shared bytes, must be copied before it reaches a writer. A body is
-// either Data or read from the file when sent, never the one spliced with
-// the other.
-type Entry struct {
-	// Small fields share words at the end: 280 bytes, in the 288-byte size
-	// class (TestHeapPerEntry).
+// meta is what serving one filesystem path needs, computed when the path
+// is resolved so that a response only copies strings. It is what the
+// cache keeps for a path, shared by every request for it and never changed
+// once published: data, the only shared bytes, must be copied before it
+// reaches a writer. A body is either data or read from the file when sent,
+// never the one spliced with the other. A regular file's meta outlives its
+// descriptor: the descriptor clock closes one (open becomes nil) and keeps
+// the meta, whose next hit opens the file again (Cache.reopen).
+type meta struct {
 	path string
 	size int64
 	// modSec and modNsec are the mtime, modSec 0 when it carries no
 	// information (usefulModTime): 12 bytes where a time.Time takes 24.
 	modSec                                  int64
 	etag, lastModified, contentType, length string
-	// err is set on a negative entry: what looking the path up gave.
+	// err is set on a negative answer: what looking the path up gave.
 	err error
 	// data is a small file's whole content kept in memory, nil if not.
 	data []byte
-
-	file handle // the open file of a regular-file entry
-	fd   int    // file's descriptor, read once so Fd() is never called again
-	// refs counts the cache's reference (while in the map) plus one per
-	// request; the descriptor closes at 0, never under a transfer.
-	refs atomic.Int32
+	// open is the file open now with the cache's reference on it, nil
+	// while a regular file's descriptor is closed; for a meta without a
+	// descriptor (a directory), an Entry without a file, set once.
+	open atomic.Pointer[Entry]
 	// fileMode is the file's mode; IsDir and IsRegular derive from it.
 	fileMode fs.FileMode
 	// checked is the nanotime of the last stat (or in-place revalidation).
@@ -53,35 +51,54 @@ type Entry struct {
 	// dir is the watcher's node of the entry's directory, nil if unwatched.
 	dir    *dirNode
 	fileID uint64 // device and inode, mixed; 0 if unknown
+	// marks are the CLOCK marks a hit sets: markEvict for the descriptors'
+	// sweep, markIdle for the janitor's idle pass (Cache.closeIdle), markKeep
+	// for the sweep of the entries themselves (MaxEntries).
+	marks atomic.Uint32
+	// gone is set when the entry has left the cache (Cache.drop).
+	gone atomic.Bool
 	// trusted: mincore tells this process the truth about the file's pages
 	// (pagecache.Trusted).
 	trusted bool
 	watched bool // whether inotify watches the entry's directory
-	// marks are the CLOCK marks a hit sets: markEvict for the eviction
-	// sweep, markIdle for the janitor's idle pass (Cache.closeIdle).
-	marks atomic.Uint32
-	// gone is set when the entry has left the cache (Cache.drop).
-	gone     atomic.Bool
-	symlinks Symlinks // the confinement it was resolved with
+	// reopenInline: the file is on a filesystem whose cached opens do not
+	// block, so that a hit whose descriptor was closed opens it again in
+	// the request (Cache.reopen).
+	reopenInline bool
+	symlinks     Symlinks // the confinement it was resolved with
 	// noBlockDev is set for a file on a filesystem without a block device.
 	noBlockDev bool
 	// inMemoryFS is set for a file on tmpfs or ramfs (InMemoryFS).
 	inMemoryFS bool
-	// otherMount: a descriptor on another mount than its site's root,
-	// closed once idle (Cache.closeIdle).
+	// otherMount: a file on another mount than its site's root, whose
+	// descriptor is closed once idle (Cache.closeIdle).
 	otherMount bool
 	modNsec    int32
 }
 
+// Entry is a path's meta as one request holds it: with the descriptor
+// open when the request got it, open until the request's Release, though
+// the cache may have closed it for others meanwhile (Cache.reopen).
+type Entry struct {
+	*meta
+	file handle // the open file of a regular-file entry
+	fd   int    // file's descriptor, read once so Fd() is never called again
+	// refs counts the meta's reference (while it is the meta's open) plus
+	// one per request; the descriptor closes at 0, never under a transfer.
+	refs atomic.Int32
+	// shut is set when the meta let go of this descriptor (Cache.shut).
+	shut atomic.Bool
+}
+
 // Path is the filesystem path the entry describes.
-func (e *Entry) Path() string { return e.path }
+func (e *meta) Path() string { return e.path }
 
 // Size is the file size in bytes.
-func (e *Entry) Size() int64 { return e.size }
+func (e *meta) Size() int64 { return e.size }
 
 // ModTime is the modification time, or the zero time when it carries no
 // information.
-func (e *Entry) ModTime() time.Time {
+func (e *meta) ModTime() time.Time {
 	if e.modSec == 0 {
 		return time.Time{}
 	}
@@ -89,29 +106,29 @@ func (e *Entry) ModTime() time.Time {
 }
 
 // ETag is file_server's strong validator, "" when ModTime is zero.
-func (e *Entry) ETag() string { return e.etag }
+func (e *meta) ETag() string { return e.etag }
 
 // LastModified is ModTime for the Last-Modified header, "" when zero.
-func (e *Entry) LastModified() string { return e.lastModified }
+func (e *meta) LastModified() string { return e.lastModified }
 
 // ContentType comes from the extension; "" means no Content-Type at all:
 // the body is never sniffed.
-func (e *Entry) ContentType() string { return e.contentType }
+func (e *meta) ContentType() string { return e.contentType }
 
 // Length is Size in decimal: the Content-Length of the whole file.
-func (e *Entry) Length() string { return e.length }
+func (e *meta) Length() string { return e.length }
 
 // Data is the whole content of a small file kept in memory, nil if not.
 // It is shared: copy it before it is passed to a writer.
-func (e *Entry) Data() []byte { return e.data }
+func (e *meta) Data() []byte { return e.data }
 
 // FileID identifies the file (device and inode mixed; 0 where unknown),
 // for bounds that count per file rather than per descriptor.
-func (e *Entry) FileID() uint64 { return e.fileID }
+func (e *meta) FileID() uint64 { return e.fileID }
 
 // NoBlockDevice reports whether the file is on a filesystem without a
 // block device (FUSE, NFS, tmpfs), for io_uring.
-func (e *Entry) NoBlockDevice() bool { return e.noBlockDev }
+func (e *meta) NoBlockDevice() bool { return e.noBlockDev }
 
 // residentFor is how long a file seen whole in the page cache is assumed
 // to stay there: a hot file is probed about once a second.
@@ -119,21 +136,21 @@ const residentFor = int64(time.Second)
 
 // InMemoryFS reports whether the file is on tmpfs or ramfs: always in the
 // page cache, no probe needed.
-func (e *Entry) InMemoryFS() bool { return e.inMemoryFS }
+func (e *meta) InMemoryFS() bool { return e.inMemoryFS }
 
 // RecentlyResident reports whether the whole file was seen in the page
 // cache within the last second.
-func (e *Entry) RecentlyResident() bool {
+func (e *meta) RecentlyResident() bool {
 	at := e.residentAt.Load()
 	return at != 0 && nanotime()-at < residentFor
 }
 
 // MarkResident records that the whole file is in the page cache now.
-func (e *Entry) MarkResident() { e.residentAt.Store(nanotime()) }
+func (e *meta) MarkResident() { e.residentAt.Store(nanotime()) }
 
 // ClaimProbe reports whether the caller should look for the whole file in
 // the page cache now: true for one caller per second.
-func (e *Entry) ClaimProbe() bool {
+func (e *meta) ClaimProbe() bool {
 	now := nanotime()
 	last := e.probedAt.Load()
 	return (last == 0 || now-last >= residentFor) && e.probedAt.CompareAndSwap(last, now)
@@ -142,7 +159,7 @@ func (e *Entry) ClaimProbe() bool {
 // MincoreTrusted reports whether mincore(2) tells which of the file's
 // pages are cached: only if the process owned or could write the file at
 // open. For others it reports every page resident.
-func (e *Entry) MincoreTrusted() bool { return e.trusted }
+func (e *meta) MincoreTrusted() bool { return e.trusted }
 
 // File returns the open file of a regular-file entry, nil otherwise, for
 // pread; open until the caller's reference is released.
@@ -165,13 +182,14 @@ func (e *Entry) FD() int {
 const (
 	markEvict uint32 = 1 << iota
 	markIdle
+	markKeep
 )
 
-// markUsed sets both marks, for a hit: one store, as one flag cost.
-func (e *Entry) markUsed() { e.marks.Store(markEvict | markIdle) }
+// markUsed sets every mark, for a hit: one store, as one flag costs.
+func (e *meta) markUsed() { e.marks.Store(markEvict | markIdle | markKeep) }
 
 // takeMark clears mark and reports whether it was set.
-func (e *Entry) takeMark(mark uint32) bool { return e.marks.And(^mark)&mark != 0 }
+func (e *meta) takeMark(mark uint32) bool { return e.marks.And(^mark)&mark != 0 }
 
 // acquire takes a reference unless the entry is already being closed.
 func (e *Entry) acquire() bool {
@@ -204,18 +222,12 @@ func (e *Entry) Release() {
 	}
 	if e.refs.Add(-1) == 0 {
 		e.file.Close()
-		if e.cache != nil {
-			e.cache.counts[OpenFiles].Add(-1)
+		if c := e.cache; c != nil {
+			c.counts[OpenFiles].Add(-1)
 			if e.otherMount {
-				e.cache.otherMountFiles.Add(-1)
-			}
-			if n := len(e.data); n != 0 {
-				e.cache.counts[MemoryBytes].Add(-int64(n))
+				c.otherMountFiles.Add(-1)
 			}
 		}
-		// Nobody can acquire it again, but the clock may keep the husk:
-		// give back what the memory budget counted now.
-		e.data = nil
 	}
 }
 
@@ -240,18 +252,26 @@ func (e *Entry) ReadAll() ([]byte, error) {
 }
 
 // IsDir reports whether the entry is a directory.
-func (e *Entry) IsDir() bool { return e.fileMode.IsDir() }
+func (e *meta) IsDir() bool { return e.fileMode.IsDir() }
 
 // IsRegular reports whether the entry is a regular file.
-func (e *Entry) IsRegular() bool { return e.fileMode.IsRegular() }
+func (e *meta) IsRegular() bool { return e.fileMode.IsRegular() }
 
-// newEntry derives an Entry from a path and its FileInfo.
+// newEntry derives an Entry and its meta from a path and its FileInfo,
+// in one allocation: a miss costs one object more than the meta alone.
 func newEntry(path string, info fs.FileInfo) *Entry {
-	e := &Entry{
-		path:     path,
-		size:     info.Size(),
-		fileMode: info.Mode(),
-	}
+	both := &struct {
+		m meta
+		e Entry
+	}{}
+	both.e.meta = &both.m
+	both.m.describe(path, info)
+	return &both.e
+}
+
+// describe fills a new meta in from a path and its FileInfo.
+func (e *meta) describe(path string, info fs.FileInfo) {
+	e.path, e.size, e.fileMode = path, info.Size(), info.Mode()
 	e.noBlockDev, e.fileID = fileIdentity(info)
 	// Header values cut from one string: one allocation, not three.
 	var buf [96]byte
@@ -270,7 +290,6 @@ func newEntry(path string, info fs.FileInfo) *Entry {
 	if !e.fileMode.IsDir() {
 		e.contentType = mime.TypeByExtension(filepath.Ext(path))
 	}
-	return e
 }
 
 // usefulModTime: reproducible builds set the mtime to the epoch or one
@@ -288,4 +307,19 @@ func appendStrongETag(b []byte, modTime time.Time, size int64) []byte {
 	b = append(b, '-')
 	b = strconv.AppendInt(b, size, 36)
 	return append(b, '"')
+}
+
+// sameFile reports whether info describes the file e was made from: the
+// same device and inode, size and mtime, as nginx's open_file_cache
+// compares them before it trusts a cached node. Where the inode is not
+// known it reports false.
+func (e *meta) sameFile(info fs.FileInfo) bool {
+	_, id := fileIdentity(info)
+	if id == 0 || id != e.fileID || info.Size() != e.size {
+		return false
+	}
+	if mt := info.ModTime(); usefulModTime(mt) {
+		return mt.Unix() == e.modSec && int32(mt.Nanosecond()) == e.modNsec
+	}
+	return e.modSec == 0
 }

@@ -30,7 +30,7 @@ func (c *Cache) negativeSlot(path string) *negSlot {
 // negative, that inotify watches.
 func (c *Cache) cachedWatched(path string) bool {
 	if v, ok := c.entries.Load(path); ok {
-		return v.(*Entry).watched && c.fresh(v.(*Entry))
+		return v.(*meta).watched && c.fresh(v.(*meta))
 	}
 	sl := c.negativeSlot(path)
 	return sl != nil && sl.watched && c.freshNegative(sl)

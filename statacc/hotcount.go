@@ -16,7 +16,7 @@ func (c *Cache) HotSet() *hotset.Counter { return c.hot }
 // the live candidates of a hot-set snapshot.
 func (c *Cache) hotFiles(yield func(hotset.File, *hotset.Tally) bool) {
 	c.entries.Range(func(_, v any) bool {
-		e := v.(*Entry)
+		e := v.(*meta)
 		if e.err != nil || !e.fileMode.IsRegular() {
 			return true
 		}

@@ -24,8 +24,9 @@ const idleClosedBound = 5 * time.Second
 // mounted below the site's root that no request uses are closed within
 // 5 s of the last request, so that it can be unmounted (they stayed until
 // revalidate, an hour here; 61 s by default), and not before a whole
-// period of the janitor went by; a file asked for all along keeps its
-// entry and descriptor (one miss); one a transfer still holds is kept
+// period of the janitor went by, and their entries stay (without a
+// descriptor); a file asked for all along keeps its entry and descriptor
+// (one miss); one a transfer still holds is kept
 // while it is held, and closed within 5 s of its release; a descriptor on
 // the root's own filesystem is kept, idle or not, as before; once no
 // descriptor on another mount is left the janitor sleeps, and a new one
@@ -107,12 +108,18 @@ func TestIdleDescriptorsClosedWithinFiveSeconds(t *testing.T) {
 	if n := c.counts[OpenFiles].Load(); n != 5 {
 		t.Fatalf("%d descriptors open a second after their last request, want 5: closed before the janitor's period went by", n)
 	}
-	present := func(p string) bool { _, ok := c.entries.Load(p); return ok }
+	// present: the path's entry still holds a descriptor.
+	present := func(p string) bool { v, ok := c.entries.Load(p); return ok && v.(*meta).open.Load() != nil }
 	for present(idle1) || present(idle2) {
 		if time.Since(lastUse) > idleClosedBound {
-			t.Fatalf("idle entries still cached %v after their last request (%d descriptors open)", idleClosedBound, c.counts[OpenFiles].Load())
+			t.Fatalf("idle descriptors still open %v after their last request (%d descriptors open)", idleClosedBound, c.counts[OpenFiles].Load())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	for _, p := range []string{idle1, idle2} {
+		if _, ok := c.entries.Load(p); !ok {
+			t.Errorf("%s lost its entry with its idle descriptor: the next request would look it up again", p)
+		}
 	}
 	t.Logf("idle descriptors closed %v after their last request", time.Since(lastUse).Round(time.Millisecond))
 	if !present(hot) || !present(held) || !present(local) {

@@ -101,7 +101,7 @@ func TestLookupsWhileMountTableUnreadAreTrustedBriefly(t *testing.T) {
 	for _, p := range []string{x, y, missing} {
 		describe(t, c, p)
 		if e, ok := c.entries.Load(p); ok {
-			if e := e.(*Entry); e.watched {
+			if e := e.(*meta); e.watched {
 				t.Errorf("%s, looked up while the table is unread: trusted until an event", p)
 			}
 		} else if sl := c.negativeSlot(p); sl == nil || sl.watched {

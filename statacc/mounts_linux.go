@@ -343,7 +343,7 @@ func (w *watcher) mountsChanged(points []string) bool {
 		wd   int32
 		name string
 	}
-	var gone []*Entry
+	var gone []*meta
 	var events []nameEvent
 	w.mu.Lock()
 	invalidated := w.cache.counts[Invalidations].Load()

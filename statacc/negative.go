@@ -108,7 +108,9 @@ func (c *Cache) probeMissing(key lookupKey, dir, site string) *Entry {
 		if !cacheableError(err) {
 			return nil
 		}
-		return &Entry{path: key.path, err: err, root: key.root, symlinks: key.mode}
+		e := errorEntry(key.path, err)
+		e.root, e.symlinks = key.root, key.mode
+		return e
 	}
 	ticket := c.watch.enter(dir)
 	c.watch.learnFS(ticket, dir)
@@ -257,16 +259,24 @@ func (k *clock[T]) removeAt(i int) {
 	k.ring = k.ring[:last]
 }
 
-// fdOps are the descriptors' clock's: its entries are *Entry.
+// fdOps are the descriptors' clock's: its entries are *Entry, and
+// evicting one closes its descriptor, not its entry.
 type fdOps struct{ c *Cache }
 
-func (o fdOps) gone(e *Entry) bool { return e.gone.Load() }
-func (o fdOps) used(e *Entry) bool { return e.takeMark(markEvict) }
-func (o fdOps) evict(e *Entry) bool {
-	if !o.c.entries.CompareAndDelete(e.path, e) {
+func (o fdOps) gone(e *Entry) bool  { return e.shut.Load() }
+func (o fdOps) used(e *Entry) bool  { return e.takeMark(markEvict) }
+func (o fdOps) evict(e *Entry) bool { return o.c.shut(e) }
+
+// fileOps are the clock's of regular files' entries (MaxEntries).
+type fileOps struct{ c *Cache }
+
+func (o fileOps) gone(m *meta) bool { return m.gone.Load() }
+func (o fileOps) used(m *meta) bool { return m.takeMark(markKeep) }
+func (o fileOps) evict(m *meta) bool {
+	if !o.c.entries.CompareAndDelete(m.path, m) {
 		return false
 	}
-	o.c.drop(e)
+	o.c.drop(m)
 	return true
 }
 

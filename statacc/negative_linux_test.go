@@ -69,10 +69,10 @@ func TestExistingFileMissWhenFullIsWatched(t *testing.T) {
 		if v == nil {
 			t.Fatalf("%s: no entry after its lookup", dir)
 		}
-		if !v.(*Entry).watched {
+		if !v.(*meta).watched {
 			// The next lookup comes within the entry's second, however
 			// loaded the machine.
-			v.(*Entry).checked.Store(nanotime())
+			v.(*meta).checked.Store(nanotime())
 		}
 		hits := c.counts[Hits].Load()
 		describe(t, c, p)
@@ -83,7 +83,7 @@ func TestExistingFileMissWhenFullIsWatched(t *testing.T) {
 		if v == nil {
 			t.Fatalf("%s: no entry after its second lookup", dir)
 		}
-		e := v.(*Entry)
+		e := v.(*meta)
 		if want := dir == root; e.watched != want {
 			t.Errorf("%s: entry watched %v, want %v (a watched directory's lookup enters it before the open, the probe after)", dir, e.watched, want)
 		}
@@ -96,7 +96,7 @@ func TestExistingFileMissWhenFullIsWatched(t *testing.T) {
 			if n := oc.opens(t, "page.html"); n != 1 {
 				t.Errorf("%s: %d opens for two lookups after the probe's entry expired, want 1", dir, n)
 			}
-			if v, _ := c.entries.Load(p); v == nil || !v.(*Entry).watched {
+			if v, _ := c.entries.Load(p); v == nil || !v.(*meta).watched {
 				t.Errorf("%s: the entry looked up again is not cached and watched", dir)
 			}
 		}

@@ -20,7 +20,9 @@ import (
 func TestMissKeepsABareDescriptor(t *testing.T) {
 	paths := manyFiles(t, t.TempDir(), 2, 100)
 	// No heads: the second request of an entry would read (and allocate) one.
-	c := New(Options{Workers: 2, MaxOpenFiles: 50, Revalidate: time.Hour, MemoryBudget: -1})
+	// MaxEntries as low as MaxOpenFiles: evicted descriptors take their
+	// entries along, and the churn is of misses, not of reopens.
+	c := New(Options{Workers: 2, MaxOpenFiles: 50, MaxEntries: 50, Revalidate: time.Hour, MemoryBudget: -1})
 	defer c.Close()
 	ctx := context.Background()
 

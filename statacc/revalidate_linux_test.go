@@ -139,7 +139,7 @@ func TestJanitorKeepsStaleNegativesForRevalidation(t *testing.T) {
 	negativeEntry(t, c, recent).checked.Store(now - int64(reval) - int64(reval/2))
 	negativeEntry(t, c, old).checked.Store(now - 2*int64(reval) - int64(time.Second))
 	v, _ := c.entries.Load(file)
-	v.(*Entry).checked.Store(now - int64(reval) - int64(time.Second))
+	v.(*meta).checked.Store(now - int64(reval) - int64(time.Second))
 	if n := c.dropStale(); n != 2 {
 		t.Errorf("the janitor dropped %d entries, want 2 (the old negative and the file)", n)
 	}

@@ -235,7 +235,7 @@ func TestLinkPastTheWatchBound(t *testing.T) {
 		t.Fatal("a lookup past the watch bound is stuck")
 	}
 	v, _ := c.entries.Load(path)
-	t.Logf("bound %d: %d nodes, entry watched %v, %d refused", limit, c.counts[WatchedDirs].Load(), v.(*Entry).watched, c.counts[WatchRefused].Load())
+	t.Logf("bound %d: %d nodes, entry watched %v, %d refused", limit, c.counts[WatchedDirs].Load(), v.(*meta).watched, c.counts[WatchRefused].Load())
 	if c.counts[WatchedDirs].Load() > int64(limit) {
 		t.Fatalf("%d nodes past the bound %d", c.counts[WatchedDirs].Load(), limit)
 	}

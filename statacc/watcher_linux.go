@@ -103,7 +103,7 @@ type dirNode struct {
 	sameReal   *dirNode
 	// entries are the directory's cached entries by name; a missing or failed
 	// node also holds those below it (entryKey).
-	entries map[string]*Entry
+	entries map[string]*meta
 	// negs indexes the negative entries the same way: path hash to seq.
 	negs    map[uint64]uint64
 	id      uint64 // the node's number, unique in the watcher's life
@@ -227,6 +227,18 @@ func (w *watcher) learnFS(t watchTicket, dir string) {
 	w.mu.Lock()
 	t.leaf.fs = v
 	w.mu.Unlock()
+}
+
+// cachedOpens reports whether t's directory is on a filesystem whose
+// cached opens do not block (learnFS), so that a descriptor its entry lost
+// may be opened again in a request (Cache.reopen).
+func (w *watcher) cachedOpens(t watchTicket) bool {
+	if w == nil || t.leaf == nil || !t.watched {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return t.leaf.fs == fsCachedOpens
 }
 
 // enterCached is enter for a lookup that must not block: a ticket only
@@ -365,7 +377,7 @@ func (w *watcher) pathOK(n *dirNode) bool {
 // path's negative entry) and indexes it under its node, unless the node
 // saw an event since enter: then e is stored as stale, so that the waiting
 // requests get it and the next one looks again. It gives up the ticket.
-func (w *watcher) publish(t watchTicket, e *Entry, store func() (negGone, bool)) {
+func (w *watcher) publish(t watchTicket, e *meta, store func() (negGone, bool)) {
 	if w == nil || t.leaf == nil {
 		if g, ok := store(); ok {
 			w.forgetNegative(g)
@@ -382,7 +394,7 @@ func (w *watcher) publish(t watchTicket, e *Entry, store func() (negGone, bool))
 		e.dir = n
 		name := entryKey(n, e.path)
 		if n.entries == nil {
-			n.entries = make(map[string]*Entry)
+			n.entries = make(map[string]*meta)
 		}
 		// An entry under this name left the cache map already (store swapped
 		// it out under mu, or its forget is on its way and leaves e).
@@ -468,7 +480,7 @@ func (w *watcher) markUsed(mark int32) {
 }
 
 // dropNegativesLocked takes n's negative entries out of the store.
-func (w *watcher) dropNegativesLocked(n *dirNode, gone *[]*Entry) {
+func (w *watcher) dropNegativesLocked(n *dirNode, gone *[]*meta) {
 	for h, seq := range n.negs {
 		if _, ok := w.cache.negatives.remove(h, seq); ok && gone != nil {
 			w.cache.counts[Invalidations].Add(1)
@@ -487,7 +499,7 @@ func (w *watcher) leave(t watchTicket) {
 }
 
 // forget unindexes an entry that left the cache.
-func (w *watcher) forget(e *Entry) {
+func (w *watcher) forget(e *meta) {
 	if w == nil || e.dir == nil {
 		return
 	}
@@ -517,7 +529,7 @@ func (w *watcher) ensure(path string, stack []*dirNode) (leaf *dirNode, below, a
 		return nil, false, false
 	}
 	rest := strings.Trim(path, "/")
-	var gone []*Entry
+	var gone []*meta
 	// unlock releases mu and drops what the walk took out.
 	unlock := func() {
 		w.mu.Unlock()
@@ -654,7 +666,7 @@ func (w *watcher) touchLocked(n *dirNode) {
 }
 
 // evictLocked forgets up to k unpinned, unused leaves, least recent first.
-func (w *watcher) evictLocked(k int, gone *[]*Entry) bool {
+func (w *watcher) evictLocked(k int, gone *[]*meta) bool {
 	for steps := 2 * w.nodes; k > 0 && steps > 0; steps-- {
 		n := w.lru.prev
 		if n == &w.lru {
@@ -847,7 +859,7 @@ func (w *watcher) maybeRemoveLocked(n *dirNode) {
 // nothing else uses is removed here, under mu, so that a lookup's later
 // inotify_add_watch of the directory makes a new watch, not one about to
 // go (inotify_rm_watch touches no filesystem).
-func (w *watcher) dropLocked(n *dirNode, gone *[]*Entry) {
+func (w *watcher) dropLocked(n *dirNode, gone *[]*meta) {
 	if n.dropped {
 		return
 	}
@@ -937,7 +949,7 @@ func (w *watcher) isDeadLocked(wd int32) bool {
 }
 
 // finish drops the entries that left the map, once mu is released.
-func (w *watcher) finish(gone []*Entry) {
+func (w *watcher) finish(gone []*meta) {
 	for _, e := range gone {
 		w.cache.counts[Invalidations].Add(1)
 		w.cache.drop(e)
@@ -1073,7 +1085,7 @@ const selfEvents = unix.IN_ATTRIB | unix.IN_MOVE_SELF | unix.IN_DELETE_SELF | un
 
 func (w *watcher) handle(wd int32, mask uint32, name string) {
 	c := w.cache
-	var gone []*Entry
+	var gone []*meta
 	if mask&unix.IN_Q_OVERFLOW != 0 {
 		// Events were lost: nothing cached can be trusted.
 		w.mu.Lock()

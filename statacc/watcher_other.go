@@ -30,7 +30,7 @@ func (w *watcher) enter(string) watchTicket { return watchTicket{} }
 // enterSettled gives the empty ticket: there are no nodes to make.
 func (w *watcher) enterSettled(string) (watchTicket, bool) { return watchTicket{}, true }
 
-func (w *watcher) publish(_ watchTicket, _ *Entry, store func() (negGone, bool)) { store() }
+func (w *watcher) publish(_ watchTicket, _ *meta, store func() (negGone, bool)) { store() }
 
 // publishNegative stores a negative entry, indexed under no node.
 func (w *watcher) publishNegative(_ watchTicket, _ uint64, insert func(uint64, int32, bool) (negRef, negGone, bool)) {
@@ -47,10 +47,12 @@ func (w *watcher) leave(watchTicket) {}
 
 func (w *watcher) learnFS(watchTicket, string) {}
 
+func (w *watcher) cachedOpens(watchTicket) bool { return false }
+
 // enterCached gives no ticket: without inotify every miss holds a slot.
 func (w *watcher) enterCached(string) (watchTicket, bool) { return watchTicket{}, false }
 
-func (w *watcher) forget(*Entry) {}
+func (w *watcher) forget(*meta) {}
 
 func (w *watcher) watchFD() int { return -1 }
 
