@@ -536,7 +536,7 @@ func (c *Cache) GetCounted(ctx context.Context, counts *LookupCounts, root strin
 		if m.root == root && m.symlinks == mode && c.fresh(m) {
 			e := m.open.Load()
 			if e == nil || !e.acquire() {
-				e = c.reopen(m)
+				e = c.reopen(m, site)
 			}
 			if e != nil {
 				m.markUsed()
@@ -878,7 +878,7 @@ func (c *Cache) resolveCached(key lookupKey, site string) *Entry {
 		return nil
 	}
 	checked := nanotime()
-	info, f, err, ok := openCached(key)
+	info, f, err, ok := openCached(key, site)
 	if !ok {
 		c.watch.leave(ticket)
 		return nil
@@ -938,7 +938,8 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 		c.publishNegative(key, ticket, checked, e)
 		return e
 	}
-	if e.file == nil {
+	regular := m.fileMode.IsRegular()
+	if !regular {
 		// A directory or another file without a descriptor: bounded apart,
 		// since no clock sees it.
 		if c.counts[dirEntries].Add(1) > int64(c.opts.MaxDirEntries) {
@@ -947,10 +948,14 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 			return e
 		}
 	} else {
-		e.refs.Store(2) // the meta's own reference and the call's
 		c.counts[fileEntries].Add(1)
 	}
-	m.open.Store(e)
+	if e.file != nil {
+		e.refs.Store(2) // the meta's own reference and the call's
+	}
+	if !regular || e.file != nil {
+		m.open.Store(e) // a regular file's only with its descriptor
+	}
 	var old any
 	var replaced bool
 	// publish marks m stale if its directory changed while we looked: the
@@ -962,11 +967,13 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 	if replaced {
 		c.drop(old.(*meta))
 	}
-	if e.file != nil {
+	if regular {
 		ringAdd(&c.files, fileOps{c}, m, c.opts.MaxEntries)
 		if c.counts[fileEntries].Load() > int64(c.opts.MaxEntries) {
 			c.evictEntries(m)
 		}
+	}
+	if e.file != nil {
 		c.addOpen(e)
 	}
 	if c.closed.Load() && c.unpublish(m) {
@@ -1206,9 +1213,10 @@ func (c *Cache) shut(e *Entry) bool {
 // reopen opens the file of m, a fresh entry whose descriptor the clock
 // closed, and returns it acquired: one openat2 and one fstat in the
 // request instead of a lookup, if the kernel has every name on the way
-// cached and the file is still the one m describes. nil sends the caller
-// to a miss, which looks the path up as if it were new.
-func (c *Cache) reopen(m *meta) *Entry {
+// cached and the file is still the one m describes; site is the lookup's
+// (openCached). nil sends the caller to a miss, which looks the path up as
+// if it were new.
+func (c *Cache) reopen(m *meta, site string) *Entry {
 	for {
 		if e := m.open.Load(); e != nil {
 			if e.acquire() {
@@ -1219,7 +1227,7 @@ func (c *Cache) reopen(m *meta) *Entry {
 		if !m.reopenInline || m.gone.Load() || c.closed.Load() {
 			return nil
 		}
-		info, f, err, ok := openCached(lookupKey{path: m.path, root: m.root, mode: m.symlinks})
+		info, f, err, ok := openCached(lookupKey{path: m.path, root: m.root, mode: m.symlinks}, site)
 		if !ok || err != nil || f == nil {
 			return nil
 		}

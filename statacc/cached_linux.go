@@ -24,23 +24,42 @@ var noCachedOpens atomic.Bool
 // ok is false when it must hold a slot: a name not cached (EAGAIN), a
 // symlink on the way (it could lead to a filesystem whose open blocks),
 // or any answer but an open file or a missing name. The confinement is
-// the slot's with RESOLVE_NO_SYMLINKS added.
-func openCached(key lookupKey) (info fs.FileInfo, f handle, err error, ok bool) {
+// the slot's with RESOLVE_NO_SYMLINKS added. Links in the root's own path
+// are followed (their dentries are cached): a confined lookup walks from
+// the root, and one that follows links from site's root when the path
+// from "/" met a link (a `current` link that releases are swapped under).
+func openCached(key lookupKey, site string) (info fs.FileInfo, f handle, err error, ok bool) {
 	if noCachedOpens.Load() {
 		return nil, nil, nil, false
 	}
+	if key.mode != SymlinksFollow {
+		return openCachedBelow(key, key.root, unix.RESOLVE_BENEATH|unix.RESOLVE_NO_MAGICLINKS)
+	}
+	info, f, err, ok = openCachedBelow(key, "", 0)
+	if site != "" && errors.Is(err, errCachedLink) {
+		return openCachedBelow(key, site, 0)
+	}
+	return info, f, err, ok
+}
+
+// errCachedLink: a link on the way refused a cached open.
+var errCachedLink = errors.New("statacc: a link on the way")
+
+// openCachedBelow is openCached from root ("" for "/"), with the resolve
+// flags extra. A link on the way gives errCachedLink and ok false.
+func openCachedBelow(key lookupKey, root string, extra uint64) (info fs.FileInfo, f handle, err error, ok bool) {
 	how := unix.OpenHow{
 		Flags:   fileio.ReadFlags,
-		Resolve: resolveCachedFlag | unix.RESOLVE_NO_SYMLINKS,
+		Resolve: resolveCachedFlag | unix.RESOLVE_NO_SYMLINKS | extra,
 	}
 	dirFD, name, op := unix.AT_FDCWD, key.path, "open"
-	if key.mode != SymlinksFollow {
-		rel, inside := relativeTo(key.root, key.path)
+	if root != "" {
+		rel, inside := relativeTo(root, key.path)
 		if !inside {
 			return nil, nil, nil, false
 		}
 		// The root may be a link; its dentries are cached.
-		rootFD, err := unix.Openat2(unix.AT_FDCWD, key.root, &unix.OpenHow{
+		rootFD, err := unix.Openat2(unix.AT_FDCWD, root, &unix.OpenHow{
 			Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolveCachedFlag})
 		if err != nil {
 			noteCachedOpenError(err)
@@ -48,7 +67,6 @@ func openCached(key lookupKey) (info fs.FileInfo, f handle, err error, ok bool) 
 		}
 		defer unix.Close(rootFD)
 		dirFD, name, op = rootFD, rel, "openat2"
-		how.Resolve |= unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS
 	}
 	fd, err := unix.Openat2(dirFD, name, &how)
 	switch {
@@ -64,6 +82,8 @@ func openCached(key lookupKey) (info fs.FileInfo, f handle, err error, ok bool) 
 	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
 		// A negative dentry: the answer the slot's lookup would give.
 		return nil, nil, &fs.PathError{Op: op, Path: key.path, Err: err}, true
+	case errors.Is(err, unix.ELOOP):
+		return nil, nil, errCachedLink, false
 	}
 	noteCachedOpenError(err)
 	return nil, nil, nil, false

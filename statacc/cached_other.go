@@ -5,4 +5,4 @@ package statacc
 import "io/fs"
 
 // openCached has no cached-only lookup here: every miss holds a slot.
-func openCached(lookupKey) (fs.FileInfo, handle, error, bool) { return nil, nil, nil, false }
+func openCached(lookupKey, string) (fs.FileInfo, handle, error, bool) { return nil, nil, nil, false }

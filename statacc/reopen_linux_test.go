@@ -265,3 +265,78 @@ func TestReopensUnderChangesServeWholeVersions(t *testing.T) {
 		t.Errorf("%d descriptors open after Close, %d before New: %v", got, fds, proctest.FDTargets())
 	}
 }
+
+// TestReopenBelowACurrentLink: a site whose root is a `current` link to a
+// release reopens its files too (from the root, the link followed), and
+// once the link is swapped to another release each file turns to that
+// release's within inotify's latency, and never back, whether its
+// descriptor was open, closed or reopened.
+func TestReopenBelowACurrentLink(t *testing.T) {
+	top := t.TempDir()
+	var v1, v2 []string
+	for i := range 30 {
+		name := fmt.Sprintf("f%02d", i)
+		write(t, filepath.Join(top, "releases", "v1", name), "v1 "+name)
+		write(t, filepath.Join(top, "releases", "v2", name), "v2 "+name)
+		v1, v2 = append(v1, "v1 "+name), append(v2, "v2 "+name)
+	}
+	current := filepath.Join(top, "current")
+	if err := os.Symlink("releases/v1", current); err != nil {
+		t.Fatal(err)
+	}
+	c := New(Options{Workers: 2, MaxOpenFiles: 5, Revalidate: time.Hour, MemoryBudget: -1})
+	defer c.Close()
+	ctx := context.Background()
+	read := func(i int) string {
+		t.Helper()
+		e, err := c.GetCounted(ctx, nil, current, SymlinksFollow, filepath.Join(current, fmt.Sprintf("f%02d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Release()
+		b, err := e.ReadAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for range 3 {
+		for i := range 30 {
+			if got := read(i); got != v1[i] {
+				t.Fatalf("f%02d: %q, want %q", i, got, v1[i])
+			}
+		}
+	}
+	s := c.Snapshot()
+	t.Logf("%d misses, %d hits, %d reopens", s[Misses], s[Hits], s[Reopens])
+	if s[Misses] != 30 || s[Reopens] < 50 {
+		t.Errorf("%d misses, %d reopens in three passes over 30 files with 5 descriptors below a link: want 30 and at least 50", s[Misses], s[Reopens])
+	}
+	tmp := filepath.Join(top, "current.new")
+	if err := os.Symlink("releases/v2", tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, current); err != nil {
+		t.Fatal(err)
+	}
+	// Each file turns to v2 within inotify's latency, and never back.
+	deadline := time.Now().Add(5 * time.Second)
+	swapped := make(map[int]bool)
+	for len(swapped) < 30 {
+		for i := range 30 {
+			switch got := read(i); got {
+			case v2[i]:
+				swapped[i] = true
+			case v1[i]:
+				if swapped[i] {
+					t.Fatalf("f%02d: back to %q after it gave v2", i, got)
+				}
+			default:
+				t.Fatalf("f%02d: %q, neither release", i, got)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 30 files gave v2 within 5 s of the swap", len(swapped))
+		}
+	}
+}
