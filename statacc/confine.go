@@ -45,11 +45,6 @@ func ParseSymlinks(s string) (Symlinks, error) {
 	return 0, fmt.Errorf("symlinks: unknown mode %q; want follow, deny or beneath", s)
 }
 
-// String returns the mode as the symlinks option spells it.
-func (s Symlinks) String() string {
-	return [...]string{"follow", "deny", "beneath"}[s]
-}
-
 // Confinement refusals. Both are fs.ErrPermission, which a server
 // answers with 403, as nginx's disable_symlinks does.
 var (
