@@ -269,7 +269,7 @@ func OpenConfined(root, path string, mode Symlinks) (*os.File, error) {
 }
 
 // IsRefused reports whether err is a refusal of the symlinks mode
-// (ErrSymlink or ErrEscape), as opposed to a missing or unreadable file.
+// (errSymlink or errEscape), as opposed to a missing or unreadable file.
 func IsRefused(err error) bool { return isConfinementError(err) }
 
 // isConfinementError reports whether err is a refusal, which describes
