@@ -171,10 +171,6 @@ const maxNamedDepth = 8
 // routeRoot walks routes in the order Caddy runs them, looking for
 // target. It returns whether target was found, and the root state that
 // holds when target runs (or after the routes, if it was not found).
-func routeRoot(routes caddyhttp.RouteList, target caddyhttp.MiddlewareHandler, st rootState) (bool, rootState) {
-	return routeWalk{}.routeRoot(routes, target, st)
-}
-
 func (rw routeWalk) routeRoot(routes caddyhttp.RouteList, target caddyhttp.MiddlewareHandler, st rootState) (bool, rootState) {
 	// groups of earlier routes that may or may not have set the root,
 	// depending on their matchers.

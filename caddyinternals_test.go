@@ -225,7 +225,7 @@ func TestRouteRoot(t *testing.T) {
 		{"not there", caddyhttp.RouteList{always(vars("/srv"), other)}, false, true, "/srv"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			found, st := routeRoot(tc.routes, target, rootState{certain: true})
+			found, st := routeWalk{}.routeRoot(tc.routes, target, rootState{certain: true})
 			if found != tc.found || st.certain != tc.certain || tc.certain && st.root != tc.root {
 				t.Fatalf("found %v, state %+v; want found %v, certain %v, root %q", found, st, tc.found, tc.certain, tc.root)
 			}

@@ -40,7 +40,7 @@ type sample struct {
 }
 
 // siteSample is one site's lookups so far.
-type siteSample struct{ id, hits, lookups int64 }
+type siteSample struct{ id, lookups int64 }
 
 // sampler keeps the last sampleCount samples. It runs while any
 // flash_serve handler is provisioned (registerSite starts it, the
@@ -105,7 +105,7 @@ func (s *sampler) take() {
 	sites := st.Sites[:min(len(st.Sites), maxSampledSites)]
 	smp.sites = make([]siteSample, len(sites))
 	for i, site := range sites {
-		smp.sites[i] = siteSample{id: site.ID, hits: site.Hits + site.NegativeHits, lookups: site.Hits + site.NegativeHits + site.Misses}
+		smp.sites[i] = siteSample{id: site.ID, lookups: site.Hits + site.NegativeHits + site.Misses}
 	}
 	s.mu.Lock()
 	s.ring[s.next] = smp

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/flashserve/caddy-flash-serve/internal/fileio"
@@ -133,7 +132,7 @@ func FileResidency(path string) (Residency, error) {
 // Evict drops a file from the page cache (fadvise DONTNEED), for tests and
 // benchmarks of a cold start.
 func Evict(path string) error {
-	f, err := os.Open(path)
+	f, err := fileio.OpenRead(path)
 	if err != nil {
 		return err
 	}

@@ -45,11 +45,6 @@ func ParseSymlinks(s string) (Symlinks, error) {
 	return 0, fmt.Errorf("symlinks: unknown mode %q; want follow, deny or beneath", s)
 }
 
-// String returns the mode as the symlinks option spells it.
-func (s Symlinks) String() string {
-	return [...]string{"follow", "deny", "beneath"}[s]
-}
-
 // Confinement refusals. Both are fs.ErrPermission, which a server
 // answers with 403, as nginx's disable_symlinks does.
 var (
@@ -274,7 +269,7 @@ func OpenConfined(root, path string, mode Symlinks) (*os.File, error) {
 }
 
 // IsRefused reports whether err is a refusal of the symlinks mode
-// (ErrSymlink or ErrEscape), as opposed to a missing or unreadable file.
+// (errSymlink or errEscape), as opposed to a missing or unreadable file.
 func IsRefused(err error) bool { return isConfinementError(err) }
 
 // isConfinementError reports whether err is a refusal, which describes

@@ -105,7 +105,7 @@ func openConfinedLinked(root, path string, mode Symlinks, want openKinds) (_ fs.
 	if !want.has(info) {
 		return info, nil, viaLink, nil // not a body: the info is all we need
 	}
-	how.Flags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC
+	how.Flags = fileio.ReadFlags
 	if info.IsDir() {
 		how.Flags |= unix.O_DIRECTORY
 	}

@@ -2,6 +2,11 @@ package statacc
 
 import "context"
 
+// String returns the mode as the symlinks option spells it (subtest names).
+func (s Symlinks) String() string {
+	return [...]string{"follow", "deny", "beneath"}[s]
+}
+
 // getConfined is GetCounted counting no site.
 func (c *Cache) getConfined(ctx context.Context, root string, mode Symlinks, path string) (*Entry, error) {
 	return c.GetCounted(ctx, nil, root, mode, path)

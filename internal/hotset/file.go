@@ -93,22 +93,15 @@ func Load(path string) (Set, error) {
 }
 
 func readSetFile(path string) ([]byte, error) {
-	f, err := fileio.OpenRead(path)
+	f, size, err := fileio.OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, err
+	if size > maxSetBytes {
+		return nil, fmt.Errorf("hot set %s is %d bytes, more than the %d a hot set takes", path, size, maxSetBytes)
 	}
-	if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("hot set %s is not a regular file (%v)", path, info.Mode().Type())
-	}
-	if info.Size() > maxSetBytes {
-		return nil, fmt.Errorf("hot set %s is %d bytes, more than the %d a hot set takes", path, info.Size(), maxSetBytes)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxSetBytes+1))
+	b, err := io.ReadAll(io.NewSectionReader(f, 0, maxSetBytes+1))
 	if err == nil && len(b) > maxSetBytes {
 		err = fmt.Errorf("hot set %s is more than %d bytes", path, maxSetBytes)
 	}

@@ -11,7 +11,6 @@ package pagecache
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"sync/atomic"
@@ -32,8 +31,6 @@ func Asked() (mincores, cachestats int64) {
 // ErrTruncated is the cause of a read that ended before the bytes it was
 // asked for without an error: the file shrank while being read.
 var ErrTruncated = errors.New("file is shorter than when the response started")
-
-var errUnsupported = fmt.Errorf("page-cache residency is only known on Linux: %w", errors.ErrUnsupported)
 
 // ShortRead is the verdict on a read that asked for want bytes and got n
 // with err: nil when all want bytes came (whatever err says: io.ReaderAt

@@ -2,7 +2,13 @@
 
 package pagecache
 
-import "io/fs"
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+)
+
+var errUnsupported = fmt.Errorf("page-cache residency is only known on Linux: %w", errors.ErrUnsupported)
 
 // Without the Linux calls no body is probed for residency: every file is
 // Trusted (nothing asks mincore), the probes and no-wait reads fail with
