@@ -124,6 +124,13 @@ type Cache struct {
 	// than their site's root: the janitor then closes the idle ones.
 	idleArmed   atomic.Bool
 	janitorWake chan struct{}
+	// deadData counts the bytes of memory_cache data of the entries
+	// dropped since the clocks were last compacted: a dropped entry is a
+	// husk on them until then, which keeps its data alive though the budget
+	// no longer counts it. Past an eighth of the budget, the janitor
+	// compacts them (compactWanted).
+	deadData      atomic.Int64
+	compactWanted atomic.Bool
 	// otherMountFiles counts those descriptors; rootMounts caches each
 	// site root's mount (rootMount).
 	otherMountFiles atomic.Int64
@@ -266,6 +273,9 @@ func (c *Cache) janitor() {
 			return
 		case <-c.janitorWake:
 			t.Stop()
+			if c.compactWanted.Swap(false) {
+				c.compactFileRings()
+			}
 			if c.sawUnwatched.Load() {
 				// Walk a second from now, not after the longer sleep.
 				if next := time.Now().Add(c.stalePeriod()); next.Before(nextStale) {
@@ -442,6 +452,18 @@ func (c *Cache) tidyRings(fds, negs bool) {
 	}
 }
 
+// compactFileRings takes the dropped entries off the clocks of
+// descriptors and file entries now, and so lets their data go (deadData).
+func (c *Cache) compactFileRings() {
+	c.deadData.Store(0)
+	c.fds.mu.Lock()
+	c.fds.compactLocked(fdOps{c})
+	c.fds.mu.Unlock()
+	c.files.mu.Lock()
+	c.files.compactLocked(fileOps{c})
+	c.files.mu.Unlock()
+}
+
 // keptForRevalidation reports whether the janitor leaves a stale
 // negative entry of a watched directory for its next lookup to revalidate
 // in place (revalidateNegative): a path asked for about once per
@@ -499,6 +521,8 @@ func (c *Cache) lookupClosed(ctx context.Context, key lookupKey) (*Entry, error)
 	if e.err != nil {
 		return nil, e.err
 	}
+	// The caller's alone: the budget does not count its data.
+	c.counts[MemoryBytes].Add(-int64(len(e.data)))
 	e.root, e.symlinks = key.root, key.mode
 	e.refs.Store(1) // the caller's
 	return e, nil
@@ -1055,6 +1079,10 @@ func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, 
 		return errorEntry(path, err)
 	}
 	e := newEntry(path, info)
+	if f != nil && !info.Mode().IsRegular() {
+		f.Close() // only a regular file's entry keeps a descriptor
+		f = nil
+	}
 	if f == nil {
 		return e
 	}
@@ -1188,8 +1216,11 @@ func (c *Cache) drop(m *meta) {
 	}
 	c.files.dead.Add(1)
 	c.counts[fileEntries].Add(-1)
-	if n := len(m.data); n != 0 {
-		c.counts[MemoryBytes].Add(-int64(n))
+	if n := int64(len(m.data)); n != 0 {
+		c.counts[MemoryBytes].Add(-n)
+		if c.deadData.Add(n) > c.opts.MemoryBudget/8 && !c.compactWanted.Swap(true) {
+			c.wakeJanitor() // not here: a sweep may hold a clock's lock
+		}
 	}
 	c.hot.Leave(&m.hot, hotset.File{Path: m.path, Size: m.size})
 	if e := m.open.Load(); e != nil {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -337,6 +338,230 @@ func TestReopenBelowACurrentLink(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of 30 files gave v2 within 5 s of the swap", len(swapped))
+		}
+	}
+}
+
+// heldByHusks is the memory_cache data that entries dropped from the
+// cache still hold while the clocks keep them.
+func heldByHusks(c *Cache) int {
+	held, seen := 0, map[*meta]bool{}
+	c.files.mu.Lock()
+	for _, m := range c.files.ring {
+		if m.gone.Load() && !seen[m] {
+			seen[m] = true
+			held += len(m.data)
+		}
+	}
+	c.files.mu.Unlock()
+	c.fds.mu.Lock()
+	for _, e := range c.fds.ring {
+		if m := e.meta; m.gone.Load() && !seen[m] {
+			seen[m] = true
+			held += len(m.data)
+		}
+	}
+	c.fds.mu.Unlock()
+	return held
+}
+
+// TestDroppedEntriesLetTheirDataGo: an entry dropped because its small
+// file changed stays on the clocks until they are compacted, which would
+// keep its bytes alive, uncounted by the memory budget, for as long as
+// the live entries keep the clocks from compacting: past an eighth of the
+// budget of such bytes, the janitor compacts them.
+func TestDroppedEntriesLetTheirDataGo(t *testing.T) {
+	dir := t.TempDir()
+	big := namedFiles(t, filepath.Join(dir, "big"), 300, 8<<10)
+	small := filepath.Join(dir, "small", "s")
+	write(t, small, versionOf(small, 0, 3000))
+	const budget = 1 << 20
+	c := New(Options{Workers: 2, MaxOpenFiles: 16, Revalidate: time.Hour, MemoryBudget: budget, MemoryMaxFile: 4 << 10})
+	defer c.Close()
+	ctx := context.Background()
+	get := func(p string) {
+		t.Helper()
+		e, err := c.Get(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Release()
+	}
+	for _, p := range big {
+		get(p)
+	}
+	for v := 1; v <= 200; v++ {
+		get(small)
+		inv := c.counts[Invalidations].Load()
+		tmp := small + ".tmp"
+		write(t, tmp, versionOf(small, v, 3000))
+		if err := os.Rename(tmp, small); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for c.counts[Invalidations].Load() == inv {
+			if time.Now().After(deadline) {
+				t.Fatal("the replacement was not seen")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	const bound = budget/8 + 3000
+	deadline := time.Now().Add(2 * time.Second)
+	held := heldByHusks(c)
+	for held > bound && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		held = heldByHusks(c)
+	}
+	t.Logf("200 versions of a 3,000-byte file: %d bytes held by dropped entries, %d counted", held, c.counts[MemoryBytes].Load())
+	if held > bound {
+		t.Errorf("dropped entries hold %d bytes of data the budget no longer counts, want at most %d", held, bound)
+	}
+}
+
+// TestClosedLookupsGiveBackTheirMemory: a closed cache answers uncached
+// (lookupClosed); the data such an answer reads is the caller's, and the
+// budget does not count it.
+func TestClosedLookupsGiveBackTheirMemory(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "small")
+	write(t, p, "small body")
+	c := New(Options{Workers: 1, MemoryBudget: 1 << 20})
+	c.Close()
+	for range 10 {
+		e, err := c.Get(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := e.ReadAll(); err != nil || string(b) != "small body" {
+			t.Fatalf("%q, %v", b, err)
+		}
+		e.Release()
+	}
+	if n := c.counts[MemoryBytes].Load(); n != 0 {
+		t.Errorf("%d bytes counted in memory after 10 released lookups of a closed cache, want 0", n)
+	}
+}
+
+// ringDead counts the entries of k that gone says left, and returns that
+// with what k counts dead.
+func ringDead[T comparable](k *clock[T], gone func(T) bool) (n int, dead int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, e := range k.ring {
+		if gone(e) {
+			n++
+		}
+	}
+	return n, k.dead.Load()
+}
+
+// TestCountsBalanceUnderReopenEvictPurgeClose: reopens, descriptor and
+// entry evictions, purges of files and subtrees and a Close in the middle
+// of readers leave every count at 0, each clock's dead count equal to its
+// dead entries, no descriptor open, and every request read the file it
+// asked for through a descriptor of that file.
+func TestCountsBalanceUnderReopenEvictPurgeClose(t *testing.T) {
+	const size = 2 << 10
+	root := t.TempDir()
+	paths := namedFiles(t, root, 60, size)
+	fds := proctest.FDs(t)
+	c := New(Options{Workers: 2, MaxOpenFiles: 3, MaxEntries: 12, Revalidate: time.Hour, MemoryBudget: -1})
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if i%5 == 0 {
+				c.Purge(filepath.Join(root, "d"+strconv.Itoa(i%3)), true)
+			} else {
+				c.Purge(paths[i%len(paths)], false)
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
+	var readers sync.WaitGroup
+	for g := range 6 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for i := range 3000 {
+				if g == 0 && i == 2000 {
+					c.Close()
+				}
+				p := paths[(i*7+g*13)%len(paths)]
+				e, err := c.Get(ctx, p)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(e.FD()))
+				if err != nil || target != p {
+					t.Errorf("%s: descriptor %d is %q (%v)", p, e.FD(), target, err)
+				}
+				b, err := e.ReadAll()
+				e.Release()
+				if err != nil || string(b) != versionOf(p, 0, size) {
+					t.Errorf("%s: read %.20q, %v", p, b, err)
+					return
+				}
+			}
+		}()
+	}
+	readers.Wait()
+	close(stop)
+	wg.Wait()
+	c.Close()
+	s := c.Snapshot()
+	if s[OpenFiles] != 0 || s[MemoryBytes] != 0 || c.counts[fileEntries].Load() != 0 || c.counts[dirEntries].Load() != 0 {
+		t.Errorf("after Close: %d descriptors, %d memory bytes, %d file entries, %d dir entries counted",
+			s[OpenFiles], s[MemoryBytes], c.counts[fileEntries].Load(), c.counts[dirEntries].Load())
+	}
+	if n, d := ringDead(&c.files, func(m *meta) bool { return m.gone.Load() }); int64(n) != d {
+		t.Errorf("entries' clock: %d gone on the ring, %d counted dead", n, d)
+	}
+	if n, d := ringDead(&c.fds, func(e *Entry) bool { return e.shut.Load() }); int64(n) != d {
+		t.Errorf("descriptors' clock: %d shut on the ring, %d counted dead", n, d)
+	}
+	if got := proctest.FDs(t); got != fds {
+		t.Errorf("%d descriptors open after Close, %d before New: %v", got, fds, proctest.FDTargets())
+	}
+}
+
+// statAs is a FileInfo whose Sys is st.
+type statAs struct {
+	os.FileInfo
+	st *syscall.Stat_t
+}
+
+func (s statAs) Sys() any { return s.st }
+
+// TestFileIdentityTellsDevicesOneApart: two mounts numbered one apart
+// (loop0 and loop1, two tmpfs) whose files have the same inode numbers
+// give other ids, so that a file of the other mount is not taken for the
+// one an entry was made from (sameFile).
+func TestFileIdentityTellsDevicesOneApart(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	write(t, p, "x")
+	info, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pair := range [][2]syscall.Stat_t{
+		{{Dev: 46, Ino: 5}, {Dev: 47, Ino: 5}},
+		{{Dev: 0x700, Ino: 12}, {Dev: 0x701, Ino: 12}},
+		{{Dev: 0x801, Ino: 2}, {Dev: 0x801, Ino: 3}},
+	} {
+		_, a := fileIdentity(statAs{info, &pair[0]})
+		_, b := fileIdentity(statAs{info, &pair[1]})
+		if a == b || a == 0 || b == 0 {
+			t.Errorf("dev %#x ino %d and dev %#x ino %d: ids %#x and %#x", pair[0].Dev, pair[0].Ino, pair[1].Dev, pair[1].Ino, a, b)
 		}
 	}
 }
