@@ -1202,7 +1202,7 @@ func unreadableDir(info fs.FileInfo, err error) bool {
 // cacheableError: only errors about the path, not the server's state, are
 // cached.
 func cacheableError(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || isConfinementError(err)
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || IsRefused(err)
 }
 
 // drop lets go of an entry that left the map: of its descriptor, its

@@ -269,11 +269,8 @@ func OpenConfined(root, path string, mode Symlinks) (*os.File, error) {
 }
 
 // IsRefused reports whether err is a refusal of the symlinks mode
-// (errSymlink or errEscape), as opposed to a missing or unreadable file.
-func IsRefused(err error) bool { return isConfinementError(err) }
-
-// isConfinementError reports whether err is a refusal, which describes
-// the path and may be cached like a missing file.
-func isConfinementError(err error) bool {
+// (errSymlink or errEscape), as opposed to a missing or unreadable file:
+// it describes the path, and is cached like a missing file.
+func IsRefused(err error) bool {
 	return errors.Is(err, errSymlink) || errors.Is(err, errEscape)
 }

@@ -309,15 +309,16 @@ func (s *negStore) shrink() {
 
 // remove takes out the entry of hash h if it is still the one numbered
 // seq (0: whatever entry the hash has).
-func (s *negStore) remove(h, seq uint64) (negGone, bool) {
+func (s *negStore) remove(h, seq uint64) bool {
 	sh, _ := s.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	i, ok := sh.index[h]
 	if !ok || seq != 0 && sh.slot(i).seq.Load() != seq {
-		return negGone{}, false
+		return false
 	}
-	return s.freeLocked(sh, i), true
+	s.freeLocked(sh, i)
+	return true
 }
 
 // removeRef takes out the entry r names, if it is still there.

@@ -482,7 +482,7 @@ func (w *watcher) markUsed(mark int32) {
 // dropNegativesLocked takes n's negative entries out of the store.
 func (w *watcher) dropNegativesLocked(n *dirNode, gone *[]*meta) {
 	for h, seq := range n.negs {
-		if _, ok := w.cache.negatives.remove(h, seq); ok && gone != nil {
+		if w.cache.negatives.remove(h, seq) && gone != nil {
 			w.cache.counts[Invalidations].Add(1)
 		}
 	}
@@ -1143,7 +1143,7 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 			h := c.negatives.hash(filepath.Join(n.path, name))
 			if seq, ok := n.negs[h]; ok {
 				delete(n.negs, h)
-				if _, ok := c.negatives.remove(h, seq); ok {
+				if c.negatives.remove(h, seq) {
 					c.counts[Invalidations].Add(1)
 				}
 				w.maybeRemoveLocked(n)
@@ -1154,10 +1154,3 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 	w.finish(gone)
 }
 
-// watchFD is the inotify descriptor, for tests that count its watches.
-func (w *watcher) watchFD() int {
-	if w == nil {
-		return -1
-	}
-	return w.fd
-}

@@ -54,8 +54,6 @@ func (w *watcher) enterCached(string) (watchTicket, bool) { return watchTicket{}
 
 func (w *watcher) forget(*meta) {}
 
-func (w *watcher) watchFD() int { return -1 }
-
 func (w *watcher) close() {}
 
 // mountsChanged has nothing to drop: mounts are not watched here.
