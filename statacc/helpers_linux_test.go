@@ -120,11 +120,3 @@ func untilStopped(wg *sync.WaitGroup, stop <-chan struct{}, step func(i int)) {
 		step(i)
 	}
 }
-
-// watchFD is the inotify descriptor, for tests that count its watches.
-func (w *watcher) watchFD() int {
-	if w == nil {
-		return -1
-	}
-	return w.fd
-}

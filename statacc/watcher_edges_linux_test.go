@@ -246,3 +246,11 @@ func TestLinkPastTheWatchBound(t *testing.T) {
 		t.Fatalf("%d nodes and %d watches left", n, w)
 	}
 }
+
+// watchFD is the inotify descriptor, for tests that count its watches.
+func (w *watcher) watchFD() int {
+	if w == nil {
+		return -1
+	}
+	return w.fd
+}
