@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -34,6 +35,21 @@ func namedFiles(t *testing.T, root string, n, size int) []string {
 func versionOf(path string, v, size int) string {
 	s := fmt.Sprintf("%s v%d ", filepath.Base(path), v)
 	return s + strings.Repeat(".", size-len(s))
+}
+
+// closeClean closes c and checks that it gave back every descriptor (fds
+// were open before New) and every count.
+func closeClean(t *testing.T, c *Cache, fds int) {
+	t.Helper()
+	c.Close()
+	s := c.Snapshot()
+	if s[OpenFiles] != 0 || s[MemoryBytes] != 0 || c.counts[fileEntries].Load() != 0 || c.counts[dirEntries].Load() != 0 {
+		t.Errorf("after Close: %d descriptors, %d memory bytes, %d file entries, %d dir entries counted",
+			s[OpenFiles], s[MemoryBytes], c.counts[fileEntries].Load(), c.counts[dirEntries].Load())
+	}
+	if got := proctest.FDs(t); got != fds {
+		t.Errorf("%d descriptors open after Close, %d before New: %v", got, fds, proctest.FDTargets())
+	}
 }
 
 // TestEntriesOutliveTheirDescriptors: on a tree larger than MaxOpenFiles,
@@ -174,14 +190,7 @@ func TestMaxEntriesBoundsFileEntries(t *testing.T) {
 	if s[MemoryBytes] > 20*100 {
 		t.Errorf("%d bytes in memory for at most 20 entries of 100 bytes: evicted entries kept their data counted", s[MemoryBytes])
 	}
-	c.Close()
-	s = c.Snapshot()
-	if s[OpenFiles] != 0 || s[MemoryBytes] != 0 || c.counts[fileEntries].Load() != 0 {
-		t.Errorf("after Close: %d descriptors, %d memory bytes, %d file entries counted", s[OpenFiles], s[MemoryBytes], c.counts[fileEntries].Load())
-	}
-	if got := proctest.FDs(t); got != fds {
-		t.Errorf("%d descriptors open after Close, %d before New: %v", got, fds, proctest.FDTargets())
-	}
+	closeClean(t, c, fds)
 }
 
 // TestReopensUnderChangesServeWholeVersions: requests that reopen, evict
@@ -197,31 +206,23 @@ func TestReopensUnderChangesServeWholeVersions(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for v := 1; ; v++ {
-			for i, p := range paths {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if i%7 != v%7 {
-					continue
-				}
-				tmp := p + ".tmp"
-				if err := os.WriteFile(tmp, []byte(versionOf(p, v, size)), 0o644); err != nil {
-					t.Error(err)
-					return
-				}
-				if err := os.Rename(tmp, p); err != nil {
-					t.Error(err)
-					return
-				}
+	var writeFailed atomic.Bool
+	go untilStopped(&wg, stop, func(v int) {
+		for i, p := range paths {
+			if i%7 != v%7 || writeFailed.Load() {
+				continue
 			}
-			time.Sleep(time.Millisecond)
+			tmp := p + ".tmp"
+			if err := os.WriteFile(tmp, []byte(versionOf(p, v+1, size)), 0o644); err != nil {
+				writeFailed.Store(true)
+				t.Error(err)
+			} else if err := os.Rename(tmp, p); err != nil {
+				writeFailed.Store(true)
+				t.Error(err)
+			}
 		}
-	}()
+		time.Sleep(time.Millisecond)
+	})
 	var readers sync.WaitGroup
 	for g := range 8 {
 		readers.Add(1)
@@ -258,13 +259,7 @@ func TestReopensUnderChangesServeWholeVersions(t *testing.T) {
 	if s[Reopens] == 0 {
 		t.Error("no reopen: the test did not exercise them")
 	}
-	c.Close()
-	if n := c.Snapshot()[OpenFiles]; n != 0 {
-		t.Errorf("%d descriptors counted open after Close", n)
-	}
-	if got := proctest.FDs(t); got != fds {
-		t.Errorf("%d descriptors open after Close, %d before New: %v", got, fds, proctest.FDTargets())
-	}
+	closeClean(t, c, fds)
 }
 
 // TestReopenBelowACurrentLink: a site whose root is a `current` link to a
@@ -470,22 +465,14 @@ func TestCountsBalanceUnderReopenEvictPurgeClose(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if i%5 == 0 {
-				c.Purge(filepath.Join(root, "d"+strconv.Itoa(i%3)), true)
-			} else {
-				c.Purge(paths[i%len(paths)], false)
-			}
-			time.Sleep(200 * time.Microsecond)
+	go untilStopped(&wg, stop, func(i int) {
+		if i%5 == 0 {
+			c.Purge(filepath.Join(root, "d"+strconv.Itoa(i%3)), true)
+		} else {
+			c.Purge(paths[i%len(paths)], false)
 		}
-	}()
+		time.Sleep(200 * time.Microsecond)
+	})
 	var readers sync.WaitGroup
 	for g := range 6 {
 		readers.Add(1)
@@ -517,20 +504,12 @@ func TestCountsBalanceUnderReopenEvictPurgeClose(t *testing.T) {
 	readers.Wait()
 	close(stop)
 	wg.Wait()
-	c.Close()
-	s := c.Snapshot()
-	if s[OpenFiles] != 0 || s[MemoryBytes] != 0 || c.counts[fileEntries].Load() != 0 || c.counts[dirEntries].Load() != 0 {
-		t.Errorf("after Close: %d descriptors, %d memory bytes, %d file entries, %d dir entries counted",
-			s[OpenFiles], s[MemoryBytes], c.counts[fileEntries].Load(), c.counts[dirEntries].Load())
-	}
+	closeClean(t, c, fds)
 	if n, d := ringDead(&c.files, func(m *meta) bool { return m.gone.Load() }); int64(n) != d {
 		t.Errorf("entries' clock: %d gone on the ring, %d counted dead", n, d)
 	}
 	if n, d := ringDead(&c.fds, func(e *Entry) bool { return e.shut.Load() }); int64(n) != d {
 		t.Errorf("descriptors' clock: %d shut on the ring, %d counted dead", n, d)
-	}
-	if got := proctest.FDs(t); got != fds {
-		t.Errorf("%d descriptors open after Close, %d before New: %v", got, fds, proctest.FDTargets())
 	}
 }
 

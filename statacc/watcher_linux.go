@@ -1153,4 +1153,3 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 	w.mu.Unlock()
 	w.finish(gone)
 }
-
