@@ -92,7 +92,7 @@ func TestTailColdReadsKeepTheKeepHotTurns(t *testing.T) {
 	// The site: a large body in flight to a client that reads no more
 	// (requests are being served all along), and a tail file read cold
 	// every 20 ms (evicted before each request).
-	tailRoot, tail := coldTree(t, 1, 8<<10)
+	tailRoot, tail := coldTree(t, 1, 20<<10)
 	big := filepath.Join(t.TempDir(), "big.bin")
 	if err := os.WriteFile(big, make([]byte, 32<<20), 0o644); err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ func TestTailColdReadsKeepTheKeepHotTurns(t *testing.T) {
 // Expected: a cold body three windows ago, with no look at the signal
 // since, is not a request waiting for the disk now.
 func TestAnOldColdBodyIsNoColdRequestNow(t *testing.T) {
-	root, files := coldTree(t, 1, 8<<10)
+	root, files := coldTree(t, 1, 20<<10)
 	port := ringSite(t, root)
 	c := &http.Client{Timeout: 30 * time.Second}
 	defer c.CloseIdleConnections()
@@ -178,7 +178,7 @@ func TestAnOldColdBodyIsNoColdRequestNow(t *testing.T) {
 		for try := range coldTries {
 			if try > 0 {
 				t.Logf("%s was back in the page cache when the request read it; a fresh evicted file (%d of %d)", name, try+1, coldTries)
-				name, _ = freshColdFile(t, root, 8<<10)
+				name, _ = freshColdFile(t, root, 20<<10)
 			}
 			cold0 := transmit.Snapshot().ColdBodies
 			if status, _, _ := get(t, c, fmt.Sprintf("http://127.0.0.1:%d%s", port, name)); status != 200 {

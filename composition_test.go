@@ -99,7 +99,7 @@ func writeCompTree(t *testing.T, dir string, seed uint64) {
 		}
 	}
 	write("small.txt", text(1000))  // kept in memory
-	write("mid.txt", text(6000))    // above memory_cache's max_file
+	write("mid.txt", text(20_000))  // above memory_cache's max_file
 	write("big.txt", text(100_000)) // sent with sendfile on HTTP/1.1
 	write("dir/index.html", []byte(fmt.Sprintf("<p>index of %d</p>\n", seed)))
 	write("list/a.txt", text(10))

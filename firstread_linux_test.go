@@ -22,7 +22,7 @@ import (
 // ColdBodies, whichever way it went. Served again, resident, the bodies
 // count none, and the first read goes back to the no-wait read.
 func TestColdTreeFirstReadsGoThroughTheRing(t *testing.T) {
-	const n, size = 40, 8 << 10
+	const n, size = 40, 20 << 10
 	root := t.TempDir()
 	port := ringSite(t, root)
 	if !transmit.SharedRing().NoWaitFirst() {

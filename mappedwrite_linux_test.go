@@ -23,13 +23,14 @@ import (
 // nothing to report until it unmaps. Whatever flash_serve keeps of a file
 // must then never be sent together with bytes read from the file now.
 
-// mappedFiles are the sizes the mapped-writer tests change: one small
-// enough for the memory cache (max_file 3 KiB), one a body of bench's e
-// class, one of the ring's largest direct read.
+// mappedFiles are the sizes the mapped-writer tests change: one of
+// bench's e class, small enough for the memory cache (max_file 16 KiB),
+// one just above it, read from the file, one of the ring's largest
+// direct read.
 var mappedFiles = []struct {
 	name string
 	size int
-}{{"small.bin", 2 << 10}, {"mid.bin", 8 << 10}, {"big.bin", 64 << 10}}
+}{{"small.bin", 8 << 10}, {"mid.bin", 20 << 10}, {"big.bin", 64 << 10}}
 
 // generation is a file's content of one generation: old (0) or new (1).
 // Every byte of the new one differs from the old one's at its offset, so

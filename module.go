@@ -167,7 +167,7 @@ type FlashServe struct {
 
 	// Small files kept in memory, validated by inotify and revalidate like
 	// every cached lookup, and written with the headers in one write.
-	// Default: a budget of 64 MiB for files of at most 3 KiB.
+	// Default: a budget of 64 MiB for files of at most 16 KiB.
 	MemoryCache *MemoryCache `json:"memory_cache,omitempty"`
 
 	// How bodies leave: `auto` keeps small files in memory and writes them
@@ -296,8 +296,8 @@ type MemoryCache struct {
 	// The most bytes of file content kept in memory, shared by every
 	// handler with the same cache settings. 0 disables the memory engine.
 	Budget int64 `json:"budget"`
-	// The largest file kept in memory.
-	// Default: 3 KiB.
+	// The largest file kept in memory: most HTML, CSS, scripts and icons.
+	// Default: 16 KiB.
 	MaxFile int64 `json:"max_file,omitempty"`
 }
 

@@ -44,7 +44,7 @@ func TestTmpfsBodiesSkipTheResidencyProbe(t *testing.T) {
 	}
 	files := map[string][]byte{}
 	rng := rand.NewChaCha8([32]byte{7})
-	for i, size := range []int{8 << 10, 20<<10 + 33, 3<<20 + 1000} {
+	for i, size := range []int{24 << 10, 20<<10 + 33, 3<<20 + 1000} {
 		b := make([]byte, size)
 		rng.Read(b)
 		name := fmt.Sprintf("/f%d.bin", i)

@@ -295,3 +295,74 @@ func TestAbortedTransfersLeaveNothingBehind(t *testing.T) {
 			aborts, fds, fds0, pipes, pipes0, g, goroutines0)
 	})
 }
+
+// TestMemoryBodiesWithoutDescriptorUnderEveryPolicy: a small file kept in
+// memory whose descriptor the cache closed (more files than
+// max_open_files) is sent from memory under every transmit policy, whole
+// and as a range, byte for byte: it has no descriptor to send from, and
+// reopening one would cost three system calls for bytes already here.
+func TestMemoryBodiesWithoutDescriptorUnderEveryPolicy(t *testing.T) {
+	root := t.TempDir()
+	files := map[string][]byte{}
+	rng := rand.New(rand.NewPCG(3, 3))
+	for i := range 30 {
+		b := make([]byte, 1000+i)
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		name := fmt.Sprintf("/f%02d.bin", i)
+		files[name] = b
+		if err := os.WriteFile(filepath.Join(root, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var sites strings.Builder
+	base := map[string]string{}
+	for _, e := range engines {
+		port := freePort(t)
+		base[e] = fmt.Sprintf("http://127.0.0.1:%d", port)
+		sites.WriteString(siteBlock(port, root, flashServe("transmit "+e, "max_open_files 4")))
+	}
+	loadSites(t, "", sites.String())
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	get := func(url, rg string) (int, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", url, nil)
+		if rg != "" {
+			req.Header.Set("Range", rg)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, b
+	}
+	for _, e := range engines {
+		mem0 := counters.requests[transmit.EngineMemory].Load()
+		requests := 0
+		for range 2 {
+			for name, want := range files {
+				if code, b := get(base[e]+name, ""); code != http.StatusOK || !bytes.Equal(b, want) {
+					t.Fatalf("%s %s: %d, %d bytes, want 200 and its %d bytes", e, name, code, len(b), len(want))
+				}
+				if code, b := get(base[e]+name, "bytes=10-19"); code != http.StatusPartialContent || !bytes.Equal(b, want[10:20]) {
+					t.Fatalf("%s %s bytes=10-19: %d %q", e, name, code, b)
+				}
+				requests += 2
+			}
+		}
+		mem := counterReaches(&counters.requests[transmit.EngineMemory], mem0+int64(requests)) - mem0
+		t.Logf("transmit %s: %d of %d requests from memory", e, mem, requests)
+		// At most 4 files of 30 have a descriptor at a time: the others'
+		// second pass at least leaves from memory.
+		if e == transmit.PolicyAuto && mem != int64(requests) || mem < int64(requests)/3 {
+			t.Errorf("transmit %s: %d of %d requests from memory", e, mem, requests)
+		}
+	}
+}

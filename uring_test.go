@@ -353,7 +353,7 @@ func TestColdStormHoldsFewThreads(t *testing.T) {
 // answered. A body whose first page is resident and the rest not still
 // gets its probe, which sends the resident part.
 func TestColdSmallBodySkipsTheProbe(t *testing.T) {
-	const size = 8 << 10
+	const size = 20 << 10
 	root, files := coldTree(t, 4, size)
 	port := ringSite(t, root)
 	c := &http.Client{Timeout: 30 * time.Second}
@@ -486,7 +486,7 @@ func TestDefaultStatWorkers(t *testing.T) {
 // set's warm-up then sees requests waiting for the disk (coldRequests,
 // its Cold); the same body again, now resident, counts nothing.
 func TestColdBodiesAreCounted(t *testing.T) {
-	root, files := coldTree(t, 2, 8<<10)
+	root, files := coldTree(t, 2, 20<<10)
 	port := ringSite(t, root)
 	c := &http.Client{Timeout: 30 * time.Second}
 	for name, want := range files {
@@ -499,7 +499,7 @@ func TestColdBodiesAreCounted(t *testing.T) {
 						break
 					}
 					t.Logf("%s was back in the page cache when the request read it; a fresh evicted file (%d of %d)", name, try+1, coldTries)
-					name, want = freshColdFile(t, root, 8<<10)
+					name, want = freshColdFile(t, root, 20<<10)
 				}
 				before = transmit.Snapshot()
 				asked = time.Now().UnixNano()

@@ -58,9 +58,11 @@ type Options struct {
 	// MemoryBudget is how many bytes of small files are kept in memory.
 	// Default: 64 MiB. A negative value disables it.
 	MemoryBudget int64
-	// MemoryMaxFile is the largest file kept in memory. Default: 3 KiB, so
-	// that body and headers leave in one write of net/http's 4 KiB buffer;
-	// larger files go out with sendfile, which copies nothing.
+	// MemoryMaxFile is the largest file kept in memory. Default: 16 KiB:
+	// most of a site's HTML, CSS, scripts and icons, which then need no
+	// descriptor and leave with their headers in one write (the listener
+	// wrapper gathers them; memChunk); larger files go out with sendfile,
+	// which copies nothing.
 	MemoryMaxFile int64
 	// NoInotify turns inotify off: every entry is revalidated after
 	// Revalidate.
@@ -208,7 +210,7 @@ func New(o Options) *Cache {
 		o.MemoryBudget = 64 << 20
 	}
 	if o.MemoryMaxFile <= 0 {
-		o.MemoryMaxFile = 3 << 10
+		o.MemoryMaxFile = 16 << 10
 	}
 	if o.MaxWatches <= 0 {
 		o.MaxWatches = defaultMaxWatches()
@@ -1229,10 +1231,21 @@ func (c *Cache) drop(m *meta) {
 }
 
 // shut makes e's meta let go of e, its descriptor, which closes once the
-// requests that hold it release it. It reports false if the meta had let
-// go of it already.
+// requests that hold it release it; a meta with data keeps an Entry
+// without a descriptor instead. It reports false if the meta had let go
+// of it already, or if e has no descriptor.
 func (c *Cache) shut(e *Entry) bool {
-	if !e.meta.open.CompareAndSwap(e, nil) {
+	if e.file == nil {
+		return false // a memory entry's bare Entry: no descriptor
+	}
+	// A small file kept in memory is served from its data without a
+	// descriptor: its hits neither reopen it nor take a descriptor from
+	// a file that needs one. Not once it is gone: nothing serves it then.
+	var bare *Entry
+	if e.data != nil && !e.gone.Load() {
+		bare = &Entry{meta: e.meta}
+	}
+	if !e.meta.open.CompareAndSwap(e, bare) {
 		return false
 	}
 	e.shut.Store(true)

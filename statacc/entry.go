@@ -22,7 +22,8 @@ import (
 // reaches a writer. A body is either data or read from the file when sent,
 // never the one spliced with the other. A regular file's meta outlives its
 // descriptor: the descriptor clock closes one (open becomes nil) and keeps
-// the meta, whose next hit opens the file again (Cache.reopen).
+// the meta, whose next hit opens the file again (Cache.reopen), or is
+// served from data without a descriptor if the meta has data.
 type meta struct {
 	path string
 	size int64
@@ -39,7 +40,9 @@ type meta struct {
 	data []byte
 	// open is the file open now with the cache's reference on it, nil
 	// while a regular file's descriptor is closed; for a meta without a
-	// descriptor (a directory), an Entry without a file, set once.
+	// descriptor (a directory), an Entry without a file, set once; for a
+	// small file kept in memory (data), an Entry without a file once its
+	// descriptor is closed (Cache.shut).
 	open atomic.Pointer[Entry]
 	// fileMode is the file's mode; IsDir and IsRegular derive from it.
 	fileMode fs.FileMode

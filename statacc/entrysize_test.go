@@ -13,9 +13,8 @@ import (
 	"unsafe"
 )
 
-// manyFiles makes dirs directories of perDir files of 8 KiB (more than
-// MemoryMaxFile: their entries keep no body; sparse, so quick to make)
-// under root, as e's tree, and returns their paths.
+// manyFiles makes dirs directories of perDir files of 8 KiB (sparse, so
+// quick to make) under root, as e's tree, and returns their paths.
 func manyFiles(tb testing.TB, root string, dirs, perDir int) []string {
 	tb.Helper()
 	var paths []string
@@ -87,7 +86,7 @@ func TestHeapPerEntry(t *testing.T) {
 		missing = append(missing, filepath.Join(filepath.Dir(p), "missing-"+filepath.Base(p)))
 	}
 	// No listing: every missing path is an entry, which is what is measured.
-	c := New(Options{Workers: 2, NegativeEntries: len(missing) + 1, MaxOpenFiles: len(files) + 64, listAfter: -1})
+	c := New(Options{Workers: 2, NegativeEntries: len(missing) + 1, MaxOpenFiles: len(files) + 64, listAfter: -1, MemoryBudget: -1})
 	defer c.Close()
 	// A first lookup elsewhere makes the watcher's root and the cache's
 	// lazily made structures, which are not per entry.

@@ -109,7 +109,14 @@ func TestIdleDescriptorsClosedWithinFiveSeconds(t *testing.T) {
 		t.Fatalf("%d descriptors open a second after their last request, want 5: closed before the janitor's period went by", n)
 	}
 	// present: the path's entry still holds a descriptor.
-	present := func(p string) bool { v, ok := c.entries.Load(p); return ok && v.(*meta).open.Load() != nil }
+	present := func(p string) bool {
+		v, ok := c.entries.Load(p)
+		if !ok {
+			return false
+		}
+		e := v.(*meta).open.Load()
+		return e != nil && e.file != nil
+	}
 	for present(idle1) || present(idle2) {
 		if time.Since(lastUse) > idleClosedBound {
 			t.Fatalf("idle descriptors still open %v after their last request (%d descriptors open)", idleClosedBound, c.counts[OpenFiles].Load())

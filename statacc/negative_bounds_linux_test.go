@@ -433,12 +433,11 @@ func TestNegativeHitAllocatesNothing(t *testing.T) {
 // cached; once the entries are dropped (Purge here; the janitor drops
 // every entry after revalidate, an event drops a changed file's), the
 // budget's counter says they are free, and the heap must free them too.
-// The descriptors' clock keeps the dropped entries (and so their bodies)
-// until it grows past 2*max_open_files+64: with the default max_open_files
-// of up to 262,144, up to half a million bodies of up to 3 KiB (1.5 GiB)
-// beyond a 64 MiB budget.
+// The clocks keep a dropped entry (and so its body) until they are
+// compacted: once the dropped bodies pass an eighth of the budget, the
+// janitor compacts them (compactFileRings).
 func TestDroppedSmallFilesFreeTheirBodies(t *testing.T) {
-	// Bodies larger than the default 3 KiB, so that what the cache's
+	// Bodies larger than the default 16 KiB, so that what the cache's
 	// structures keep beyond the bodies (the map, the hot set) is small
 	// beside them.
 	const files, size = 300, 32 << 10

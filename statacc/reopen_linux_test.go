@@ -544,3 +544,119 @@ func TestFileIdentityTellsDevicesOneApart(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryEntriesNeedNoDescriptor: a small file kept in memory whose
+// descriptor the clock closed is served from its data with no descriptor
+// (FD -1): no reopen, no miss, no descriptor taken from a file that needs
+// one. A file renamed over still turns to its new content within
+// inotify's latency, and readers racing evictions and purges leave every
+// count at 0 and each clock's dead count equal to its dead entries.
+func TestMemoryEntriesNeedNoDescriptor(t *testing.T) {
+	const size = 1 << 10
+	paths := namedFiles(t, t.TempDir(), 60, size)
+	fds := proctest.FDs(t)
+	c := New(Options{Workers: 2, MaxOpenFiles: 5, Revalidate: time.Hour, MemoryBudget: 1 << 20})
+	ctx := context.Background()
+	// get returns the content p's entry serves and whether it had a
+	// descriptor.
+	get := func(p string) (string, bool) {
+		t.Helper()
+		e, err := c.Get(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Release()
+		if e.Data() == nil {
+			t.Fatalf("%s: not kept in memory", p)
+		}
+		return string(e.Data()), e.FD() >= 0
+	}
+	for _, p := range paths {
+		get(p)
+	}
+	first := c.Snapshot()
+	bare := 0
+	for range 2 {
+		for _, p := range paths {
+			b, withFD := get(p)
+			if b != versionOf(p, 0, size) {
+				t.Fatalf("%s: %.20q", p, b)
+			}
+			if !withFD {
+				bare++
+			}
+		}
+	}
+	s := c.Snapshot()
+	t.Logf("two passes over 60 files with 5 descriptors: %d misses, %d reopens, %d hits without a descriptor, %d open",
+		s[Misses]-first[Misses], s[Reopens]-first[Reopens], bare, s[OpenFiles])
+	if s[Misses] != first[Misses] || s[Reopens] != first[Reopens] {
+		t.Errorf("%d misses, %d reopens: a memory entry needs neither", s[Misses]-first[Misses], s[Reopens]-first[Reopens])
+	}
+	if bare < 110 || s[OpenFiles] > 5 {
+		t.Errorf("%d of 120 hits without a descriptor, %d descriptors open (bound 5): want at least 110 and at most 5", bare, s[OpenFiles])
+	}
+
+	// Renamed over: each turns to version 1 and never back.
+	for _, p := range paths[:10] {
+		write(t, p+".tmp", versionOf(p, 1, size))
+		if err := os.Rename(p+".tmp", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, p := range paths[:10] {
+		for {
+			b, _ := get(p)
+			if b == versionOf(p, 1, size) {
+				break
+			}
+			if b != versionOf(p, 0, size) || time.Now().After(deadline) {
+				t.Fatalf("%s: %.20q 5 s after it was renamed over", p, b)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for _, p := range paths[:10] {
+		if b, _ := get(p); b != versionOf(p, 1, size) {
+			t.Fatalf("%s: back to %.20q", p, b)
+		}
+	}
+
+	// Readers racing the clocks and purges.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go untilStopped(&wg, stop, func(i int) {
+		c.Purge(paths[i%len(paths)], false)
+		time.Sleep(200 * time.Microsecond)
+	})
+	var readers sync.WaitGroup
+	for g := range 4 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for i := range 2000 {
+				p := paths[(i*7+g*13)%len(paths)]
+				e, err := c.Get(ctx, p)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				b, err := e.ReadAll()
+				e.Release()
+				if err != nil || !strings.HasPrefix(string(b), filepath.Base(p)+" v") || len(b) != size {
+					t.Errorf("%s: read %.20q, %v", p, b, err)
+					return
+				}
+			}
+		}()
+	}
+	readers.Wait()
+	close(stop)
+	wg.Wait()
+	if n, d := ringDead(&c.fds, func(e *Entry) bool { return e.shut.Load() }); int64(n) != d {
+		t.Errorf("descriptors' clock: %d shut on the ring, %d counted dead", n, d)
+	}
+	closeClean(t, c, fds)
+}

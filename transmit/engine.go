@@ -144,7 +144,9 @@ func (s *Sender) Close() {
 //
 // A policy left empty is auto, as Open makes it.
 func (s *Sender) Choose(w http.ResponseWriter, r *http.Request, body Body) Transfer {
-	if body.Data() != nil && (s.Policy == PolicyAuto || s.Policy == "") {
+	// A body kept in memory without a descriptor (statacc closed it) has
+	// no other way out, whatever the policy.
+	if body.Data() != nil && (s.Policy == PolicyAuto || s.Policy == "" || body.FD() < 0) {
 		return Transfer{Engine: EngineMemory}
 	}
 	if s.Ring != nil && body.FD() >= 0 && (!body.InMemoryFS() || s.Policy == PolicyIOUring) {
