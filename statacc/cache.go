@@ -934,10 +934,10 @@ const (
 // mount table changed and is not read yet (mounts_linux.go).
 func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entry, admit admission, briefly bool) *Entry {
 	path := key.path
+	m := e.meta
 	if !briefly && ticket.watched && c.watch.mountsPending() {
 		briefly = true
 	}
-	m := e.meta
 	m.root, m.symlinks = key.root, key.mode
 	if m.err == nil && m.fileMode.IsRegular() {
 		c.hot.Track(&m.hot, path)
@@ -1073,9 +1073,9 @@ func (c *Cache) load(key lookupKey, site string) (e *Entry, links linkKind) {
 	return c.build(path, site, info, f, err, true), links
 }
 
-// build makes the entry of what open found. mayBlock says whether a
-// small file may be read from disk; if not, it is kept only if the page
-// cache holds it.
+// build makes the entry of what open found. A small file is kept in
+// memory only if the page cache holds it (readSmall); mayBlock says
+// whether it may be read from disk where that cannot be told.
 func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, mayBlock bool) *Entry {
 	if err != nil {
 		return errorEntry(path, err)
@@ -1097,17 +1097,21 @@ func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, 
 	c.countOpen(e)
 	if e.size <= c.opts.MemoryMaxFile && c.opts.MemoryBudget > 0 {
 		if c.counts[MemoryBytes].Add(e.size) <= c.opts.MemoryBudget {
-			data := make([]byte, e.size)
-			var n int
-			var err error
-			if mayBlock {
-				n, err = f.ReadAt(data, 0)
-			} else {
-				n, err = pagecache.ReadNoWait(e.fd, data, 0)
+			bp := smallReads.Get().(*[]byte)
+			if int64(cap(*bp)) < e.size {
+				*bp = make([]byte, e.size)
 			}
+			buf := (*bp)[:e.size]
+			n, err := c.readSmall(e, buf, mayBlock)
 			if int64(n) == e.size && (err == nil || err == io.EOF) {
-				e.data = data
-			} else {
+				e.data = append(make([]byte, 0, e.size), buf...)
+			}
+			smallReads.Put(bp)
+			if e.data == nil {
+				// Not in the page cache: sent as a cold body (the ring
+				// batches such reads, where a worker here would wait for
+				// each), and kept in memory from its next lookup, at most
+				// Revalidate later.
 				c.counts[MemoryBytes].Add(-e.size)
 			}
 		} else {
@@ -1115,6 +1119,31 @@ func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, 
 		}
 	}
 	return e
+}
+
+// smallReads are the buffers small files are read into before they are
+// known to be whole in the page cache: a cold tree's misses, whose reads
+// are refused, then make no garbage.
+var smallReads = sync.Pool{New: func() any { return new([]byte) }}
+
+// readSmall reads a small file whole for the memory cache: only what the
+// page cache holds, never waiting for the disk, except on a filesystem
+// that cannot tell what it holds (FUSE) where mayBlock allows it; tmpfs
+// and ramfs hold it all.
+func (c *Cache) readSmall(e *Entry, data []byte, mayBlock bool) (int, error) {
+	if e.inMemoryFS {
+		return e.file.ReadAt(data, 0)
+	}
+	if cached, known := pagecache.WholeCached(e.fd, e.size, e.trusted); known && !cached {
+		// Not asked with a no-wait read, which would start readahead
+		// here, in the worker, where the request's own read is batched.
+		return 0, syscall.EAGAIN
+	}
+	n, err := pagecache.ReadNoWait(e.fd, data, 0)
+	if err != nil && !errors.Is(err, syscall.EAGAIN) && mayBlock {
+		return e.file.ReadAt(data, 0)
+	}
+	return n, err
 }
 
 // errorEntry is the answer of a lookup that failed with err.

@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/flashserve/caddy-flash-serve/internal/pagecache"
 	"golang.org/x/sys/unix"
 )
 
@@ -131,5 +133,70 @@ func TestInMemoryFSAfterTheDeviceNumberIsReused(t *testing.T) {
 	}
 	if lookup(filepath.Join(over, "b.bin")) {
 		t.Error("a file on an overlay that took an unmounted tmpfs's device number is InMemoryFS")
+	}
+}
+
+// TestColdSmallFileIsReadOnlyOnceCached: a file small enough for the
+// memory cache but not in the page cache is not read at its miss, nor is
+// a read of it started there (readahead in a worker, where the request's
+// own read of a cold body is batched through the ring); once something
+// read it, its next lookup keeps it in memory.
+func TestColdSmallFileIsReadOnlyOnceCached(t *testing.T) {
+	dir := t.TempDir()
+	var sf unix.Statfs_t
+	if err := unix.Statfs(dir, &sf); err != nil || sf.Type == unix.TMPFS_MAGIC {
+		t.Skipf("%s is on a tmpfs (%v): nothing of it leaves the page cache", dir, err)
+	}
+	p := filepath.Join(dir, "site.css")
+	content := []byte(fmt.Sprintf("%08192d", 7))
+	write(t, p, string(content))
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pagecache.Evict(fd); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := pagecache.Count(fd, int64(len(content))); err != nil || n != 0 {
+		t.Fatalf("%d bytes still cached after FADV_DONTNEED (%v)", n, err)
+	}
+	c := New(Options{Workers: 1, Revalidate: time.Hour, MemoryBudget: 1 << 20, MemoryMaxFile: 16 << 10})
+	defer c.Close()
+	ctx := context.Background()
+	e, err := c.Get(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Data() != nil {
+		t.Error("kept in memory though not in the page cache: the miss waited for the disk")
+	}
+	e.Release()
+	info, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, known := pagecache.WholeCached(fd, int64(len(content)), pagecache.Trusted(fd, info)); known {
+		if n, _ := pagecache.Count(fd, int64(len(content))); n != 0 {
+			t.Errorf("%d bytes cached after the miss: it started a read of the cold file", n)
+		}
+	} else {
+		t.Log("cachestat cannot tell here: the miss asks with a no-wait read, which starts readahead")
+	}
+	if _, err := os.ReadFile(p); err != nil {
+		t.Fatal(err)
+	}
+	c.Purge(p, false)
+	e, err = c.Get(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Release()
+	if string(e.Data()) != string(content) {
+		t.Errorf("looked up again once cached: memory holds %d bytes, want the file's %d", len(e.Data()), len(content))
 	}
 }

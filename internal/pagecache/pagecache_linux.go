@@ -109,6 +109,30 @@ func allCached(fd int, off, n int64) bool {
 	return int64(cs.Cache) >= (int64(r.Len)+pageSize-1)/pageSize
 }
 
+// WholeCached reports whether the first n bytes of fd are all in the page
+// cache, asking cachestat(2), which starts no read, where a no-wait read
+// of a missing page starts readahead. known is false where cachestat
+// cannot tell: before Linux 6.5, or for a file that is not Trusted.
+func WholeCached(fd int, n int64, trusted bool) (cached, known bool) {
+	if !trusted || noCachestat.Load() {
+		return false, false
+	}
+	if n == 0 {
+		return true, true
+	}
+	r := unix.CachestatRange{Len: uint64(n)}
+	var cs unix.Cachestat_t
+	_, _, errno := unix.Syscall6(unix.SYS_CACHESTAT, uintptr(fd), uintptr(unsafe.Pointer(&r)), uintptr(unsafe.Pointer(&cs)), 0, 0, 0)
+	if errno != 0 {
+		if errno == unix.ENOSYS {
+			noCachestat.Store(true)
+		}
+		return false, false
+	}
+	asked.cachestats.Add(1)
+	return int64(cs.Cache) >= (n+pageSize-1)/pageSize, true
+}
+
 // mincore returns the residency vector of the pages that hold the n > 0
 // bytes of fd from off (bit 0 set for a resident page) and the offset of
 // its first page, in buf when it is large enough.

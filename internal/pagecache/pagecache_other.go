@@ -21,6 +21,7 @@ func allCached(int, int64, int64) bool                         { return false }
 func mincore(int, int64, int64, []byte) ([]byte, int64, error) { return nil, 0, errUnsupported }
 func Count(int, int64) (int64, error)                          { return 0, errUnsupported }
 func ReadNoWait(int, []byte, int64) (int, error)               { return 0, errUnsupported }
+func WholeCached(int, int64, bool) (bool, bool)                { return false, false }
 func ReadNoWaitMetDisk(int, []byte, int64) (int, bool, error)  { return 0, false, errUnsupported }
 func Prefetch(int, int64)                                      {}
 func PrefetchRange(int, int64, int64)                          {}
