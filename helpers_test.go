@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -324,4 +325,14 @@ func evictedTree(t *testing.T, name string, files map[string][]byte) string {
 		}
 	}
 	return root
+}
+
+// counterReaches waits up to two seconds for a counter to reach want and
+// returns its value: a transfer's bytes are counted when the write that
+// sent them returns, which can be just after the client has read them.
+func counterReaches(c *atomic.Int64, want int64) int64 {
+	for deadline := time.Now().Add(2 * time.Second); c.Load() < want && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return c.Load()
 }

@@ -97,16 +97,6 @@ func TestColdBodiesGoThroughTheRing(t *testing.T) {
 	}
 }
 
-// counterReaches waits up to two seconds for a counter to reach want and
-// returns its value: a transfer's bytes are counted when the write that
-// sent them returns, which can be just after the client has read them.
-func counterReaches(c *atomic.Int64, want int64) int64 {
-	for deadline := time.Now().Add(2 * time.Second); c.Load() < want && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-	}
-	return c.Load()
-}
-
 // freshColdFile writes a new file of size random bytes under root, syncs
 // and evicts it, and checks that none of it is resident.
 func freshColdFile(t *testing.T, root string, size int) (string, []byte) {
