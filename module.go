@@ -176,9 +176,10 @@ type FlashServe struct {
 	// and pooled buffers elsewhere (TLS, HTTP/2, HTTP/3, encode).
 	// Data that may not be in the page cache (probed with mincore) is read
 	// through io_uring, so that a cold read parks its goroutine instead of
-	// holding an OS thread. `sendfile` never uses the memory copy or
-	// io_uring; `copy` always copies with pread; `io_uring` reads every
-	// body through io_uring. Where io_uring is unavailable (an old kernel,
+	// holding an OS thread. `sendfile` never uses io_uring; `copy` always
+	// copies with pread; `io_uring` reads every body through io_uring.
+	// Under each, a small file kept in memory (memory_cache) leaves from
+	// memory. Where io_uring is unavailable (an old kernel,
 	// kernel.io_uring_disabled, seccomp), the handler says why once and
 	// does without.
 	// Default: auto.

@@ -144,9 +144,12 @@ func (s *Sender) Close() {
 //
 // A policy left empty is auto, as Open makes it.
 func (s *Sender) Choose(w http.ResponseWriter, r *http.Request, body Body) Transfer {
-	// A body kept in memory without a descriptor (statacc closed it) has
-	// no other way out, whatever the policy.
-	if body.Data() != nil && (s.Policy == PolicyAuto || s.Policy == "" || body.FD() < 0) {
+	// A body kept in memory leaves from memory whatever the policy: it may
+	// have no descriptor (statacc closed it), and one file's bodies must
+	// not switch between the copy and the file, which a write through a
+	// shared mapping changes without an event (the copy would then take
+	// a body back to older bytes). memory_cache 0 keeps none.
+	if body.Data() != nil {
 		return Transfer{Engine: EngineMemory}
 	}
 	if s.Ring != nil && body.FD() >= 0 && (!body.InMemoryFS() || s.Policy == PolicyIOUring) {
