@@ -1137,14 +1137,9 @@ func (c *Cache) readSmall(e *Entry, data []byte, mayBlock bool) (int, error) {
 	if cached, known := pagecache.WholeCached(e.fd, e.size, e.trusted); known && !cached && !e.noBlockDev {
 		// Not asked with a no-wait read, which would start readahead
 		// here, in the worker, where the request's own read is batched.
-		// cachestat reads the file's own mapping, which a stacked
-		// filesystem's (overlayfs) leaves empty: its pages are the lower
-		// file's, which mincore sees through a mapping. FUSE and NFS (no
-		// block device) go on to the no-wait read, and FUSE to a
-		// worker's read.
-		if n, err := pagecache.Count(e.fd, e.size); err == nil && n < e.size {
-			return 0, syscall.EAGAIN
-		}
+		// FUSE and NFS (no block device) go on to the no-wait read, and
+		// FUSE to a worker's read.
+		return 0, syscall.EAGAIN
 	}
 	n, err := pagecache.ReadNoWait(e.fd, data, 0)
 	if err != nil && !errors.Is(err, syscall.EAGAIN) && mayBlock {

@@ -114,6 +114,24 @@ func allCached(fd int, off, n int64) bool {
 // of a missing page starts readahead. known is false where cachestat
 // cannot tell: before Linux 6.5, or for a file that is not Trusted.
 func WholeCached(fd int, n int64, trusted bool) (cached, known bool) {
+	cached, known = cachestatWhole(fd, n, trusted)
+	if known && !cached && onOverlay(fd) {
+		// cachestat reads the file's own mapping, which overlayfs leaves
+		// empty: its pages are the lower file's, which mincore sees
+		// through a mapping.
+		got, err := Count(fd, n)
+		return got >= n, err == nil
+	}
+	return cached, known
+}
+
+// onOverlay reports whether fd is a file on overlayfs (one fstatfs).
+func onOverlay(fd int) bool {
+	var st unix.Statfs_t
+	return unix.Fstatfs(fd, &st) == nil && uint32(st.Type) == unix.OVERLAYFS_SUPER_MAGIC
+}
+
+func cachestatWhole(fd int, n int64, trusted bool) (cached, known bool) {
 	if !trusted || noCachestat.Load() {
 		return false, false
 	}
