@@ -454,62 +454,94 @@ func ringDead[T comparable](k *clock[T], gone func(T) bool) (n int, dead int64) 
 // entry evictions, purges of files and subtrees and a Close in the middle
 // of readers leave every count at 0, each clock's dead count equal to its
 // dead entries, no descriptor open, and every request read the file it
-// asked for through a descriptor of that file.
+// asked for, whole: through a descriptor of that file, or, for small
+// files kept in memory (shut to a bare entry, dropped, renamed over), one
+// version of it from memory.
 func TestCountsBalanceUnderReopenEvictPurgeClose(t *testing.T) {
-	const size = 2 << 10
-	root := t.TempDir()
-	paths := namedFiles(t, root, 60, size)
-	fds := proctest.FDs(t)
-	c := New(Options{Workers: 2, MaxOpenFiles: 3, MaxEntries: 12, Revalidate: time.Hour, MemoryBudget: -1})
-	ctx := context.Background()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go untilStopped(&wg, stop, func(i int) {
-		if i%5 == 0 {
-			c.Purge(filepath.Join(root, "d"+strconv.Itoa(i%3)), true)
-		} else {
-			c.Purge(paths[i%len(paths)], false)
-		}
-		time.Sleep(200 * time.Microsecond)
-	})
-	var readers sync.WaitGroup
-	for g := range 6 {
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			for i := range 3000 {
-				if g == 0 && i == 2000 {
-					c.Close()
+	for _, tc := range []struct {
+		name    string
+		size    int
+		budget  int64
+		renames bool // files are renamed over to new versions meanwhile
+	}{
+		{"descriptors", 2 << 10, -1, false},
+		{"memory", 9 << 10, 1 << 20, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			paths := namedFiles(t, root, 60, tc.size)
+			fds := proctest.FDs(t)
+			c := New(Options{Workers: 2, MaxOpenFiles: 3, MaxEntries: 12, Revalidate: time.Hour, MemoryBudget: tc.budget, MemoryMaxFile: 16 << 10})
+			ctx := context.Background()
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go untilStopped(&wg, stop, func(i int) {
+				if i%5 == 0 {
+					c.Purge(filepath.Join(root, "d"+strconv.Itoa(i%3)), true)
+				} else {
+					c.Purge(paths[i%len(paths)], false)
 				}
-				p := paths[(i*7+g*13)%len(paths)]
-				e, err := c.Get(ctx, p)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(e.FD()))
-				if err != nil || target != p {
-					t.Errorf("%s: descriptor %d is %q (%v)", p, e.FD(), target, err)
-				}
-				b, err := e.ReadAll()
-				e.Release()
-				if err != nil || string(b) != versionOf(p, 0, size) {
-					t.Errorf("%s: read %.20q, %v", p, b, err)
-					return
-				}
+				time.Sleep(200 * time.Microsecond)
+			})
+			if tc.renames {
+				wg.Add(1)
+				go untilStopped(&wg, stop, func(i int) {
+					p := paths[(i*11)%len(paths)]
+					if err := os.WriteFile(p+".tmp", []byte(versionOf(p, 1+i%2, tc.size)), 0o644); err == nil {
+						os.Rename(p+".tmp", p)
+					}
+					time.Sleep(500 * time.Microsecond)
+				})
 			}
-		}()
-	}
-	readers.Wait()
-	close(stop)
-	wg.Wait()
-	closeClean(t, c, fds)
-	if n, d := ringDead(&c.files, func(m *meta) bool { return m.gone.Load() }); int64(n) != d {
-		t.Errorf("entries' clock: %d gone on the ring, %d counted dead", n, d)
-	}
-	if n, d := ringDead(&c.fds, func(e *Entry) bool { return e.shut.Load() }); int64(n) != d {
-		t.Errorf("descriptors' clock: %d shut on the ring, %d counted dead", n, d)
+			var readers sync.WaitGroup
+			for g := range 6 {
+				readers.Add(1)
+				go func() {
+					defer readers.Done()
+					for i := range 3000 {
+						if g == 0 && i == 2000 {
+							c.Close()
+						}
+						p := paths[(i*7+g*13)%len(paths)]
+						e, err := c.Get(ctx, p)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if e.FD() >= 0 {
+							// A file renamed over is the path's still, deleted.
+							if target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(e.FD())); err != nil || target != p && !(tc.renames && target == p+" (deleted)") {
+								t.Errorf("%s: descriptor %d is %q (%v)", p, e.FD(), target, err)
+							}
+						} else if e.Data() == nil {
+							t.Errorf("%s: neither a descriptor nor data", p)
+						}
+						b, err := e.ReadAll()
+						e.Release()
+						prefix := filepath.Base(p) + " v"
+						if err != nil || len(b) != tc.size || !strings.HasPrefix(string(b), prefix) || string(b) != versionOf(p, int(b[len(prefix)]-'0'), tc.size) {
+							t.Errorf("%s: read %.20q (%d bytes), %v", p, b, len(b), err)
+							return
+						}
+						if !tc.renames && b[len(prefix)] != '0' {
+							t.Errorf("%s: version %c of a file never changed", p, b[len(prefix)])
+							return
+						}
+					}
+				}()
+			}
+			readers.Wait()
+			close(stop)
+			wg.Wait()
+			closeClean(t, c, fds)
+			if n, d := ringDead(&c.files, func(m *meta) bool { return m.gone.Load() }); int64(n) != d {
+				t.Errorf("entries' clock: %d gone on the ring, %d counted dead", n, d)
+			}
+			if n, d := ringDead(&c.fds, func(e *Entry) bool { return e.shut.Load() }); int64(n) != d {
+				t.Errorf("descriptors' clock: %d shut on the ring, %d counted dead", n, d)
+			}
+		})
 	}
 }
 
@@ -549,8 +581,8 @@ func TestFileIdentityTellsDevicesOneApart(t *testing.T) {
 // descriptor the clock closed is served from its data with no descriptor
 // (FD -1): no reopen, no miss, no descriptor taken from a file that needs
 // one. A file renamed over still turns to its new content within
-// inotify's latency, and readers racing evictions and purges leave every
-// count at 0 and each clock's dead count equal to its dead entries.
+// inotify's latency. (Races with the clocks, purges, renames and Close:
+// TestCountsBalanceUnderReopenEvictPurgeClose.)
 func TestMemoryEntriesNeedNoDescriptor(t *testing.T) {
 	const size = 1 << 10
 	paths := namedFiles(t, t.TempDir(), 60, size)
@@ -623,40 +655,5 @@ func TestMemoryEntriesNeedNoDescriptor(t *testing.T) {
 		}
 	}
 
-	// Readers racing the clocks and purges.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go untilStopped(&wg, stop, func(i int) {
-		c.Purge(paths[i%len(paths)], false)
-		time.Sleep(200 * time.Microsecond)
-	})
-	var readers sync.WaitGroup
-	for g := range 4 {
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			for i := range 2000 {
-				p := paths[(i*7+g*13)%len(paths)]
-				e, err := c.Get(ctx, p)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				b, err := e.ReadAll()
-				e.Release()
-				if err != nil || !strings.HasPrefix(string(b), filepath.Base(p)+" v") || len(b) != size {
-					t.Errorf("%s: read %.20q, %v", p, b, err)
-					return
-				}
-			}
-		}()
-	}
-	readers.Wait()
-	close(stop)
-	wg.Wait()
-	if n, d := ringDead(&c.fds, func(e *Entry) bool { return e.shut.Load() }); int64(n) != d {
-		t.Errorf("descriptors' clock: %d shut on the ring, %d counted dead", n, d)
-	}
 	closeClean(t, c, fds)
 }
