@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -105,9 +106,14 @@ type Cache struct {
 	// cachedSlots bounds the lookups tried without a slot (resolveCached):
 	// they wait for a CPU, not a disk, so GOMAXPROCS of them suffice.
 	cachedSlots chan struct{}
-	mu          sync.Mutex // guards inflight; taken on the miss path only
-	inflight    map[lookupKey]*call
-	watch       *watcher
+	// smallReadsRefused holds the outcome of the last 32 no-wait reads of
+	// small files at misses, newest lowest, a bit set for a refused one;
+	// smallReadTurn counts the misses that did not ask (smallReadsCold).
+	smallReadsRefused atomic.Uint32
+	smallReadTurn     atomic.Uint32
+	mu                sync.Mutex // guards inflight; taken on the miss path only
+	inflight          map[lookupKey]*call
+	watch             *watcher
 	// fds, files and negs are the eviction clocks of descriptors, of
 	// regular files' entries and of negative entries.
 	fds   clock[*Entry]
@@ -1134,18 +1140,51 @@ func (c *Cache) readSmall(e *Entry, data []byte, mayBlock bool) (int, error) {
 	if e.inMemoryFS {
 		return e.file.ReadAt(data, 0)
 	}
-	if cached, known := pagecache.WholeCached(e.fd, e.size, e.trusted); known && !cached && !e.noBlockDev {
+	cached, known := pagecache.WholeCached(e.fd, e.size, e.trusted)
+	if known && !cached && !e.noBlockDev {
 		// Not asked with a no-wait read, which would start readahead
 		// here, in the worker, where the request's own read is batched.
 		// FUSE and NFS (no block device) go on to the no-wait read, and
 		// FUSE to a worker's read.
 		return 0, syscall.EAGAIN
 	}
+	guess := !known && !e.noBlockDev // only a no-wait read can tell
+	if guess && c.smallReadsCold() {
+		return 0, syscall.EAGAIN
+	}
 	n, err := pagecache.ReadNoWait(e.fd, data, 0)
 	if err != nil && !errors.Is(err, syscall.EAGAIN) && mayBlock {
 		return e.file.ReadAt(data, 0)
 	}
+	if guess {
+		c.noteSmallRead(errors.Is(err, syscall.EAGAIN) || err == nil && int64(n) < e.size)
+	}
 	return n, err
+}
+
+// smallReadsCold reports whether a small file's miss should not ask the
+// page cache with a no-wait read, where cachestat cannot tell (a file the
+// server neither owns nor may write): while most of the last 32 such
+// reads were refused (a cold tree), only one miss in 8 asks, since each
+// refused read starts readahead in the worker; the one that asks sees the
+// tree warm up.
+func (c *Cache) smallReadsCold() bool {
+	return bits.OnesCount32(c.smallReadsRefused.Load()) > 16 && c.smallReadTurn.Add(1)%8 != 0
+}
+
+// noteSmallRead records whether a no-wait read of a small file at a miss
+// was refused.
+func (c *Cache) noteSmallRead(refused bool) {
+	var bit uint32
+	if refused {
+		bit = 1
+	}
+	for {
+		old := c.smallReadsRefused.Load()
+		if c.smallReadsRefused.CompareAndSwap(old, old<<1|bit) {
+			return
+		}
+	}
 }
 
 // errorEntry is the answer of a lookup that failed with err.

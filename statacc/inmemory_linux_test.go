@@ -4,9 +4,12 @@ package statacc
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -198,5 +201,79 @@ func TestColdSmallFileIsReadOnlyOnceCached(t *testing.T) {
 	defer e.Release()
 	if string(e.Data()) != string(content) {
 		t.Errorf("looked up again once cached: memory holds %d bytes, want the file's %d", len(e.Data()), len(content))
+	}
+}
+
+// TestColdTreeStopsAskingSmallFilesWithoutCachestat: where cachestat
+// cannot tell (a file the server neither owns nor may write), a small
+// file's miss asks with a no-wait read, which starts readahead of a cold
+// one. While most such reads were refused (a cold tree), 7 misses in 8
+// do not ask, and so start no read; the eighth asks, and sees the tree
+// warm up.
+func TestColdTreeStopsAskingSmallFilesWithoutCachestat(t *testing.T) {
+	dir := t.TempDir()
+	var sf unix.Statfs_t
+	if err := unix.Statfs(dir, &sf); err != nil || sf.Type == unix.TMPFS_MAGIC {
+		t.Skipf("%s is on a tmpfs (%v): nothing of it leaves the page cache", dir, err)
+	}
+	c := New(Options{Workers: 1, Revalidate: time.Hour, MemoryBudget: 1 << 20, MemoryMaxFile: 16 << 10})
+	defer c.Close()
+	const size = 8 << 10
+	// coldEntry is an entry of a new evicted file, as a server that does
+	// not own it sees it.
+	coldEntry := func(name string) *Entry {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		write(t, p, fmt.Sprintf("%08192d", 1))
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		info, _ := f.Stat()
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if err := pagecache.Evict(int(f.Fd())); err != nil {
+			t.Fatal(err)
+		}
+		e := newEntry(p, info)
+		e.file, e.fd = f, int(f.Fd())
+		return e
+	}
+	cachedBytes := func(e *Entry) int64 {
+		n, err := pagecache.Count(e.fd, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	buf := make([]byte, size)
+	for i := range 20 {
+		e := coldEntry(fmt.Sprintf("cold%02d", i))
+		if n, err := c.readSmall(e, buf, true); err == nil && n == size {
+			t.Fatalf("cold%02d read whole though just evicted", i)
+		}
+	}
+	// Asking stops after the 17th refused read: most of the last 32.
+	if got := bits.OnesCount32(c.smallReadsRefused.Load()); got != 17 {
+		t.Fatalf("%d refused reads recorded, want 17", got)
+	}
+	c.smallReadTurn.Store(0)
+	x := coldEntry("x")
+	for turn := 1; turn < 8; turn++ {
+		if _, err := c.readSmall(x, buf, true); !errors.Is(err, syscall.EAGAIN) {
+			t.Fatalf("miss %d of a cold tree: %v, want EAGAIN without a read", turn, err)
+		}
+	}
+	if n := cachedBytes(x); n != 0 {
+		t.Errorf("%d bytes of x cached: a miss that did not ask started a read", n)
+	}
+	// The tree warms up: the eighth miss asks, and keeps the file.
+	if _, err := os.ReadFile(x.path); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.readSmall(x, buf, true); err != nil || n != size {
+		t.Errorf("the eighth miss: %d bytes, %v; want the whole warm file", n, err)
 	}
 }
