@@ -3,6 +3,7 @@ package statacc
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"io"
 	"io/fs"
 	"math"
@@ -97,7 +98,7 @@ func defaultWorkers() int { return max(32, 4*runtime.GOMAXPROCS(0)) }
 // second for unwatched directories).
 type Cache struct {
 	opts    Options
-	entries sync.Map // path string → *meta, for the paths that exist
+	entries pathMap // the metas of the paths that exist
 	// negatives holds the negative entries, pointer-free (negstore.go).
 	negatives *negStore
 	jobs      chan *call
@@ -237,6 +238,7 @@ func New(o Options) *Cache {
 		stop:        make(chan struct{}),
 		janitorWake: make(chan struct{}, 1),
 	}
+	c.entries.seed = maphash.MakeSeed()
 	c.negatives = newNegStore(&c.counts[NegativeEntries], &c.negs.dead)
 	c.hot = hotset.NewCounter(c.hotFiles)
 	if !o.NoInotify {
@@ -424,8 +426,8 @@ func (c *Cache) closeIdle() int {
 // keep their descriptor until their last transfer releases it.
 func (c *Cache) dropStale() int {
 	n := 0
-	c.entries.Range(func(k, v any) bool {
-		if e := v.(*meta); !c.fresh(e) && c.entries.CompareAndDelete(k, v) {
+	c.entries.Range(func(e *meta) bool {
+		if !c.fresh(e) && c.entries.CompareAndDelete(e) {
 			c.drop(e)
 			n++
 		}
@@ -563,8 +565,7 @@ func (c *Cache) GetCounted(ctx context.Context, counts *LookupCounts, root strin
 	if mode == SymlinksFollow {
 		root = ""
 	}
-	if v, ok := c.entries.Load(path); ok {
-		m := v.(*meta)
+	if m := c.entries.Load(path); m != nil {
 		if m.root == root && m.symlinks == mode && c.fresh(m) {
 			e := m.open.Load()
 			if e == nil || !e.acquire() {
@@ -988,16 +989,16 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 	if !regular || e.file != nil {
 		m.open.Store(e) // a regular file's only with its descriptor
 	}
-	var old any
+	var old *meta
 	var replaced bool
 	// publish marks m stale if its directory changed while we looked: the
 	// requests that wait for it get it, the next one looks again.
 	c.watch.publish(ticket, m, func() (negGone, bool) {
-		old, replaced = c.entries.Swap(path, m)
+		old, replaced = c.entries.Swap(m)
 		return c.negatives.removePath(path) // the path's negative entry, if any
 	})
 	if replaced {
-		c.drop(old.(*meta))
+		c.drop(old)
 	}
 	if regular {
 		ringAdd(&c.files, fileOps{c}, m, c.opts.MaxEntries)
@@ -1032,14 +1033,13 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *
 	n := negNew{root: key.root, path: key.path, symlinks: key.mode, kind: kindOf(e.err), refusedAt: refusedAtPath(e.err, key.path), watched: e.watched, checked: checked}
 	h := s.hash(key.path)
 	var ref negRef
-	var pos any
-	var hadPos bool
+	var pos *meta
 	c.watch.publishNegative(t, h, func(node uint64, mark int32, stale bool) (negRef, negGone, bool) {
 		n.node, n.mark = node, mark
 		if stale {
 			n.checked = staleSince
 		}
-		pos, hadPos = c.entries.LoadAndDelete(key.path)
+		pos = c.entries.LoadAndDelete(key.path)
 		sh, shard := s.shardOf(h)
 		sh.mu.Lock()
 		r, old, replaced := s.insertLocked(sh, shard, h, n)
@@ -1047,8 +1047,8 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *
 		ref = r
 		return r, old, replaced
 	})
-	if hadPos {
-		c.drop(pos.(*meta))
+	if pos != nil {
+		c.drop(pos)
 	}
 	ringAdd(&c.negs, negOps{c}, ref, c.opts.NegativeEntries)
 	if c.counts[NegativeEntries].Load() > int64(c.opts.NegativeEntries) || s.bytes.Load() > c.opts.negativeBytes {
@@ -1062,7 +1062,7 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *
 	}
 }
 
-func (c *Cache) unpublish(m *meta) bool { return c.entries.CompareAndDelete(m.path, m) }
+func (c *Cache) unpublish(m *meta) bool { return c.entries.CompareAndDelete(m) }
 
 // load looks key up, making room and trying again if the fd table is full.
 func (c *Cache) load(key lookupKey, site string) (e *Entry, links linkKind) {
@@ -1392,16 +1392,16 @@ func (c *Cache) Purge(path string, subtree bool) int {
 	c.watch.forgetNegatives(gone)
 	c.watch.unlistAll()
 	n := len(gone)
-	if v, ok := c.entries.LoadAndDelete(path); ok {
-		c.drop(v.(*meta))
+	if m := c.entries.LoadAndDelete(path); m != nil {
+		c.drop(m)
 		n++
 	}
 	if !subtree {
 		return n
 	}
-	c.entries.Range(func(k, v any) bool {
-		if strings.HasPrefix(k.(string), prefix) && c.entries.CompareAndDelete(k, v) {
-			c.drop(v.(*meta))
+	c.entries.Range(func(m *meta) bool {
+		if strings.HasPrefix(m.path, prefix) && c.entries.CompareAndDelete(m) {
+			c.drop(m)
 			n++
 		}
 		return true
@@ -1415,9 +1415,9 @@ func (c *Cache) flush() {
 	gone := c.negatives.removeWhere(func(*negSlot, []byte) bool { return true })
 	c.watch.forgetNegatives(gone)
 	c.watch.unlistAll()
-	c.entries.Range(func(k, v any) bool {
-		if c.entries.CompareAndDelete(k, v) {
-			c.drop(v.(*meta))
+	c.entries.Range(func(m *meta) bool {
+		if c.entries.CompareAndDelete(m) {
+			c.drop(m)
 		}
 		return true
 	})
@@ -1431,9 +1431,7 @@ func (c *Cache) evict(target int, secondChance bool) {
 }
 
 func (c *Cache) entryCount() int {
-	n := c.negatives.len()
-	c.entries.Range(func(any, any) bool { n++; return true })
-	return n
+	return c.negatives.len() + c.entries.Len()
 }
 
 var clockBase = time.Now()

@@ -34,8 +34,8 @@ func (c *Cache) negativeSlot(path string) *negSlot {
 // cachedWatched reports whether path has a fresh entry, positive or
 // negative, that inotify watches.
 func (c *Cache) cachedWatched(path string) bool {
-	if v, ok := c.entries.Load(path); ok {
-		return v.(*meta).watched && c.fresh(v.(*meta))
+	if m := c.entries.Load(path); m != nil {
+		return m.watched && c.fresh(m)
 	}
 	sl := c.negativeSlot(path)
 	return sl != nil && sl.watched && c.freshNegative(sl)

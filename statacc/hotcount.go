@@ -15,8 +15,7 @@ func (c *Cache) HotSet() *hotset.Counter { return c.hot }
 // hotFiles yields the regular files the cache holds, with their tallies:
 // the live candidates of a hot-set snapshot.
 func (c *Cache) hotFiles(yield func(hotset.File, *hotset.Tally) bool) {
-	c.entries.Range(func(_, v any) bool {
-		e := v.(*meta)
+	c.entries.Range(func(e *meta) bool {
 		if e.err != nil || !e.fileMode.IsRegular() {
 			return true
 		}

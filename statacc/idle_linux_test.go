@@ -110,11 +110,11 @@ func TestIdleDescriptorsClosedWithinFiveSeconds(t *testing.T) {
 	}
 	// present: the path's entry still holds a descriptor.
 	present := func(p string) bool {
-		v, ok := c.entries.Load(p)
-		if !ok {
+		m := c.entries.Load(p)
+		if m == nil {
 			return false
 		}
-		e := v.(*meta).open.Load()
+		e := m.open.Load()
 		return e != nil && e.file != nil
 	}
 	for present(idle1) || present(idle2) {
@@ -124,7 +124,7 @@ func TestIdleDescriptorsClosedWithinFiveSeconds(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for _, p := range []string{idle1, idle2} {
-		if _, ok := c.entries.Load(p); !ok {
+		if c.entries.Load(p) == nil {
 			t.Errorf("%s lost its entry with its idle descriptor: the next request would look it up again", p)
 		}
 	}

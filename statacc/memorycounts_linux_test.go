@@ -39,7 +39,7 @@ func TestMemoryBytesMatchLiveData(t *testing.T) {
 	}
 	wg.Wait()
 	var live int64
-	c.entries.Range(func(_, v any) bool { live += int64(len(v.(*meta).data)); return true })
+	c.entries.Range(func(m *meta) bool { live += int64(len(m.data)); return true })
 	if got := c.Snapshot()[MemoryBytes]; got != live {
 		t.Errorf("MemoryBytes %d, data of the entries in the map %d", got, live)
 	}

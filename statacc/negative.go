@@ -89,7 +89,7 @@ func (c *Cache) keepsNegative(key lookupKey) bool {
 		return true
 	}
 	path := key.path
-	if _, ok := c.entries.Load(path); ok || c.negatives.has(path) {
+	if c.entries.Load(path) != nil || c.negatives.has(path) {
 		return true
 	}
 	return c.door().sawBefore(path)
@@ -273,7 +273,7 @@ type fileOps struct{ c *Cache }
 func (o fileOps) gone(m *meta) bool { return m.gone.Load() }
 func (o fileOps) used(m *meta) bool { return m.takeMark(markKeep) }
 func (o fileOps) evict(m *meta) bool {
-	if !o.c.entries.CompareAndDelete(m.path, m) {
+	if !o.c.entries.CompareAndDelete(m) {
 		return false
 	}
 	o.c.drop(m)

@@ -65,25 +65,24 @@ func TestExistingFileMissWhenFullIsWatched(t *testing.T) {
 		}
 		p := filepath.Join(dir, "page.html")
 		oc := countOpens(t, dir)
-		v, _ := c.entries.Load(p)
+		v := c.entries.Load(p)
 		if v == nil {
 			t.Fatalf("%s: no entry after its lookup", dir)
 		}
-		if !v.(*meta).watched {
+		if !v.watched {
 			// The next lookup comes within the entry's second, however
 			// loaded the machine.
-			v.(*meta).checked.Store(nanotime())
+			v.checked.Store(nanotime())
 		}
 		hits := c.counts[Hits].Load()
 		describe(t, c, p)
 		if n := oc.opens(t, "page.html"); n != 0 || c.counts[Hits].Load() != hits+1 {
 			t.Errorf("%s: the second lookup opened the file %d times (%d hits), want a hit", dir, n, c.counts[Hits].Load()-hits)
 		}
-		v, _ = c.entries.Load(p)
-		if v == nil {
+		e := c.entries.Load(p)
+		if e == nil {
 			t.Fatalf("%s: no entry after its second lookup", dir)
 		}
-		e := v.(*meta)
 		if want := dir == root; e.watched != want {
 			t.Errorf("%s: entry watched %v, want %v (a watched directory's lookup enters it before the open, the probe after)", dir, e.watched, want)
 		}
@@ -96,7 +95,7 @@ func TestExistingFileMissWhenFullIsWatched(t *testing.T) {
 			if n := oc.opens(t, "page.html"); n != 1 {
 				t.Errorf("%s: %d opens for two lookups after the probe's entry expired, want 1", dir, n)
 			}
-			if v, _ := c.entries.Load(p); v == nil || !v.(*meta).watched {
+			if v := c.entries.Load(p); v == nil || !v.watched {
 				t.Errorf("%s: the entry looked up again is not cached and watched", dir)
 			}
 		}

@@ -305,8 +305,8 @@ func TestDirEntriesBounded(t *testing.T) {
 		peak = max(peak, int(c.counts[dirEntries].Load()))
 	}
 	n := 0
-	c.entries.Range(func(_, v any) bool {
-		if e := v.(*meta); e.err == nil && !e.fileMode.IsRegular() {
+	c.entries.Range(func(e *meta) bool {
+		if e.err == nil && !e.fileMode.IsRegular() {
 			n++
 		}
 		return true

@@ -18,7 +18,7 @@ func negativeEntry(t *testing.T, c *Cache, path string) *negSlot {
 	t.Helper()
 	sl := c.negativeSlot(path)
 	if sl == nil {
-		if _, ok := c.entries.Load(path); ok {
+		if c.entries.Load(path) != nil {
 			t.Fatalf("%s: a positive entry, want a negative one", path)
 		}
 		t.Fatalf("%s: no entry", path)
@@ -138,8 +138,7 @@ func TestJanitorKeepsStaleNegativesForRevalidation(t *testing.T) {
 	now := nanotime()
 	negativeEntry(t, c, recent).checked.Store(now - int64(reval) - int64(reval/2))
 	negativeEntry(t, c, old).checked.Store(now - 2*int64(reval) - int64(time.Second))
-	v, _ := c.entries.Load(file)
-	v.(*meta).checked.Store(now - int64(reval) - int64(time.Second))
+	c.entries.Load(file).checked.Store(now - int64(reval) - int64(time.Second))
 	if n := c.dropStale(); n != 2 {
 		t.Errorf("the janitor dropped %d entries, want 2 (the old negative and the file)", n)
 	}
@@ -147,7 +146,7 @@ func TestJanitorKeepsStaleNegativesForRevalidation(t *testing.T) {
 		t.Error("the janitor dropped a negative entry stale for less than another Revalidate")
 	}
 	for _, p := range []string{old, file} {
-		if _, ok := c.entries.Load(p); ok || c.negativeSlot(p) != nil {
+		if c.entries.Load(p) != nil || c.negativeSlot(p) != nil {
 			t.Errorf("%s: the janitor kept it", filepath.Base(p))
 		}
 	}

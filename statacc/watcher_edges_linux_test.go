@@ -234,8 +234,8 @@ func TestLinkPastTheWatchBound(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a lookup past the watch bound is stuck")
 	}
-	v, _ := c.entries.Load(path)
-	t.Logf("bound %d: %d nodes, entry watched %v, %d refused", limit, c.counts[WatchedDirs].Load(), v.(*meta).watched, c.counts[WatchRefused].Load())
+	v := c.entries.Load(path)
+	t.Logf("bound %d: %d nodes, entry watched %v, %d refused", limit, c.counts[WatchedDirs].Load(), v.watched, c.counts[WatchRefused].Load())
 	if c.counts[WatchedDirs].Load() > int64(limit) {
 		t.Fatalf("%d nodes past the bound %d", c.counts[WatchedDirs].Load(), limit)
 	}
