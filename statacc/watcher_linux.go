@@ -103,7 +103,7 @@ type dirNode struct {
 	sameReal   *dirNode
 	// entries are the directory's cached entries by name; a missing or failed
 	// node also holds those below it (entryKey).
-	entries map[string]*meta
+	entries nameIndex
 	// negs indexes the negative entries the same way: path hash to seq.
 	negs    map[uint64]uint64
 	id      uint64 // the node's number, unique in the watcher's life
@@ -393,12 +393,9 @@ func (w *watcher) publish(t watchTicket, e *meta, store func() (negGone, bool)) 
 		// Indexed even when stale or unwatched: an event drops it the same.
 		e.dir = n
 		name := entryKey(n, e.path)
-		if n.entries == nil {
-			n.entries = make(map[string]*meta)
-		}
 		// An entry under this name left the cache map already (store swapped
 		// it out under mu, or its forget is on its way and leaves e).
-		n.entries[name] = e
+		n.entries.put(n, name, e)
 	}
 	if g, ok := store(); ok {
 		w.forgetNegativeLocked(g)
@@ -505,8 +502,8 @@ func (w *watcher) forget(e *meta) {
 	}
 	w.mu.Lock()
 	if n := e.dir; !n.dropped {
-		if name := entryKey(n, e.path); n.entries[name] == e {
-			delete(n.entries, name)
+		if name := entryKey(n, e.path); n.entries.get(n, name) == e {
+			n.entries.remove(n, name)
 		}
 		w.maybeRemoveLocked(n)
 	}
@@ -847,7 +844,7 @@ func (w *watcher) unpinLocked(n *dirNode) {
 
 // maybeRemoveLocked removes n and its ancestors while nothing needs them.
 func (w *watcher) maybeRemoveLocked(n *dirNode) {
-	for n != nil && !n.dropped && n.pins <= 0 && len(n.entries) == 0 && len(n.negs) == 0 && len(n.children) == 0 && len(n.dependents) == 0 && n.listing == nil {
+	for n != nil && !n.dropped && n.pins <= 0 && n.entries.len() == 0 && len(n.negs) == 0 && len(n.children) == 0 && len(n.dependents) == 0 && n.listing == nil {
 		parent := n.parent
 		w.dropLocked(n, nil)
 		n = parent
@@ -873,12 +870,12 @@ func (w *watcher) dropLocked(n *dirNode, gone *[]*meta) {
 	for d := range n.dependents {
 		w.dropLocked(d, gone)
 	}
-	for _, e := range n.entries {
+	n.entries.each(func(e *meta) {
 		if w.cache.unpublish(e) && gone != nil {
 			*gone = append(*gone, e)
 		}
-	}
-	n.entries = nil
+	})
+	n.entries = nameIndex{}
 	w.dropNegativesLocked(n, gone)
 	w.unlistLocked(n)
 	delete(w.byID, n.id)
@@ -1132,11 +1129,11 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 		if ch := n.children[name]; ch != nil {
 			w.dropLocked(ch, &gone)
 		}
-		if e := n.entries[name]; e != nil {
+		if e := n.entries.get(n, name); e != nil {
 			if c.unpublish(e) {
 				gone = append(gone, e)
 			}
-			delete(n.entries, name)
+			n.entries.remove(n, name)
 			w.maybeRemoveLocked(n)
 		}
 		if len(n.negs) > 0 {
