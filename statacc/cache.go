@@ -673,8 +673,8 @@ func (c *Cache) revalidateNegative(key lookupKey, ref negRef, watched bool, chec
 	now := nanotime()
 	_, f, _, err := c.open(key)
 	<-c.slots
-	if f != nil {
-		f.Close()
+	if f.isOpen() {
+		f.close()
 	}
 	if !sameMissing(err, negErrors[kind]) {
 		return false
@@ -882,7 +882,7 @@ func (c *Cache) noteMissing(key lookupKey, e *Entry, t watchTicket) {
 // symlink: its target deleted elsewhere sends no event for the link's
 // name. A hard link needs nothing: deleting this name is an event.
 func (c *Cache) noteLinked(e *Entry, links linkKind) {
-	if links == symLinked && e.file != nil {
+	if links == symLinked && e.file.isOpen() {
 		c.noteUnwatched()
 	}
 }
@@ -950,12 +950,12 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 	}
 	m.watched = ticket.watched && !briefly
 	m.checked.Store(checked)
-	if e.file != nil {
+	if e.file.isOpen() {
 		// As if used now: the idle pass that comes next keeps it.
 		m.marks.Store(markIdle)
 		m.reopenInline = m.watched && c.watch.cachedOpens(ticket)
 	}
-	if !ticket.watched && e.file != nil {
+	if !ticket.watched && e.file.isOpen() {
 		c.noteUnwatched()
 	}
 	if m.err != nil && !cacheableError(m.err) {
@@ -982,10 +982,10 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 	} else {
 		c.counts[fileEntries].Add(1)
 	}
-	if e.file != nil {
+	if e.file.isOpen() {
 		e.refs.Store(2) // the meta's own reference and the call's
 	}
-	if !regular || e.file != nil {
+	if !regular || e.file.isOpen() {
 		m.open.Store(e) // a regular file's only with its descriptor
 	}
 	var old any
@@ -1005,7 +1005,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 			c.evictEntries(m)
 		}
 	}
-	if e.file != nil {
+	if e.file.isOpen() {
 		c.addOpen(e)
 	}
 	if c.closed.Load() && c.unpublish(m) {
@@ -1082,22 +1082,22 @@ func (c *Cache) load(key lookupKey, site string) (e *Entry, links linkKind) {
 // build makes the entry of what open found. A small file is kept in
 // memory only if the page cache holds it (readSmall); mayBlock says
 // whether it may be read from disk where that cannot be told.
-func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, mayBlock bool) *Entry {
+func (c *Cache) build(path, site string, info fs.FileInfo, f fileRef, err error, mayBlock bool) *Entry {
 	if err != nil {
 		return errorEntry(path, err)
 	}
 	e := newEntry(path, info)
-	if f != nil && !info.Mode().IsRegular() {
-		f.Close() // only a regular file's entry keeps a descriptor
-		f = nil
+	if f.isOpen() && !info.Mode().IsRegular() {
+		f.close() // only a regular file's entry keeps a descriptor
+		f = fileRef{}
 	}
-	if f == nil {
+	if !f.isOpen() {
 		return e
 	}
 	e.file = f
-	e.fd = handleFD(f)
-	e.trusted = pagecache.Trusted(e.fd, info)
-	e.inMemoryFS = e.noBlockDev && pagecache.InMemoryFS(e.fd, info)
+	fd := f.descriptor()
+	e.trusted = pagecache.Trusted(fd, info)
+	e.inMemoryFS = e.noBlockDev && pagecache.InMemoryFS(fd, info)
 	e.otherMount = c.onOtherMount(info, site)
 	e.cache = c
 	c.countOpen(e)
@@ -1138,9 +1138,10 @@ var smallReads = sync.Pool{New: func() any { return new([]byte) }}
 // and ramfs hold it all.
 func (c *Cache) readSmall(e *Entry, data []byte, mayBlock bool) (int, error) {
 	if e.inMemoryFS {
-		return e.file.ReadAt(data, 0)
+		return e.file.readAt(data, 0, e.path)
 	}
-	cached, known := pagecache.WholeCached(e.fd, e.size, e.trusted)
+	fd := e.file.descriptor()
+	cached, known := pagecache.WholeCached(fd, e.size, e.trusted)
 	if known && !cached && !e.noBlockDev {
 		// Not asked with a no-wait read, which would start readahead
 		// here, in the worker, where the request's own read is batched.
@@ -1152,9 +1153,9 @@ func (c *Cache) readSmall(e *Entry, data []byte, mayBlock bool) (int, error) {
 	if guess && c.smallReadsCold() {
 		return 0, syscall.EAGAIN
 	}
-	n, err := pagecache.ReadNoWait(e.fd, data, 0)
+	n, err := pagecache.ReadNoWait(fd, data, 0)
 	if err != nil && !errors.Is(err, syscall.EAGAIN) && mayBlock {
-		return e.file.ReadAt(data, 0)
+		return e.file.readAt(data, 0, e.path)
 	}
 	if guess {
 		c.noteSmallRead(errors.Is(err, syscall.EAGAIN) || err == nil && int64(n) < e.size)
@@ -1203,11 +1204,11 @@ func (c *Cache) countOpen(e *Entry) {
 // open describes key's path and returns it open if it is a regular
 // file, confined as its mode says. links tells a file whose changes
 // inotify may not see (unwatchable).
-func (c *Cache) open(key lookupKey) (info fs.FileInfo, f handle, links linkKind, err error) {
+func (c *Cache) open(key lookupKey) (info fs.FileInfo, f fileRef, links linkKind, err error) {
 	path := key.path
 	if key.mode != SymlinksFollow {
 		info, f, viaLink, err := openConfinedRegular(key.root, path, key.mode)
-		return info, fromOSFile(f), unwatchable(path, info, viaLink, err), err
+		return info, f, unwatchable(path, info, viaLink, err), err
 	}
 	// Open first and fstat, as nginx does: one path walk, not two. O_NONBLOCK
 	// keeps a FIFO from blocking.
@@ -1215,19 +1216,19 @@ func (c *Cache) open(key lookupKey) (info fs.FileInfo, f handle, links linkKind,
 	if err != nil {
 		links = unwatchable(path, nil, viaLink, err)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || fileio.IsFDExhaustion(err) {
-			return nil, nil, links, err
+			return nil, fileRef{}, links, err
 		}
 		// Describe what cannot be opened (an unreadable directory, a socket).
 		info, serr := os.Stat(path)
 		if serr != nil || info.Mode().IsRegular() || unreadableDir(info, err) {
-			return nil, nil, links, err
+			return nil, fileRef{}, links, err
 		}
-		return info, nil, links, nil
+		return info, fileRef{}, links, nil
 	}
-	info, err = statHandle(f)
+	info, err = f.stat(path)
 	if err != nil || !info.Mode().IsRegular() {
-		f.Close()
-		return info, nil, notLinked, err
+		f.close()
+		return info, fileRef{}, notLinked, err
 	}
 	return info, f, unwatchable(path, info, viaLink, nil), nil
 }
@@ -1305,7 +1306,7 @@ func (c *Cache) drop(m *meta) {
 // without a descriptor instead. It reports false if the meta had let go
 // of it already, or if e has no descriptor.
 func (c *Cache) shut(e *Entry) bool {
-	if e.file == nil {
+	if !e.file.isOpen() {
 		return false // a memory entry's bare Entry: no descriptor
 	}
 	// A small file kept in memory is served from its data without a
@@ -1342,15 +1343,15 @@ func (c *Cache) reopen(m *meta, site string) *Entry {
 			return nil
 		}
 		info, f, err, ok := openCached(lookupKey{path: m.path, root: m.root, mode: m.symlinks}, site)
-		if !ok || err != nil || f == nil {
+		if !ok || err != nil || !f.isOpen() {
 			return nil
 		}
 		if !m.sameFile(info) {
 			// Changed, and its event is not read yet: a miss makes its entry.
-			f.Close()
+			f.close()
 			return nil
 		}
-		e := &Entry{meta: m, file: f, fd: handleFD(f)}
+		e := &Entry{meta: m, file: f}
 		e.refs.Store(2) // the meta's and the caller's
 		c.countOpen(e)
 		if !m.open.CompareAndSwap(nil, e) {

@@ -88,8 +88,7 @@ type meta struct {
 // the cache may have closed it for others meanwhile (Cache.reopen).
 type Entry struct {
 	*meta
-	file handle // the open file of a regular-file entry
-	fd   int    // file's descriptor, read once so Fd() is never called again
+	file fileRef // the open file of a regular-file entry, by value
 	// refs counts the meta's reference (while it is the meta's open) plus
 	// one per request; the descriptor closes at 0, never under a transfer.
 	refs atomic.Int32
@@ -171,19 +170,14 @@ func (e *meta) MincoreTrusted() bool { return e.trusted }
 // File returns the open file of a regular-file entry, nil otherwise, for
 // pread; open until the caller's reference is released.
 func (e *Entry) File() io.ReaderAt {
-	if e.file == nil {
+	if !e.file.isOpen() {
 		return nil
 	}
-	return e.file
+	return (*entryFile)(e)
 }
 
 // FD returns the descriptor of File, or -1.
-func (e *Entry) FD() int {
-	if e.file == nil {
-		return -1
-	}
-	return e.fd
-}
+func (e *Entry) FD() int { return e.file.descriptor() }
 
 // The marks of Entry.marks.
 const (
@@ -200,7 +194,7 @@ func (e *meta) takeMark(mark uint32) bool { return e.marks.And(^mark)&mark != 0 
 
 // acquire takes a reference unless the entry is already being closed.
 func (e *Entry) acquire() bool {
-	if e.file == nil {
+	if !e.file.isOpen() {
 		return true // nothing to keep open
 	}
 	for {
@@ -217,18 +211,18 @@ func (e *Entry) acquire() bool {
 // Hold takes one more reference on an entry the caller holds, for work
 // that outlives the request (an io_uring read).
 func (e *Entry) Hold() {
-	if e.file != nil {
+	if e.file.isOpen() {
 		e.refs.Add(1)
 	}
 }
 
 // Release gives back a reference taken by Cache.GetCounted or Hold.
 func (e *Entry) Release() {
-	if e.file == nil {
+	if !e.file.isOpen() {
 		return
 	}
 	if e.refs.Add(-1) == 0 {
-		e.file.Close()
+		e.file.close()
 		if c := e.cache; c != nil {
 			c.counts[OpenFiles].Add(-1)
 			if e.otherMount {
@@ -247,11 +241,11 @@ func (e *Entry) ReadAll() ([]byte, error) {
 	if !e.IsRegular() {
 		return nil, fs.ErrInvalid
 	}
-	if e.file == nil {
+	if !e.file.isOpen() {
 		return nil, fs.ErrInvalid
 	}
 	b := make([]byte, e.size)
-	n, err := e.file.ReadAt(b, 0)
+	n, err := e.file.readAt(b, 0, e.path)
 	if err == io.EOF && int64(n) == e.size {
 		err = nil
 	}
