@@ -162,11 +162,14 @@ type call struct {
 	key lookupKey // root is "" and mode follow for unconfined lookups
 	// site is the root of the first lookup, with any mode (closeIdle).
 	site string
-	// done is closed when entry is set; made by the first waiter
-	// (doneLocked), so that a miss nobody merges with makes no channel.
-	// Guarded by Cache.mu.
+	// done is closed when the result (entry or err) is set; made by the
+	// first waiter (doneLocked), so that a miss nobody merges with makes no
+	// channel. Guarded by Cache.mu.
 	done  chan struct{}
-	entry *Entry
+	entry *Entry // nil when err is set
+	// err is what the lookup failed with; the meta does not hold one (a
+	// negative answer is kept in the negative store, not as a meta).
+	err error
 	// pending counts the waiters plus the worker; the last to leave drops
 	// the call's reference. Incremented under Cache.mu only.
 	pending atomic.Int32
@@ -524,10 +527,10 @@ func (c *Cache) lookupClosed(ctx context.Context, key lookupKey) (*Entry, error)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	e, _ := c.load(key, "")
+	e, _, err := c.load(key, "")
 	<-c.slots
-	if e.err != nil {
-		return nil, e.err
+	if err != nil {
+		return nil, err
 	}
 	// The caller's alone: the budget does not count its data.
 	c.counts[MemoryBytes].Add(-int64(len(e.data)))
@@ -543,7 +546,7 @@ func (c *Cache) refuseQueued() {
 	for {
 		select {
 		case cl := <-c.jobs:
-			c.complete(cl, errorEntry(cl.key.path, errCacheClosed))
+			c.complete(cl, nil, errCacheClosed)
 			cl.leave()
 		default:
 			return
@@ -747,8 +750,8 @@ func (c *Cache) miss(ctx context.Context, key lookupKey, site string) (*Entry, e
 	}
 	// Every slot is taken: what the kernel has cached is answered without
 	// one, rather than queued behind cold lookups.
-	if e := c.resolveCached(key, site); e != nil {
-		c.complete(cl, e)
+	if e, err, ok := c.resolveCached(key, site); ok {
+		c.complete(cl, e, err)
 		defer cl.leave()
 		return c.acquireResult(cl)
 	}
@@ -766,7 +769,7 @@ func (c *Cache) miss(ctx context.Context, key lookupKey, site string) (*Entry, e
 		// Misses merged with this one meanwhile are refused with it.
 		cl.pending.Add(-1)
 		c.counts[QueueFull].Add(1)
-		c.complete(cl, errorEntry(key.path, ErrQueueFull))
+		c.complete(cl, nil, ErrQueueFull)
 		cl.leave()
 		return nil, ErrQueueFull
 	}
@@ -788,10 +791,10 @@ func (c *Cache) wait(ctx context.Context, cl *call, done <-chan struct{}) (*Entr
 }
 
 func (c *Cache) acquireResult(cl *call) (*Entry, error) {
-	e := cl.entry
-	if e.err != nil {
-		return nil, e.err
+	if cl.err != nil {
+		return nil, cl.err
 	}
+	e := cl.entry
 	if !e.acquire() {
 		return nil, errRetry // cannot happen while the call holds its reference
 	}
@@ -806,16 +809,16 @@ func (c *Cache) finish(cl *call, inline bool) {
 		c.slots <- struct{}{}
 	}
 	c.counts[slotLookups].Add(1)
-	e := c.resolve(cl.key, cl.site)
+	e, err := c.resolve(cl.key, cl.site)
 	<-c.slots
-	c.complete(cl, e)
+	c.complete(cl, e, err)
 	if !inline {
 		cl.leave()
 	}
 }
 
-func (c *Cache) complete(cl *call, e *Entry) {
-	cl.entry = e
+func (c *Cache) complete(cl *call, e *Entry, err error) {
+	cl.entry, cl.err = e, err
 	c.mu.Lock()
 	delete(c.inflight, cl.key)
 	done := cl.done
@@ -837,9 +840,9 @@ func (c *Cache) worker() {
 	}
 }
 
-// resolve looks key up and caches the result; a negative entry holds the
-// error.
-func (c *Cache) resolve(key lookupKey, site string) *Entry {
+// resolve looks key up and caches the result: an entry, or the error of
+// a failed lookup, which a negative entry keeps.
+func (c *Cache) resolve(key lookupKey, site string) (*Entry, error) {
 	dir := filepath.Dir(key.path)
 	admit := admitAsk
 	var ticket watchTicket
@@ -852,9 +855,9 @@ func (c *Cache) resolve(key lookupKey, site string) *Entry {
 		} else if ticket, entered = c.watch.enterSettled(dir); !entered {
 			// The answer would not be kept, and entering the watcher
 			// would make nodes for it: open first.
-			if e := c.probeMissing(key, dir, site); e != nil {
-				c.noteMissing(key, e, watchTicket{})
-				return e
+			if e, err, ok := c.probeMissing(key, dir, site); ok {
+				c.noteMissing(key, err, watchTicket{})
+				return e, err
 			}
 		}
 	}
@@ -865,15 +868,15 @@ func (c *Cache) resolve(key lookupKey, site string) *Entry {
 	c.watch.learnFS(ticket, dir)
 	// The age counts from before the stat: what it saw may be that old.
 	checked := nanotime()
-	e, links := c.load(key, site)
+	e, links, err := c.load(key, site)
 	c.noteLinked(e, links)
-	c.noteMissing(key, e, ticket)
-	return c.record(key, ticket, checked, e, admit, links != notLinked)
+	c.noteMissing(key, err, ticket)
+	return c.record(key, ticket, checked, e, err, admit, links != notLinked)
 }
 
 // noteMissing lets a directory with many missing names be listed.
-func (c *Cache) noteMissing(key lookupKey, e *Entry, t watchTicket) {
-	if e.err != nil && c.opts.listAfter > 0 && errors.Is(e.err, fs.ErrNotExist) {
+func (c *Cache) noteMissing(key lookupKey, err error, t watchTicket) {
+	if err != nil && c.opts.listAfter > 0 && errors.Is(err, fs.ErrNotExist) {
 		c.watch.noteMissing(key.path, t, c.opts.listAfter)
 	}
 }
@@ -882,7 +885,7 @@ func (c *Cache) noteMissing(key lookupKey, e *Entry, t watchTicket) {
 // symlink: its target deleted elsewhere sends no event for the link's
 // name. A hard link needs nothing: deleting this name is an event.
 func (c *Cache) noteLinked(e *Entry, links linkKind) {
-	if links == symLinked && e.file.isOpen() {
+	if links == symLinked && e != nil && e.file.isOpen() {
 		c.noteUnwatched()
 	}
 }
@@ -898,28 +901,30 @@ func (c *Cache) noteUnwatched() {
 // nil: only in a directory watched already (a new watch can block), on a
 // filesystem whose cached opens do not block (learnFS), and only if the
 // kernel has every name on the way cached (openCached).
-func (c *Cache) resolveCached(key lookupKey, site string) *Entry {
+func (c *Cache) resolveCached(key lookupKey, site string) (_ *Entry, _ error, ok bool) {
 	select {
 	case c.cachedSlots <- struct{}{}:
 		defer func() { <-c.cachedSlots }()
 	default:
-		return nil
+		return nil, nil, false
 	}
 	ticket, ok := c.watch.enterCached(filepath.Dir(key.path))
 	if !ok {
-		return nil
+		return nil, nil, false
 	}
 	checked := nanotime()
 	info, f, err, ok := openCached(key, site)
 	if !ok {
 		c.watch.leave(ticket)
-		return nil
+		return nil, nil, false
 	}
 	c.counts[cachedLookups].Add(1)
 	// No link is followed here (RESOLVE_NO_SYMLINKS); a hard link may be,
 	// and the file may be a mount root.
 	linked := unwatchable(key.path, info, false, err) != notLinked
-	return c.record(key, ticket, checked, c.build(key.path, site, info, f, err, false), admitAsk, linked)
+	e, err := c.build(key.path, site, info, f, err, false)
+	e, err = c.record(key, ticket, checked, e, err, admitAsk, linked)
+	return e, err, true
 }
 
 // admission says whether record keeps a negative answer: ask
@@ -933,22 +938,32 @@ const (
 	admitNo
 )
 
-// record caches a resolved entry as its ticket allows, and returns it.
-// briefly makes e fresh for a second only, though its directory is
-// watched: it was opened before the directory was entered (probeMissing),
-// its file can change without an event for its name (a link), or the
-// mount table changed and is not read yet (mounts_linux.go).
-func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entry, admit admission, briefly bool) *Entry {
+// record caches a resolved entry, or the error of a failed lookup (e
+// nil), as its ticket allows, and returns it. briefly makes it fresh for
+// a second only, though its directory is watched: it was opened before
+// the directory was entered (probeMissing), its file can change without
+// an event for its name (a link), or the mount table changed and is not
+// read yet (mounts_linux.go).
+func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entry, err error, admit admission, briefly bool) (*Entry, error) {
 	path := key.path
-	m := e.meta
 	if !briefly && ticket.watched && c.watch.mountsPending() {
 		briefly = true
 	}
+	watched := ticket.watched && !briefly
+	if err != nil {
+		if !cacheableError(err) || admit == admitNo || admit == admitAsk && !c.keepsNegative(key) {
+			c.watch.leave(ticket) // an answer for this request, not for the next one
+			return nil, err
+		}
+		c.publishNegative(key, ticket, checked, err, watched)
+		return nil, err
+	}
+	m := e.meta
 	m.root, m.symlinks = key.root, key.mode
-	if m.err == nil && m.fileMode.IsRegular() {
+	if m.fileMode.IsRegular() {
 		c.hot.Track(&m.hot, path)
 	}
-	m.watched = ticket.watched && !briefly
+	m.watched = watched
 	m.checked.Store(checked)
 	if e.file.isOpen() {
 		// As if used now: the idle pass that comes next keeps it.
@@ -958,18 +973,6 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 	if !ticket.watched && e.file.isOpen() {
 		c.noteUnwatched()
 	}
-	if m.err != nil && !cacheableError(m.err) {
-		c.watch.leave(ticket)
-		return e // an answer for this request, not for the next one
-	}
-	if m.err != nil {
-		if admit == admitNo || admit == admitAsk && !c.keepsNegative(key) {
-			c.watch.leave(ticket)
-			return e
-		}
-		c.publishNegative(key, ticket, checked, e)
-		return e
-	}
 	regular := m.fileMode.IsRegular()
 	if !regular {
 		// A directory or another file without a descriptor: bounded apart,
@@ -977,7 +980,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 		if c.counts[dirEntries].Add(1) > int64(c.opts.MaxDirEntries) {
 			c.counts[dirEntries].Add(-1)
 			c.watch.leave(ticket)
-			return e
+			return e, nil
 		}
 	} else {
 		c.counts[fileEntries].Add(1)
@@ -1013,7 +1016,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 		// stays open (a bare descriptor has no finalizer).
 		c.drop(m)
 	}
-	return e
+	return e, nil
 }
 
 // evictEntries makes room after m overfilled MaxEntries: down to fifteen
@@ -1027,9 +1030,9 @@ func (c *Cache) evictEntries(m *meta) {
 
 // publishNegative caches the negative answer e in place of the path's
 // entry, if any, indexed under its directory's node.
-func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *Entry) {
+func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, err error, watched bool) {
 	s := c.negatives
-	n := negNew{root: key.root, path: key.path, symlinks: key.mode, kind: kindOf(e.err), refusedAt: refusedAtPath(e.err, key.path), watched: e.watched, checked: checked}
+	n := negNew{root: key.root, path: key.path, symlinks: key.mode, kind: kindOf(err), refusedAt: refusedAtPath(err, key.path), watched: watched, checked: checked}
 	h := s.hash(key.path)
 	var ref negRef
 	var pos any
@@ -1065,7 +1068,7 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *
 func (c *Cache) unpublish(m *meta) bool { return c.entries.CompareAndDelete(m.path, m) }
 
 // load looks key up, making room and trying again if the fd table is full.
-func (c *Cache) load(key lookupKey, site string) (e *Entry, links linkKind) {
+func (c *Cache) load(key lookupKey, site string) (e *Entry, links linkKind, _ error) {
 	path := key.path
 	info, f, links, err := c.open(key)
 	if err != nil && fileio.IsFDExhaustion(err) {
@@ -1076,15 +1079,16 @@ func (c *Cache) load(key lookupKey, site string) (e *Entry, links linkKind) {
 		c.evict(int(min(int64(c.opts.MaxOpenFiles), c.counts[OpenFiles].Load()))/2, false)
 		info, f, links, err = c.open(key)
 	}
-	return c.build(path, site, info, f, err, true), links
+	e, err = c.build(path, site, info, f, err, true)
+	return e, links, err
 }
 
 // build makes the entry of what open found. A small file is kept in
 // memory only if the page cache holds it (readSmall); mayBlock says
 // whether it may be read from disk where that cannot be told.
-func (c *Cache) build(path, site string, info fs.FileInfo, f fileRef, err error, mayBlock bool) *Entry {
+func (c *Cache) build(path, site string, info fs.FileInfo, f fileRef, err error, mayBlock bool) (*Entry, error) {
 	if err != nil {
-		return errorEntry(path, err)
+		return nil, err
 	}
 	e := newEntry(path, info)
 	if f.isOpen() && !info.Mode().IsRegular() {
@@ -1092,7 +1096,7 @@ func (c *Cache) build(path, site string, info fs.FileInfo, f fileRef, err error,
 		f = fileRef{}
 	}
 	if !f.isOpen() {
-		return e
+		return e, nil
 	}
 	e.file = f
 	fd := f.descriptor()
@@ -1124,7 +1128,7 @@ func (c *Cache) build(path, site string, info fs.FileInfo, f fileRef, err error,
 			c.counts[MemoryBytes].Add(-e.size)
 		}
 	}
-	return e
+	return e, nil
 }
 
 // smallReads are the buffers small files are read into before they are
@@ -1186,11 +1190,6 @@ func (c *Cache) noteSmallRead(refused bool) {
 			return
 		}
 	}
-}
-
-// errorEntry is the answer of a lookup that failed with err.
-func errorEntry(path string, err error) *Entry {
-	return &Entry{meta: &meta{path: path, err: err}}
 }
 
 // countOpen counts a descriptor that e opened.

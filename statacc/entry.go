@@ -34,8 +34,6 @@ type meta struct {
 	// values holds the ETag, Last-Modified and Content-Length values, cut
 	// at etagEnd and lmEnd: one string header where three took 48 bytes.
 	values string
-	// err is set on a negative answer: what looking the path up gave.
-	err error
 	// data is a small file's whole content kept in memory, nil if not.
 	data []byte
 	// open is the file open now with the cache's reference on it, nil

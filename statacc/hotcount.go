@@ -17,7 +17,7 @@ func (c *Cache) HotSet() *hotset.Counter { return c.hot }
 func (c *Cache) hotFiles(yield func(hotset.File, *hotset.Tally) bool) {
 	c.entries.Range(func(_, v any) bool {
 		e := v.(*meta)
-		if e.err != nil || !e.fileMode.IsRegular() {
+		if !e.fileMode.IsRegular() {
 			return true
 		}
 		return yield(hotset.File{Path: e.path, Size: e.size}, &e.hot)
