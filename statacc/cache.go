@@ -960,9 +960,6 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 	}
 	m := e.meta
 	m.root, m.symlinks = key.root, key.mode
-	if m.fileMode.IsRegular() {
-		c.hot.Track(&m.hot, path)
-	}
 	m.watched = watched
 	m.checked.Store(checked)
 	if e.file.isOpen() {
