@@ -406,7 +406,7 @@ func (c *Cache) closeIdle() int {
 		e := k.ring[i]
 		// A new entry comes with markIdle set (record): it lives through
 		// at least one whole period.
-		if !e.otherMount || e.shut.Load() || e.refs.Load() > 1 || e.takeMark(markIdle) {
+		if !e.has(flagOtherMount) || e.shut.Load() || e.refs.Load() > 1 || e.takeMark(markIdle) {
 			i++
 			continue
 		}
@@ -965,7 +965,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 	if e.file.isOpen() {
 		// As if used now: the idle pass that comes next keeps it.
 		m.marks.Store(markIdle)
-		m.reopenInline = m.watched && c.watch.cachedOpens(ticket)
+		m.setFlag(flagReopenInline, m.watched && c.watch.cachedOpens(ticket))
 	}
 	if !ticket.watched && e.file.isOpen() {
 		c.noteUnwatched()
@@ -1097,9 +1097,9 @@ func (c *Cache) build(path, site string, info fs.FileInfo, f fileRef, err error,
 	}
 	e.file = f
 	fd := f.descriptor()
-	e.trusted = pagecache.Trusted(fd, info)
-	e.inMemoryFS = e.noBlockDev && pagecache.InMemoryFS(fd, info)
-	e.otherMount = c.onOtherMount(info, site)
+	e.setFlag(flagTrusted, pagecache.Trusted(fd, info))
+	e.setFlag(flagInMemoryFS, e.has(flagNoBlockDev) && pagecache.InMemoryFS(fd, info))
+	e.setFlag(flagOtherMount, c.onOtherMount(info, site))
 	e.cache = c
 	c.countOpen(e)
 	if e.size <= c.opts.MemoryMaxFile && c.opts.MemoryBudget > 0 {
@@ -1138,19 +1138,20 @@ var smallReads = sync.Pool{New: func() any { return new([]byte) }}
 // that cannot tell what it holds (FUSE) where mayBlock allows it; tmpfs
 // and ramfs hold it all.
 func (c *Cache) readSmall(e *Entry, data []byte, mayBlock bool) (int, error) {
-	if e.inMemoryFS {
+	if e.has(flagInMemoryFS) {
 		return e.file.readAt(data, 0, e.path)
 	}
 	fd := e.file.descriptor()
-	cached, known := pagecache.WholeCached(fd, e.size, e.trusted)
-	if known && !cached && !e.noBlockDev {
+	noBlockDev := e.has(flagNoBlockDev)
+	cached, known := pagecache.WholeCached(fd, e.size, e.has(flagTrusted))
+	if known && !cached && !noBlockDev {
 		// Not asked with a no-wait read, which would start readahead
 		// here, in the worker, where the request's own read is batched.
 		// FUSE and NFS (no block device) go on to the no-wait read, and
 		// FUSE to a worker's read.
 		return 0, syscall.EAGAIN
 	}
-	guess := !known && !e.noBlockDev // only a no-wait read can tell
+	guess := !known && !noBlockDev // only a no-wait read can tell
 	if guess && c.smallReadsCold() {
 		return 0, syscall.EAGAIN
 	}
@@ -1192,7 +1193,7 @@ func (c *Cache) noteSmallRead(refused bool) {
 // countOpen counts a descriptor that e opened.
 func (c *Cache) countOpen(e *Entry) {
 	c.counts[OpenFiles].Add(1)
-	if e.otherMount {
+	if e.has(flagOtherMount) {
 		c.otherMountFiles.Add(1)
 	}
 }
@@ -1335,7 +1336,7 @@ func (c *Cache) reopen(m *meta, site string) *Entry {
 			}
 			continue // shut while we looked: open again
 		}
-		if !m.reopenInline || m.gone.Load() || c.closed.Load() {
+		if !m.has(flagReopenInline) || m.gone.Load() || c.closed.Load() {
 			return nil
 		}
 		info, f, err, ok := openCached(lookupKey{path: m.path, root: m.root, mode: m.symlinks}, site)
@@ -1370,7 +1371,7 @@ func (c *Cache) reopen(m *meta, site string) *Entry {
 // the least recently used if there are too many now.
 func (c *Cache) addOpen(e *Entry) {
 	ringAdd(&c.fds, fdOps{c}, e, c.opts.MaxOpenFiles)
-	if e.otherMount {
+	if e.has(flagOtherMount) {
 		c.armIdle()
 	}
 	if c.counts[OpenFiles].Load() > int64(c.opts.MaxOpenFiles) {

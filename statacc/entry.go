@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 )
@@ -24,13 +25,20 @@ import (
 // descriptor: the descriptor clock closes one (open becomes nil) and keeps
 // the meta, whose next hit opens the file again (Cache.reopen), or is
 // served from data without a descriptor if the meta has data.
+//
+// There is one per cached path, so its size counts (issue #33): newEntry
+// allocates it with its first Entry, in the 208-byte size class
+// (TestEntryLayout). Strings many entries share are interned handles,
+// facts set before publication share one byte (flags).
 type meta struct {
 	path string
 	size int64
 	// modSec and modNsec are the mtime, modSec 0 when it carries no
 	// information (usefulModTime): 12 bytes where a time.Time takes 24.
-	modSec      int64
-	contentType string
+	modSec int64
+	// contentType is the interned Content-Type (ContentType), the zero
+	// handle for none: 8 bytes where a string takes 16.
+	contentType unique.Handle[string]
 	// values holds the ETag, Last-Modified and Content-Length values, cut
 	// at etagEnd and lmEnd: one string header where three took 48 bytes.
 	values string
@@ -42,8 +50,6 @@ type meta struct {
 	// small file kept in memory (data), an Entry without a file once its
 	// descriptor is closed (Cache.shut).
 	open atomic.Pointer[Entry]
-	// fileMode is the file's mode; IsDir and IsRegular derive from it.
-	fileMode fs.FileMode
 	// checked is the nanotime of the last stat (or in-place revalidation).
 	checked atomic.Int64
 	// residentAt is when the whole file was last seen in the page cache, 0
@@ -61,24 +67,48 @@ type meta struct {
 	marks atomic.Uint32
 	// gone is set when the entry has left the cache (Cache.drop).
 	gone atomic.Bool
-	// trusted: mincore tells this process the truth about the file's pages
-	// (pagecache.Trusted).
-	trusted bool
-	watched bool // whether inotify watches the entry's directory
-	// reopenInline: the file is on a filesystem whose cached opens do not
-	// block, so that a hit whose descriptor was closed opens it again in
-	// the request (Cache.reopen).
-	reopenInline bool
-	symlinks     Symlinks // the confinement it was resolved with
-	// noBlockDev is set for a file on a filesystem without a block device.
-	noBlockDev bool
-	// inMemoryFS is set for a file on tmpfs or ramfs (InMemoryFS).
-	inMemoryFS bool
-	// otherMount: a file on another mount than its site's root, whose
-	// descriptor is closed once idle (Cache.closeIdle).
-	otherMount     bool
-	etagEnd, lmEnd uint8 // where values is cut
-	modNsec        int32
+	// fileMode is the file's mode; IsDir and IsRegular derive from it.
+	fileMode fs.FileMode
+	modNsec  int32
+	flags    metaFlags
+	watched  bool     // whether inotify watches the entry's directory
+	symlinks Symlinks // the confinement it was resolved with
+	// etagEnd and lmEnd are where values is cut.
+	etagEnd, lmEnd uint8
+}
+
+// metaFlags are facts about a meta's file, set before the meta is
+// published (newEntry, Cache.build, Cache.record) and never after, so
+// that they need no atomics and share one byte.
+type metaFlags uint8
+
+const (
+	// flagTrusted: mincore tells this process the truth about the file's
+	// pages (pagecache.Trusted).
+	flagTrusted metaFlags = 1 << iota
+	// flagReopenInline: the file is on a filesystem whose cached opens do
+	// not block, so that a hit whose descriptor was closed opens it again
+	// in the request (Cache.reopen).
+	flagReopenInline
+	// flagNoBlockDev: the file is on a filesystem without a block device.
+	flagNoBlockDev
+	// flagInMemoryFS: the file is on tmpfs or ramfs (InMemoryFS).
+	flagInMemoryFS
+	// flagOtherMount: the file is on another mount than its site's root;
+	// its descriptor is closed once idle (Cache.closeIdle).
+	flagOtherMount
+)
+
+// has reports whether every flag of f is set.
+func (e *meta) has(f metaFlags) bool { return e.flags&f == f }
+
+// setFlag sets or clears f; only before the meta is published.
+func (e *meta) setFlag(f metaFlags, on bool) {
+	if on {
+		e.flags |= f
+	} else {
+		e.flags &^= f
+	}
 }
 
 // Entry is a path's meta as one request holds it: with the descriptor
@@ -117,7 +147,12 @@ func (e *meta) LastModified() string { return e.values[e.etagEnd:e.lmEnd] }
 
 // ContentType comes from the extension; "" means no Content-Type at all:
 // the body is never sniffed.
-func (e *meta) ContentType() string { return e.contentType }
+func (e *meta) ContentType() string {
+	if e.contentType == (unique.Handle[string]{}) {
+		return ""
+	}
+	return e.contentType.Value()
+}
 
 // Length is Size in decimal: the Content-Length of the whole file.
 func (e *meta) Length() string { return e.values[e.lmEnd:] }
@@ -132,7 +167,7 @@ func (e *meta) FileID() uint64 { return e.fileID }
 
 // NoBlockDevice reports whether the file is on a filesystem without a
 // block device (FUSE, NFS, tmpfs), for io_uring.
-func (e *meta) NoBlockDevice() bool { return e.noBlockDev }
+func (e *meta) NoBlockDevice() bool { return e.has(flagNoBlockDev) }
 
 // residentFor is how long a file seen whole in the page cache is assumed
 // to stay there: a hot file is probed about once a second.
@@ -140,7 +175,7 @@ const residentFor = int64(time.Second)
 
 // InMemoryFS reports whether the file is on tmpfs or ramfs: always in the
 // page cache, no probe needed.
-func (e *meta) InMemoryFS() bool { return e.inMemoryFS }
+func (e *meta) InMemoryFS() bool { return e.has(flagInMemoryFS) }
 
 // RecentlyResident reports whether the whole file was seen in the page
 // cache within the last second.
@@ -163,7 +198,7 @@ func (e *meta) ClaimProbe() bool {
 // MincoreTrusted reports whether mincore(2) tells which of the file's
 // pages are cached: only if the process owned or could write the file at
 // open. For others it reports every page resident.
-func (e *meta) MincoreTrusted() bool { return e.trusted }
+func (e *meta) MincoreTrusted() bool { return e.has(flagTrusted) }
 
 // File returns the open file of a regular-file entry, nil otherwise, for
 // pread; open until the caller's reference is released.
@@ -223,7 +258,7 @@ func (e *Entry) Release() {
 		e.file.close()
 		if c := e.cache; c != nil {
 			c.counts[OpenFiles].Add(-1)
-			if e.otherMount {
+			if e.has(flagOtherMount) {
 				c.otherMountFiles.Add(-1)
 			}
 		}
@@ -256,13 +291,16 @@ func (e *meta) IsDir() bool { return e.fileMode.IsDir() }
 // IsRegular reports whether the entry is a regular file.
 func (e *meta) IsRegular() bool { return e.fileMode.IsRegular() }
 
+// metaWithEntry is a meta with its first Entry, allocated together.
+type metaWithEntry struct {
+	m meta
+	e Entry
+}
+
 // newEntry derives an Entry and its meta from a path and its FileInfo,
 // in one allocation: a miss costs one object more than the meta alone.
 func newEntry(path string, info fs.FileInfo) *Entry {
-	both := &struct {
-		m meta
-		e Entry
-	}{}
+	both := &metaWithEntry{}
 	both.e.meta = &both.m
 	both.m.describe(path, info)
 	return &both.e
@@ -271,7 +309,9 @@ func newEntry(path string, info fs.FileInfo) *Entry {
 // describe fills a new meta in from a path and its FileInfo.
 func (e *meta) describe(path string, info fs.FileInfo) {
 	e.path, e.size, e.fileMode = path, info.Size(), info.Mode()
-	e.noBlockDev, e.fileID = fileIdentity(info)
+	noBlockDev, fileID := fileIdentity(info)
+	e.fileID = fileID
+	e.setFlag(flagNoBlockDev, noBlockDev)
 	// Header values cut from one string: one allocation, not three.
 	var buf [96]byte
 	b := buf[:0]
@@ -287,7 +327,10 @@ func (e *meta) describe(path string, info fs.FileInfo) {
 	values := string(b)
 	e.values, e.etagEnd, e.lmEnd = values, uint8(etagEnd), uint8(lmEnd)
 	if !e.fileMode.IsDir() {
-		e.contentType = mime.TypeByExtension(filepath.Ext(path))
+		// Interned: the types are few, their entries many.
+		if ct := mime.TypeByExtension(filepath.Ext(path)); ct != "" {
+			e.contentType = unique.Make(ct)
+		}
 	}
 }
 
