@@ -534,7 +534,7 @@ func (c *Cache) lookupClosed(ctx context.Context, key lookupKey) (*Entry, error)
 	}
 	// The caller's alone: the budget does not count its data.
 	c.counts[MemoryBytes].Add(-int64(len(e.data)))
-	e.root, e.symlinks = key.root, key.mode
+	e.root, e.symlinks = interned(key.root), key.mode
 	e.refs.Store(1) // the caller's
 	return e, nil
 }
@@ -568,7 +568,7 @@ func (c *Cache) GetCounted(ctx context.Context, counts *LookupCounts, root strin
 	}
 	if v, ok := c.entries.Load(path); ok {
 		m := v.(*meta)
-		if m.root == root && m.symlinks == mode && c.fresh(m) {
+		if m.rootPath() == root && m.symlinks == mode && c.fresh(m) {
 			e := m.open.Load()
 			if e == nil || !e.acquire() {
 				e = c.reopen(m, site)
@@ -959,7 +959,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 		return nil, err
 	}
 	m := e.meta
-	m.root, m.symlinks = key.root, key.mode
+	m.root, m.symlinks = interned(key.root), key.mode
 	m.watched = watched
 	m.checked.Store(checked)
 	if e.file.isOpen() {
@@ -1339,7 +1339,7 @@ func (c *Cache) reopen(m *meta, site string) *Entry {
 		if !m.has(flagReopenInline) || m.gone.Load() || c.closed.Load() {
 			return nil
 		}
-		info, f, err, ok := openCached(lookupKey{path: m.path, root: m.root, mode: m.symlinks}, site)
+		info, f, err, ok := openCached(lookupKey{path: m.path, root: m.rootPath(), mode: m.symlinks}, site)
 		if !ok || err != nil || !f.isOpen() {
 			return nil
 		}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 	"unique"
+	"unsafe"
 
 	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 )
@@ -27,9 +28,10 @@ import (
 // served from data without a descriptor if the meta has data.
 //
 // There is one per cached path, so its size counts (issue #33): newEntry
-// allocates it with its first Entry, in the 208-byte size class
+// allocates it with its first Entry, in the 192-byte size class
 // (TestEntryLayout). Strings many entries share are interned handles,
-// facts set before publication share one byte (flags).
+// facts set before publication share one byte (flags), times that only
+// need to be recent are 4-byte stamps.
 type meta struct {
 	path string
 	size int64
@@ -39,9 +41,10 @@ type meta struct {
 	// contentType is the interned Content-Type (ContentType), the zero
 	// handle for none: 8 bytes where a string takes 16.
 	contentType unique.Handle[string]
-	// values holds the ETag, Last-Modified and Content-Length values, cut
-	// at etagEnd and lmEnd: one string header where three took 48 bytes.
-	values string
+	// values points at the ETag, Last-Modified and Content-Length values,
+	// one string of valuesEnd bytes cut at etagEnd and lmEnd (headerValues):
+	// a pointer where three string headers took 48 bytes.
+	values *byte
 	// data is a small file's whole content kept in memory, nil if not.
 	data []byte
 	// open is the file open now with the cache's reference on it, nil
@@ -52,12 +55,11 @@ type meta struct {
 	open atomic.Pointer[Entry]
 	// checked is the nanotime of the last stat (or in-place revalidation).
 	checked atomic.Int64
-	// residentAt is when the whole file was last seen in the page cache, 0
-	// if never; probedAt when it was last looked for there.
-	residentAt, probedAt atomic.Int64
-	hot                  hotset.Tally
-	cache                *Cache
-	root                 string // the root it was confined to, "" with SymlinksFollow
+	hot     hotset.Tally
+	cache   *Cache
+	// root is the root it was confined to, interned (all of a site's
+	// entries share it), the zero handle ("") with SymlinksFollow.
+	root unique.Handle[string]
 	// dir is the watcher's node of the entry's directory, nil if unwatched.
 	dir    *dirNode
 	fileID uint64 // device and inode, mixed; 0 if unknown
@@ -67,14 +69,18 @@ type meta struct {
 	marks atomic.Uint32
 	// gone is set when the entry has left the cache (Cache.drop).
 	gone atomic.Bool
+	// residentAt is when the whole file was last seen in the page cache,
+	// probedAt when it was last looked for there, in stamps (0: never).
+	residentAt, probedAt atomic.Uint32
 	// fileMode is the file's mode; IsDir and IsRegular derive from it.
 	fileMode fs.FileMode
 	modNsec  int32
 	flags    metaFlags
 	watched  bool     // whether inotify watches the entry's directory
 	symlinks Symlinks // the confinement it was resolved with
-	// etagEnd and lmEnd are where values is cut.
-	etagEnd, lmEnd uint8
+	// etagEnd and lmEnd are where values is cut, valuesEnd its length
+	// (under 100 bytes: see describe).
+	etagEnd, lmEnd, valuesEnd uint8
 }
 
 // metaFlags are facts about a meta's file, set before the meta is
@@ -124,6 +130,25 @@ type Entry struct {
 	shut atomic.Bool
 }
 
+// interned is the handle of s, the zero one for "".
+func interned(s string) unique.Handle[string] {
+	if s == "" {
+		return unique.Handle[string]{}
+	}
+	return unique.Make(s)
+}
+
+// valueOf is the string of an interned handle, "" for the zero one.
+func valueOf(h unique.Handle[string]) string {
+	if h == (unique.Handle[string]{}) {
+		return ""
+	}
+	return h.Value()
+}
+
+// rootPath is the root the entry was confined to, "" with SymlinksFollow.
+func (e *meta) rootPath() string { return valueOf(e.root) }
+
 // Path is the filesystem path the entry describes.
 func (e *meta) Path() string { return e.path }
 
@@ -140,22 +165,21 @@ func (e *meta) ModTime() time.Time {
 }
 
 // ETag is file_server's strong validator, "" when ModTime is zero.
-func (e *meta) ETag() string { return e.values[:e.etagEnd] }
+func (e *meta) ETag() string { return e.headerValues()[:e.etagEnd] }
 
 // LastModified is ModTime for the Last-Modified header, "" when zero.
-func (e *meta) LastModified() string { return e.values[e.etagEnd:e.lmEnd] }
+func (e *meta) LastModified() string { return e.headerValues()[e.etagEnd:e.lmEnd] }
 
 // ContentType comes from the extension; "" means no Content-Type at all:
 // the body is never sniffed.
-func (e *meta) ContentType() string {
-	if e.contentType == (unique.Handle[string]{}) {
-		return ""
-	}
-	return e.contentType.Value()
-}
+func (e *meta) ContentType() string { return valueOf(e.contentType) }
 
 // Length is Size in decimal: the Content-Length of the whole file.
-func (e *meta) Length() string { return e.values[e.lmEnd:] }
+func (e *meta) Length() string { return e.headerValues()[e.lmEnd:] }
+
+// headerValues is the string values points at: the ETag, Last-Modified
+// and Content-Length values, in this order.
+func (e *meta) headerValues() string { return unsafe.String(e.values, int(e.valuesEnd)) }
 
 // Data is the whole content of a small file kept in memory, nil if not.
 // It is shared: copy it before it is passed to a writer.
@@ -170,8 +194,25 @@ func (e *meta) FileID() uint64 { return e.fileID }
 func (e *meta) NoBlockDevice() bool { return e.has(flagNoBlockDev) }
 
 // residentFor is how long a file seen whole in the page cache is assumed
-// to stay there: a hot file is probed about once a second.
-const residentFor = int64(time.Second)
+// to stay there, in stamps: a hot file is probed about once a second.
+const residentFor = stamp(time.Second / stampUnit)
+
+// stamp is a time of nanotime in milliseconds, in 4 bytes where an int64
+// takes 8: it wraps after 49 days, and two are compared by their
+// difference modulo 2^32, so that at worst a stamp 49 days old passes
+// for a recent one, which costs a probe of the page cache more or less,
+// never a wrong byte.
+type stamp = uint32
+
+const stampUnit = time.Millisecond
+
+// stampNow is the stamp of now, never 0 (which says never).
+func stampNow() stamp {
+	if s := stamp(nanotime() / int64(stampUnit)); s != 0 {
+		return s
+	}
+	return 1
+}
 
 // InMemoryFS reports whether the file is on tmpfs or ramfs: always in the
 // page cache, no probe needed.
@@ -181,16 +222,16 @@ func (e *meta) InMemoryFS() bool { return e.has(flagInMemoryFS) }
 // cache within the last second.
 func (e *meta) RecentlyResident() bool {
 	at := e.residentAt.Load()
-	return at != 0 && nanotime()-at < residentFor
+	return at != 0 && stampNow()-at < residentFor
 }
 
 // MarkResident records that the whole file is in the page cache now.
-func (e *meta) MarkResident() { e.residentAt.Store(nanotime()) }
+func (e *meta) MarkResident() { e.residentAt.Store(stampNow()) }
 
 // ClaimProbe reports whether the caller should look for the whole file in
 // the page cache now: true for one caller per second.
 func (e *meta) ClaimProbe() bool {
-	now := nanotime()
+	now := stampNow()
 	last := e.probedAt.Load()
 	return (last == 0 || now-last >= residentFor) && e.probedAt.CompareAndSwap(last, now)
 }
@@ -312,7 +353,9 @@ func (e *meta) describe(path string, info fs.FileInfo) {
 	noBlockDev, fileID := fileIdentity(info)
 	e.fileID = fileID
 	e.setFlag(flagNoBlockDev, noBlockDev)
-	// Header values cut from one string: one allocation, not three.
+	// Header values cut from one string: one allocation, not three. It
+	// is at most 2+13+1+13 bytes of ETag (int64 in base 36, twice), 29
+	// of Last-Modified (37 past the year 9999) and 20 of Content-Length.
 	var buf [96]byte
 	b := buf[:0]
 	etagEnd, lmEnd := 0, 0
@@ -325,7 +368,8 @@ func (e *meta) describe(path string, info fs.FileInfo) {
 	}
 	b = strconv.AppendInt(b, e.size, 10)
 	values := string(b)
-	e.values, e.etagEnd, e.lmEnd = values, uint8(etagEnd), uint8(lmEnd)
+	e.values, e.valuesEnd = unsafe.StringData(values), uint8(len(values))
+	e.etagEnd, e.lmEnd = uint8(etagEnd), uint8(lmEnd)
 	if !e.fileMode.IsDir() {
 		// Interned: the types are few, their entries many.
 		if ct := mime.TypeByExtension(filepath.Ext(path)); ct != "" {
