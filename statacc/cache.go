@@ -163,11 +163,14 @@ type call struct {
 	key lookupKey // root is "" and mode follow for unconfined lookups
 	// site is the root of the first lookup, with any mode (closeIdle).
 	site string
-	// done is closed when entry is set; made by the first waiter
-	// (doneLocked), so that a miss nobody merges with makes no channel.
-	// Guarded by Cache.mu.
+	// done is closed when the result (entry or err) is set; made by the
+	// first waiter (doneLocked), so that a miss nobody merges with makes no
+	// channel. Guarded by Cache.mu.
 	done  chan struct{}
-	entry *Entry
+	entry *Entry // nil when err is set
+	// err is what the lookup failed with; the meta does not hold one (a
+	// negative answer is kept in the negative store, not as a meta).
+	err error
 	// pending counts the waiters plus the worker; the last to leave drops
 	// the call's reference. Incremented under Cache.mu only.
 	pending atomic.Int32
@@ -405,7 +408,7 @@ func (c *Cache) closeIdle() int {
 		e := k.ring[i]
 		// A new entry comes with markIdle set (record): it lives through
 		// at least one whole period.
-		if !e.otherMount || e.shut.Load() || e.refs.Load() > 1 || e.takeMark(markIdle) {
+		if !e.has(flagOtherMount) || e.shut.Load() || e.refs.Load() > 1 || e.takeMark(markIdle) {
 			i++
 			continue
 		}
@@ -526,14 +529,14 @@ func (c *Cache) lookupClosed(ctx context.Context, key lookupKey) (*Entry, error)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	e, _ := c.load(key, "")
+	e, _, err := c.load(key, "")
 	<-c.slots
-	if e.err != nil {
-		return nil, e.err
+	if err != nil {
+		return nil, err
 	}
 	// The caller's alone: the budget does not count its data.
 	c.counts[MemoryBytes].Add(-int64(len(e.data)))
-	e.root, e.symlinks = key.root, key.mode
+	e.root, e.symlinks = interned(key.root), key.mode
 	e.refs.Store(1) // the caller's
 	return e, nil
 }
@@ -545,7 +548,7 @@ func (c *Cache) refuseQueued() {
 	for {
 		select {
 		case cl := <-c.jobs:
-			c.complete(cl, errorEntry(cl.key.path, errCacheClosed))
+			c.complete(cl, nil, errCacheClosed)
 			cl.leave()
 		default:
 			return
@@ -566,7 +569,7 @@ func (c *Cache) GetCounted(ctx context.Context, counts *LookupCounts, root strin
 		root = ""
 	}
 	if m := c.entries.Load(path); m != nil {
-		if m.root == root && m.symlinks == mode && c.fresh(m) {
+		if m.rootPath() == root && m.symlinks == mode && c.fresh(m) {
 			e := m.open.Load()
 			if e == nil || !e.acquire() {
 				e = c.reopen(m, site)
@@ -674,8 +677,8 @@ func (c *Cache) revalidateNegative(key lookupKey, ref negRef, watched bool, chec
 	now := nanotime()
 	_, f, _, err := c.open(key)
 	<-c.slots
-	if f != nil {
-		f.Close()
+	if f.isOpen() {
+		f.close()
 	}
 	if !sameMissing(err, negErrors[kind]) {
 		return false
@@ -748,8 +751,8 @@ func (c *Cache) miss(ctx context.Context, key lookupKey, site string) (*Entry, e
 	}
 	// Every slot is taken: what the kernel has cached is answered without
 	// one, rather than queued behind cold lookups.
-	if e := c.resolveCached(key, site); e != nil {
-		c.complete(cl, e)
+	if e, err, ok := c.resolveCached(key, site); ok {
+		c.complete(cl, e, err)
 		defer cl.leave()
 		return c.acquireResult(cl)
 	}
@@ -767,7 +770,7 @@ func (c *Cache) miss(ctx context.Context, key lookupKey, site string) (*Entry, e
 		// Misses merged with this one meanwhile are refused with it.
 		cl.pending.Add(-1)
 		c.counts[QueueFull].Add(1)
-		c.complete(cl, errorEntry(key.path, ErrQueueFull))
+		c.complete(cl, nil, ErrQueueFull)
 		cl.leave()
 		return nil, ErrQueueFull
 	}
@@ -789,10 +792,10 @@ func (c *Cache) wait(ctx context.Context, cl *call, done <-chan struct{}) (*Entr
 }
 
 func (c *Cache) acquireResult(cl *call) (*Entry, error) {
-	e := cl.entry
-	if e.err != nil {
-		return nil, e.err
+	if cl.err != nil {
+		return nil, cl.err
 	}
+	e := cl.entry
 	if !e.acquire() {
 		return nil, errRetry // cannot happen while the call holds its reference
 	}
@@ -807,16 +810,16 @@ func (c *Cache) finish(cl *call, inline bool) {
 		c.slots <- struct{}{}
 	}
 	c.counts[slotLookups].Add(1)
-	e := c.resolve(cl.key, cl.site)
+	e, err := c.resolve(cl.key, cl.site)
 	<-c.slots
-	c.complete(cl, e)
+	c.complete(cl, e, err)
 	if !inline {
 		cl.leave()
 	}
 }
 
-func (c *Cache) complete(cl *call, e *Entry) {
-	cl.entry = e
+func (c *Cache) complete(cl *call, e *Entry, err error) {
+	cl.entry, cl.err = e, err
 	c.mu.Lock()
 	delete(c.inflight, cl.key)
 	done := cl.done
@@ -838,9 +841,9 @@ func (c *Cache) worker() {
 	}
 }
 
-// resolve looks key up and caches the result; a negative entry holds the
-// error.
-func (c *Cache) resolve(key lookupKey, site string) *Entry {
+// resolve looks key up and caches the result: an entry, or the error of
+// a failed lookup, which a negative entry keeps.
+func (c *Cache) resolve(key lookupKey, site string) (*Entry, error) {
 	dir := filepath.Dir(key.path)
 	admit := admitAsk
 	var ticket watchTicket
@@ -853,9 +856,9 @@ func (c *Cache) resolve(key lookupKey, site string) *Entry {
 		} else if ticket, entered = c.watch.enterSettled(dir); !entered {
 			// The answer would not be kept, and entering the watcher
 			// would make nodes for it: open first.
-			if e := c.probeMissing(key, dir, site); e != nil {
-				c.noteMissing(key, e, watchTicket{})
-				return e
+			if e, err, ok := c.probeMissing(key, dir, site); ok {
+				c.noteMissing(key, err, watchTicket{})
+				return e, err
 			}
 		}
 	}
@@ -866,15 +869,15 @@ func (c *Cache) resolve(key lookupKey, site string) *Entry {
 	c.watch.learnFS(ticket, dir)
 	// The age counts from before the stat: what it saw may be that old.
 	checked := nanotime()
-	e, links := c.load(key, site)
+	e, links, err := c.load(key, site)
 	c.noteLinked(e, links)
-	c.noteMissing(key, e, ticket)
-	return c.record(key, ticket, checked, e, admit, links != notLinked)
+	c.noteMissing(key, err, ticket)
+	return c.record(key, ticket, checked, e, err, admit, links != notLinked)
 }
 
 // noteMissing lets a directory with many missing names be listed.
-func (c *Cache) noteMissing(key lookupKey, e *Entry, t watchTicket) {
-	if e.err != nil && c.opts.listAfter > 0 && errors.Is(e.err, fs.ErrNotExist) {
+func (c *Cache) noteMissing(key lookupKey, err error, t watchTicket) {
+	if err != nil && c.opts.listAfter > 0 && errors.Is(err, fs.ErrNotExist) {
 		c.watch.noteMissing(key.path, t, c.opts.listAfter)
 	}
 }
@@ -883,7 +886,7 @@ func (c *Cache) noteMissing(key lookupKey, e *Entry, t watchTicket) {
 // symlink: its target deleted elsewhere sends no event for the link's
 // name. A hard link needs nothing: deleting this name is an event.
 func (c *Cache) noteLinked(e *Entry, links linkKind) {
-	if links == symLinked && e.file != nil {
+	if links == symLinked && e != nil && e.file.isOpen() {
 		c.noteUnwatched()
 	}
 }
@@ -899,28 +902,30 @@ func (c *Cache) noteUnwatched() {
 // nil: only in a directory watched already (a new watch can block), on a
 // filesystem whose cached opens do not block (learnFS), and only if the
 // kernel has every name on the way cached (openCached).
-func (c *Cache) resolveCached(key lookupKey, site string) *Entry {
+func (c *Cache) resolveCached(key lookupKey, site string) (_ *Entry, _ error, ok bool) {
 	select {
 	case c.cachedSlots <- struct{}{}:
 		defer func() { <-c.cachedSlots }()
 	default:
-		return nil
+		return nil, nil, false
 	}
 	ticket, ok := c.watch.enterCached(filepath.Dir(key.path))
 	if !ok {
-		return nil
+		return nil, nil, false
 	}
 	checked := nanotime()
 	info, f, err, ok := openCached(key, site)
 	if !ok {
 		c.watch.leave(ticket)
-		return nil
+		return nil, nil, false
 	}
 	c.counts[cachedLookups].Add(1)
 	// No link is followed here (RESOLVE_NO_SYMLINKS); a hard link may be,
 	// and the file may be a mount root.
 	linked := unwatchable(key.path, info, false, err) != notLinked
-	return c.record(key, ticket, checked, c.build(key.path, site, info, f, err, false), admitAsk, linked)
+	e, err := c.build(key.path, site, info, f, err, false)
+	e, err = c.record(key, ticket, checked, e, err, admitAsk, linked)
+	return e, err, true
 }
 
 // admission says whether record keeps a negative answer: ask
@@ -934,42 +939,37 @@ const (
 	admitNo
 )
 
-// record caches a resolved entry as its ticket allows, and returns it.
-// briefly makes e fresh for a second only, though its directory is
-// watched: it was opened before the directory was entered (probeMissing),
-// its file can change without an event for its name (a link), or the
-// mount table changed and is not read yet (mounts_linux.go).
-func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entry, admit admission, briefly bool) *Entry {
+// record caches a resolved entry, or the error of a failed lookup (e
+// nil), as its ticket allows, and returns it. briefly makes it fresh for
+// a second only, though its directory is watched: it was opened before
+// the directory was entered (probeMissing), its file can change without
+// an event for its name (a link), or the mount table changed and is not
+// read yet (mounts_linux.go).
+func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entry, err error, admit admission, briefly bool) (*Entry, error) {
 	path := key.path
-	m := e.meta
 	if !briefly && ticket.watched && c.watch.mountsPending() {
 		briefly = true
 	}
-	m.root, m.symlinks = key.root, key.mode
-	if m.err == nil && m.fileMode.IsRegular() {
-		c.hot.Track(&m.hot, path)
+	watched := ticket.watched && !briefly
+	if err != nil {
+		if !cacheableError(err) || admit == admitNo || admit == admitAsk && !c.keepsNegative(key) {
+			c.watch.leave(ticket) // an answer for this request, not for the next one
+			return nil, err
+		}
+		c.publishNegative(key, ticket, checked, err, watched)
+		return nil, err
 	}
-	m.watched = ticket.watched && !briefly
+	m := e.meta
+	m.root, m.symlinks = interned(key.root), key.mode
+	m.watched = watched
 	m.checked.Store(checked)
-	if e.file != nil {
+	if e.file.isOpen() {
 		// As if used now: the idle pass that comes next keeps it.
 		m.marks.Store(markIdle)
-		m.reopenInline = m.watched && c.watch.cachedOpens(ticket)
+		m.setFlag(flagReopenInline, m.watched && c.watch.cachedOpens(ticket))
 	}
-	if !ticket.watched && e.file != nil {
+	if !ticket.watched && e.file.isOpen() {
 		c.noteUnwatched()
-	}
-	if m.err != nil && !cacheableError(m.err) {
-		c.watch.leave(ticket)
-		return e // an answer for this request, not for the next one
-	}
-	if m.err != nil {
-		if admit == admitNo || admit == admitAsk && !c.keepsNegative(key) {
-			c.watch.leave(ticket)
-			return e
-		}
-		c.publishNegative(key, ticket, checked, e)
-		return e
 	}
 	regular := m.fileMode.IsRegular()
 	if !regular {
@@ -978,15 +978,15 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 		if c.counts[dirEntries].Add(1) > int64(c.opts.MaxDirEntries) {
 			c.counts[dirEntries].Add(-1)
 			c.watch.leave(ticket)
-			return e
+			return e, nil
 		}
 	} else {
 		c.counts[fileEntries].Add(1)
 	}
-	if e.file != nil {
+	if e.file.isOpen() {
 		e.refs.Store(2) // the meta's own reference and the call's
 	}
-	if !regular || e.file != nil {
+	if !regular || e.file.isOpen() {
 		m.open.Store(e) // a regular file's only with its descriptor
 	}
 	var old *meta
@@ -1006,7 +1006,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 			c.evictEntries(m)
 		}
 	}
-	if e.file != nil {
+	if e.file.isOpen() {
 		c.addOpen(e)
 	}
 	if c.closed.Load() && c.unpublish(m) {
@@ -1014,7 +1014,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 		// stays open (a bare descriptor has no finalizer).
 		c.drop(m)
 	}
-	return e
+	return e, nil
 }
 
 // evictEntries makes room after m overfilled MaxEntries: down to fifteen
@@ -1028,9 +1028,9 @@ func (c *Cache) evictEntries(m *meta) {
 
 // publishNegative caches the negative answer e in place of the path's
 // entry, if any, indexed under its directory's node.
-func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *Entry) {
+func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, err error, watched bool) {
 	s := c.negatives
-	n := negNew{root: key.root, path: key.path, symlinks: key.mode, kind: kindOf(e.err), refusedAt: refusedAtPath(e.err, key.path), watched: e.watched, checked: checked}
+	n := negNew{root: key.root, path: key.path, symlinks: key.mode, kind: kindOf(err), refusedAt: refusedAtPath(err, key.path), watched: watched, checked: checked}
 	h := s.hash(key.path)
 	var ref negRef
 	var pos *meta
@@ -1065,7 +1065,7 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, e *
 func (c *Cache) unpublish(m *meta) bool { return c.entries.CompareAndDelete(m) }
 
 // load looks key up, making room and trying again if the fd table is full.
-func (c *Cache) load(key lookupKey, site string) (e *Entry, links linkKind) {
+func (c *Cache) load(key lookupKey, site string) (e *Entry, links linkKind, _ error) {
 	path := key.path
 	info, f, links, err := c.open(key)
 	if err != nil && fileio.IsFDExhaustion(err) {
@@ -1076,29 +1076,30 @@ func (c *Cache) load(key lookupKey, site string) (e *Entry, links linkKind) {
 		c.evict(int(min(int64(c.opts.MaxOpenFiles), c.counts[OpenFiles].Load()))/2, false)
 		info, f, links, err = c.open(key)
 	}
-	return c.build(path, site, info, f, err, true), links
+	e, err = c.build(path, site, info, f, err, true)
+	return e, links, err
 }
 
 // build makes the entry of what open found. A small file is kept in
 // memory only if the page cache holds it (readSmall); mayBlock says
 // whether it may be read from disk where that cannot be told.
-func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, mayBlock bool) *Entry {
+func (c *Cache) build(path, site string, info fs.FileInfo, f fileRef, err error, mayBlock bool) (*Entry, error) {
 	if err != nil {
-		return errorEntry(path, err)
+		return nil, err
 	}
 	e := newEntry(path, info)
-	if f != nil && !info.Mode().IsRegular() {
-		f.Close() // only a regular file's entry keeps a descriptor
-		f = nil
+	if f.isOpen() && !info.Mode().IsRegular() {
+		f.close() // only a regular file's entry keeps a descriptor
+		f = fileRef{}
 	}
-	if f == nil {
-		return e
+	if !f.isOpen() {
+		return e, nil
 	}
 	e.file = f
-	e.fd = handleFD(f)
-	e.trusted = pagecache.Trusted(e.fd, info)
-	e.inMemoryFS = e.noBlockDev && pagecache.InMemoryFS(e.fd, info)
-	e.otherMount = c.onOtherMount(info, site)
+	fd := f.descriptor()
+	e.setFlag(flagTrusted, pagecache.Trusted(fd, info))
+	e.setFlag(flagInMemoryFS, e.has(flagNoBlockDev) && pagecache.InMemoryFS(fd, info))
+	e.setFlag(flagOtherMount, c.onOtherMount(info, site))
 	e.cache = c
 	c.countOpen(e)
 	if e.size <= c.opts.MemoryMaxFile && c.opts.MemoryBudget > 0 {
@@ -1124,7 +1125,7 @@ func (c *Cache) build(path, site string, info fs.FileInfo, f handle, err error, 
 			c.counts[MemoryBytes].Add(-e.size)
 		}
 	}
-	return e
+	return e, nil
 }
 
 // smallReads are the buffers small files are read into before they are
@@ -1137,24 +1138,26 @@ var smallReads = sync.Pool{New: func() any { return new([]byte) }}
 // that cannot tell what it holds (FUSE) where mayBlock allows it; tmpfs
 // and ramfs hold it all.
 func (c *Cache) readSmall(e *Entry, data []byte, mayBlock bool) (int, error) {
-	if e.inMemoryFS {
-		return e.file.ReadAt(data, 0)
+	if e.has(flagInMemoryFS) {
+		return e.file.readAt(data, 0, e.path)
 	}
-	cached, known := pagecache.WholeCached(e.fd, e.size, e.trusted)
-	if known && !cached && !e.noBlockDev {
+	fd := e.file.descriptor()
+	noBlockDev := e.has(flagNoBlockDev)
+	cached, known := pagecache.WholeCached(fd, e.size, e.has(flagTrusted))
+	if known && !cached && !noBlockDev {
 		// Not asked with a no-wait read, which would start readahead
 		// here, in the worker, where the request's own read is batched.
 		// FUSE and NFS (no block device) go on to the no-wait read, and
 		// FUSE to a worker's read.
 		return 0, syscall.EAGAIN
 	}
-	guess := !known && !e.noBlockDev // only a no-wait read can tell
+	guess := !known && !noBlockDev // only a no-wait read can tell
 	if guess && c.smallReadsCold() {
 		return 0, syscall.EAGAIN
 	}
-	n, err := pagecache.ReadNoWait(e.fd, data, 0)
+	n, err := pagecache.ReadNoWait(fd, data, 0)
 	if err != nil && !errors.Is(err, syscall.EAGAIN) && mayBlock {
-		return e.file.ReadAt(data, 0)
+		return e.file.readAt(data, 0, e.path)
 	}
 	if guess {
 		c.noteSmallRead(errors.Is(err, syscall.EAGAIN) || err == nil && int64(n) < e.size)
@@ -1187,15 +1190,10 @@ func (c *Cache) noteSmallRead(refused bool) {
 	}
 }
 
-// errorEntry is the answer of a lookup that failed with err.
-func errorEntry(path string, err error) *Entry {
-	return &Entry{meta: &meta{path: path, err: err}}
-}
-
 // countOpen counts a descriptor that e opened.
 func (c *Cache) countOpen(e *Entry) {
 	c.counts[OpenFiles].Add(1)
-	if e.otherMount {
+	if e.has(flagOtherMount) {
 		c.otherMountFiles.Add(1)
 	}
 }
@@ -1203,11 +1201,11 @@ func (c *Cache) countOpen(e *Entry) {
 // open describes key's path and returns it open if it is a regular
 // file, confined as its mode says. links tells a file whose changes
 // inotify may not see (unwatchable).
-func (c *Cache) open(key lookupKey) (info fs.FileInfo, f handle, links linkKind, err error) {
+func (c *Cache) open(key lookupKey) (info fs.FileInfo, f fileRef, links linkKind, err error) {
 	path := key.path
 	if key.mode != SymlinksFollow {
 		info, f, viaLink, err := openConfinedRegular(key.root, path, key.mode)
-		return info, fromOSFile(f), unwatchable(path, info, viaLink, err), err
+		return info, f, unwatchable(path, info, viaLink, err), err
 	}
 	// Open first and fstat, as nginx does: one path walk, not two. O_NONBLOCK
 	// keeps a FIFO from blocking.
@@ -1215,19 +1213,19 @@ func (c *Cache) open(key lookupKey) (info fs.FileInfo, f handle, links linkKind,
 	if err != nil {
 		links = unwatchable(path, nil, viaLink, err)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || fileio.IsFDExhaustion(err) {
-			return nil, nil, links, err
+			return nil, fileRef{}, links, err
 		}
 		// Describe what cannot be opened (an unreadable directory, a socket).
 		info, serr := os.Stat(path)
 		if serr != nil || info.Mode().IsRegular() || unreadableDir(info, err) {
-			return nil, nil, links, err
+			return nil, fileRef{}, links, err
 		}
-		return info, nil, links, nil
+		return info, fileRef{}, links, nil
 	}
-	info, err = statHandle(f)
+	info, err = f.stat(path)
 	if err != nil || !info.Mode().IsRegular() {
-		f.Close()
-		return info, nil, notLinked, err
+		f.close()
+		return info, fileRef{}, notLinked, err
 	}
 	return info, f, unwatchable(path, info, viaLink, nil), nil
 }
@@ -1305,7 +1303,7 @@ func (c *Cache) drop(m *meta) {
 // without a descriptor instead. It reports false if the meta had let go
 // of it already, or if e has no descriptor.
 func (c *Cache) shut(e *Entry) bool {
-	if e.file == nil {
+	if !e.file.isOpen() {
 		return false // a memory entry's bare Entry: no descriptor
 	}
 	// A small file kept in memory is served from its data without a
@@ -1338,19 +1336,19 @@ func (c *Cache) reopen(m *meta, site string) *Entry {
 			}
 			continue // shut while we looked: open again
 		}
-		if !m.reopenInline || m.gone.Load() || c.closed.Load() {
+		if !m.has(flagReopenInline) || m.gone.Load() || c.closed.Load() {
 			return nil
 		}
-		info, f, err, ok := openCached(lookupKey{path: m.path, root: m.root, mode: m.symlinks}, site)
-		if !ok || err != nil || f == nil {
+		info, f, err, ok := openCached(lookupKey{path: m.path, root: m.rootPath(), mode: m.symlinks}, site)
+		if !ok || err != nil || !f.isOpen() {
 			return nil
 		}
 		if !m.sameFile(info) {
 			// Changed, and its event is not read yet: a miss makes its entry.
-			f.Close()
+			f.close()
 			return nil
 		}
-		e := &Entry{meta: m, file: f, fd: handleFD(f)}
+		e := &Entry{meta: m, file: f}
 		e.refs.Store(2) // the meta's and the caller's
 		c.countOpen(e)
 		if !m.open.CompareAndSwap(nil, e) {
@@ -1373,7 +1371,7 @@ func (c *Cache) reopen(m *meta, site string) *Entry {
 // the least recently used if there are too many now.
 func (c *Cache) addOpen(e *Entry) {
 	ringAdd(&c.fds, fdOps{c}, e, c.opts.MaxOpenFiles)
-	if e.otherMount {
+	if e.has(flagOtherMount) {
 		c.armIdle()
 	}
 	if c.counts[OpenFiles].Load() > int64(c.opts.MaxOpenFiles) {

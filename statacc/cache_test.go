@@ -424,3 +424,33 @@ func TestStaleDescriptorOfDeletedFileIsClosed(t *testing.T) {
 		t.Fatalf("OpenFiles = %d after the last release", n)
 	}
 }
+
+// TestResidentAndProbeStampsLastASecond: the page-cache stamps of an
+// entry (4-byte milliseconds that wrap, compared modulo 2^32): a file
+// marked resident is recently resident for a second, and one caller per
+// second claims the probe.
+func TestResidentAndProbeStampsLastASecond(t *testing.T) {
+	var m meta
+	if m.RecentlyResident() {
+		t.Fatal("an entry never marked is recently resident")
+	}
+	if !m.ClaimProbe() {
+		t.Fatal("the first probe of an entry is refused")
+	}
+	if m.ClaimProbe() {
+		t.Fatal("a second probe within the second is claimed")
+	}
+	m.MarkResident()
+	if !m.RecentlyResident() {
+		t.Fatal("an entry just marked resident is not recently resident")
+	}
+	// A second ago (the subtraction wraps as the stamps do).
+	m.residentAt.Store(stampNow() - residentFor)
+	m.probedAt.Store(stampNow() - residentFor)
+	if m.RecentlyResident() {
+		t.Error("an entry marked resident a second ago is still recently resident")
+	}
+	if !m.ClaimProbe() {
+		t.Error("the probe of an entry last probed a second ago is refused")
+	}
+}

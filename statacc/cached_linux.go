@@ -28,9 +28,9 @@ var noCachedOpens atomic.Bool
 // are followed (their dentries are cached): a confined lookup walks from
 // the root, and one that follows links from site's root when the path
 // from "/" met a link (a `current` link that releases are swapped under).
-func openCached(key lookupKey, site string) (info fs.FileInfo, f handle, err error, ok bool) {
+func openCached(key lookupKey, site string) (info fs.FileInfo, f fileRef, err error, ok bool) {
 	if noCachedOpens.Load() {
-		return nil, nil, nil, false
+		return nil, fileRef{}, nil, false
 	}
 	if key.mode != SymlinksFollow {
 		return openCachedBelow(key, key.root, unix.RESOLVE_BENEATH|unix.RESOLVE_NO_MAGICLINKS)
@@ -47,7 +47,7 @@ var errCachedLink = errors.New("statacc: a link on the way")
 
 // openCachedBelow is openCached from root ("" for "/"), with the resolve
 // flags extra. A link on the way gives errCachedLink and ok false.
-func openCachedBelow(key lookupKey, root string, extra uint64) (info fs.FileInfo, f handle, err error, ok bool) {
+func openCachedBelow(key lookupKey, root string, extra uint64) (info fs.FileInfo, f fileRef, err error, ok bool) {
 	how := unix.OpenHow{
 		Flags:   fileio.ReadFlags,
 		Resolve: resolveCachedFlag | unix.RESOLVE_NO_SYMLINKS | extra,
@@ -56,14 +56,14 @@ func openCachedBelow(key lookupKey, root string, extra uint64) (info fs.FileInfo
 	if root != "" {
 		rel, inside := relativeTo(root, key.path)
 		if !inside {
-			return nil, nil, nil, false
+			return nil, fileRef{}, nil, false
 		}
 		// The root may be a link; its dentries are cached.
 		rootFD, err := unix.Openat2(unix.AT_FDCWD, root, &unix.OpenHow{
 			Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolveCachedFlag})
 		if err != nil {
 			noteCachedOpenError(err)
-			return nil, nil, nil, false
+			return nil, fileRef{}, nil, false
 		}
 		defer unix.Close(rootFD)
 		dirFD, name, op = rootFD, rel, "openat2"
@@ -72,21 +72,21 @@ func openCachedBelow(key lookupKey, root string, extra uint64) (info fs.FileInfo
 	switch {
 	case err == nil:
 		// A bare descriptor, as the slot's lookup keeps.
-		f := wrapFD(fd, key.path)
-		info, err := statHandle(f)
+		f := fdRef(fd)
+		info, err := f.stat(key.path)
 		if err != nil || !info.Mode().IsRegular() {
-			f.Close()
-			return info, nil, err, true
+			f.close()
+			return info, fileRef{}, err, true
 		}
 		return info, f, nil, true
 	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
 		// A negative dentry: the answer the slot's lookup would give.
-		return nil, nil, &fs.PathError{Op: op, Path: key.path, Err: err}, true
+		return nil, fileRef{}, &fs.PathError{Op: op, Path: key.path, Err: err}, true
 	case errors.Is(err, unix.ELOOP):
-		return nil, nil, errCachedLink, false
+		return nil, fileRef{}, errCachedLink, false
 	}
 	noteCachedOpenError(err)
-	return nil, nil, nil, false
+	return nil, fileRef{}, nil, false
 }
 
 // noteCachedOpenError turns cached opens off when the kernel does not

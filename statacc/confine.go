@@ -220,23 +220,33 @@ func openWalked(root, path string, mode Symlinks, want openKinds) (fs.FileInfo, 
 // element is a link and, for the cache (openRegular), refuses a directory
 // the server may not read (unreadableDir).
 func openWalkedLinked(root, path string, mode Symlinks, want openKinds) (fs.FileInfo, *os.File, bool, error) {
-	viaLink, err := walkConfined(root, path, mode)
-	if err != nil {
-		return nil, nil, viaLink, err
+	info, viaLink, open, err := describeWalked(root, path, mode, want)
+	if !open {
+		return info, nil, viaLink, err
 	}
-	info, err := os.Stat(path)
+	f, err := fileio.OpenRead(path)
+	return info, f, viaLink, err
+}
+
+// describeWalked is openWalkedLinked up to its open, which open says the
+// caller makes.
+func describeWalked(root, path string, mode Symlinks, want openKinds) (info fs.FileInfo, viaLink, open bool, err error) {
+	viaLink, err = walkConfined(root, path, mode)
+	if err != nil {
+		return nil, viaLink, false, err
+	}
+	info, err = os.Stat(path)
 	if err == nil && want == openRegular && info.IsDir() {
 		if d, derr := fileio.OpenRead(path); derr != nil && unreadableDir(info, derr) {
-			return nil, nil, viaLink, derr
+			return nil, viaLink, false, derr
 		} else if d != nil {
 			d.Close()
 		}
 	}
 	if err != nil || !want.has(info) {
-		return info, nil, viaLink, err
+		return info, viaLink, false, err
 	}
-	f, err := fileio.OpenRead(path)
-	return info, f, viaLink, err
+	return info, viaLink, true, nil
 }
 
 // StatConfined returns the info of path below root, resolved as mode

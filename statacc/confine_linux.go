@@ -21,21 +21,51 @@ func openConfined(root, path string, mode Symlinks, want openKinds) (fs.FileInfo
 }
 
 // openConfinedRegular is the cache's confined lookup: a regular file
-// opened, anything else described; viaLink: the last element is a link.
-func openConfinedRegular(root, path string, mode Symlinks) (fs.FileInfo, *os.File, bool, error) {
-	return openConfinedLinked(root, path, mode, openRegular)
+// opened as a bare descriptor (fileRef), anything else described;
+// viaLink: the last element is a link.
+func openConfinedRegular(root, path string, mode Symlinks) (fs.FileInfo, fileRef, bool, error) {
+	info, fd, viaLink, walk, err := openConfinedFD(root, path, mode, openRegular)
+	if walk {
+		// No openat2: the lstat walk, and the open of the file it checked.
+		var open bool
+		info, viaLink, open, err = describeWalked(root, path, mode, openRegular)
+		if !open {
+			return info, fileRef{}, viaLink, err
+		}
+		if fd, err = fileio.OpenFD(path, 0); err != nil {
+			return info, fileRef{}, viaLink, &fs.PathError{Op: "open", Path: path, Err: err}
+		}
+	}
+	if fd < 0 {
+		return info, fileRef{}, viaLink, err
+	}
+	return info, fdRef(fd), viaLink, nil
 }
 
 // openConfinedLinked is openConfined that also reports, for want
 // openRegular, whether the path's last element is a link.
-func openConfinedLinked(root, path string, mode Symlinks, want openKinds) (_ fs.FileInfo, _ *os.File, viaLink bool, _ error) {
+func openConfinedLinked(root, path string, mode Symlinks, want openKinds) (fs.FileInfo, *os.File, bool, error) {
+	info, fd, viaLink, walk, err := openConfinedFD(root, path, mode, want)
+	if walk {
+		return openWalkedLinked(root, path, mode, want)
+	}
+	if fd < 0 {
+		return info, nil, viaLink, err
+	}
+	return info, os.NewFile(uintptr(fd), path), viaLink, nil
+}
+
+// openConfinedFD is openConfinedLinked with openat2, the file opened as a
+// bare descriptor (-1 if none is). walk: openat2 is not there (Linux
+// before 5.6, or a seccomp filter without it), the caller walks instead.
+func openConfinedFD(root, path string, mode Symlinks, want openKinds) (_ fs.FileInfo, fd int, viaLink, walk bool, _ error) {
 	rel, ok := relativeTo(root, path)
 	if !ok {
-		return nil, nil, false, &fs.PathError{Op: "openat2", Path: path, Err: errEscape}
+		return nil, -1, false, false, &fs.PathError{Op: "openat2", Path: path, Err: errEscape}
 	}
 	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, nil, false, &fs.PathError{Op: "open", Path: root, Err: err}
+		return nil, -1, false, false, &fs.PathError{Op: "open", Path: root, Err: err}
 	}
 	defer unix.Close(rootFD)
 	how := unix.OpenHow{Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS}
@@ -61,35 +91,34 @@ func openConfinedLinked(root, path string, mode Symlinks, want openKinds) (_ fs.
 		}
 		switch {
 		case err == nil:
-			f := os.NewFile(uintptr(fd), path)
 			// statx rather than fstat: it also tells a mount root.
 			info, err := statFD(fd, path)
 			if err != nil {
-				f.Close()
-				return nil, nil, viaLink, err
+				unix.Close(fd)
+				return nil, -1, viaLink, false, err
 			}
 			if !info.Mode().IsRegular() {
-				f.Close()
-				return info, nil, viaLink, nil
+				unix.Close(fd)
+				return info, -1, viaLink, false, nil
 			}
-			return info, f, viaLink, nil
+			return info, fd, viaLink, false, nil
 		case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) && !openat2Works():
-			return openWalkedLinked(root, path, mode, want)
+			return nil, -1, false, true, nil
 		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EXDEV) ||
 			errors.Is(err, unix.ELOOP) || fileio.IsFDExhaustion(err):
-			return nil, nil, viaLink, confinedError(path, err, mode)
+			return nil, -1, viaLink, false, confinedError(path, err, mode)
 		}
 		openErr = &fs.PathError{Op: "openat2", Path: path, Err: err}
 	}
 	// O_PATH opens nothing: a device or a FIFO is only stat'ed.
 	how.Flags = unix.O_PATH | unix.O_CLOEXEC
-	fd, err := unix.Openat2(rootFD, rel, &how)
+	fd, err = unix.Openat2(rootFD, rel, &how)
 	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) && !openat2Works() {
 		// Linux before 5.6, or a seccomp filter without openat2.
-		return openWalkedLinked(root, path, mode, want)
+		return nil, -1, false, true, nil
 	}
 	if err != nil {
-		return nil, nil, viaLink, confinedError(path, err, mode)
+		return nil, -1, viaLink, false, confinedError(path, err, mode)
 	}
 	// Stat the descriptor: a second lookup by name would follow
 	// links the confinement refuses.
@@ -97,13 +126,13 @@ func openConfinedLinked(root, path string, mode Symlinks, want openKinds) (_ fs.
 	info, err := pathFile.Stat()
 	pathFile.Close()
 	if err != nil {
-		return nil, nil, viaLink, err
+		return nil, -1, viaLink, false, err
 	}
 	if openErr != nil && unreadableDir(info, openErr) {
-		return nil, nil, viaLink, openErr
+		return nil, -1, viaLink, false, openErr
 	}
 	if !want.has(info) {
-		return info, nil, viaLink, nil // not a body: the info is all we need
+		return info, -1, viaLink, false, nil // not a body: the info is all we need
 	}
 	how.Flags = fileio.ReadFlags
 	if info.IsDir() {
@@ -111,14 +140,13 @@ func openConfinedLinked(root, path string, mode Symlinks, want openKinds) (_ fs.
 	}
 	fd, err = unix.Openat2(rootFD, rel, &how)
 	if err != nil {
-		return nil, nil, viaLink, confinedError(path, err, mode)
+		return nil, -1, viaLink, false, confinedError(path, err, mode)
 	}
-	f := os.NewFile(uintptr(fd), path)
-	if info, err = f.Stat(); err != nil {
-		f.Close()
-		return nil, nil, viaLink, err
+	if info, err = statFD(fd, path); err != nil {
+		unix.Close(fd)
+		return nil, -1, viaLink, false, err
 	}
-	return info, f, viaLink, nil
+	return info, fd, viaLink, false, nil
 }
 
 func confinedError(path string, err error, mode Symlinks) error {

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+	"unique"
+	"unsafe"
 
 	"github.com/flashserve/caddy-flash-serve/internal/hotset"
 )
@@ -24,18 +26,25 @@ import (
 // descriptor: the descriptor clock closes one (open becomes nil) and keeps
 // the meta, whose next hit opens the file again (Cache.reopen), or is
 // served from data without a descriptor if the meta has data.
+//
+// There is one per cached path, so its size counts (issue #33): newEntry
+// allocates it with its first Entry, in the 192-byte size class
+// (TestEntryLayout). Strings many entries share are interned handles,
+// facts set before publication share one byte (flags), times that only
+// need to be recent are 4-byte stamps.
 type meta struct {
 	path string
 	size int64
 	// modSec and modNsec are the mtime, modSec 0 when it carries no
 	// information (usefulModTime): 12 bytes where a time.Time takes 24.
-	modSec      int64
-	contentType string
-	// values holds the ETag, Last-Modified and Content-Length values, cut
-	// at etagEnd and lmEnd: one string header where three took 48 bytes.
-	values string
-	// err is set on a negative answer: what looking the path up gave.
-	err error
+	modSec int64
+	// contentType is the interned Content-Type (ContentType), the zero
+	// handle for none: 8 bytes where a string takes 16.
+	contentType unique.Handle[string]
+	// values points at the ETag, Last-Modified and Content-Length values,
+	// one string of valuesEnd bytes cut at etagEnd and lmEnd (headerValues):
+	// a pointer where three string headers took 48 bytes.
+	values *byte
 	// data is a small file's whole content kept in memory, nil if not.
 	data []byte
 	// open is the file open now with the cache's reference on it, nil
@@ -44,16 +53,13 @@ type meta struct {
 	// small file kept in memory (data), an Entry without a file once its
 	// descriptor is closed (Cache.shut).
 	open atomic.Pointer[Entry]
-	// fileMode is the file's mode; IsDir and IsRegular derive from it.
-	fileMode fs.FileMode
 	// checked is the nanotime of the last stat (or in-place revalidation).
 	checked atomic.Int64
-	// residentAt is when the whole file was last seen in the page cache, 0
-	// if never; probedAt when it was last looked for there.
-	residentAt, probedAt atomic.Int64
-	hot                  hotset.Tally
-	cache                *Cache
-	root                 string // the root it was confined to, "" with SymlinksFollow
+	hot     hotset.Tally
+	cache   *Cache
+	// root is the root it was confined to, interned (all of a site's
+	// entries share it), the zero handle ("") with SymlinksFollow.
+	root unique.Handle[string]
 	// dir is the watcher's node of the entry's directory, nil if unwatched.
 	dir    *dirNode
 	fileID uint64 // device and inode, mixed; 0 if unknown
@@ -63,24 +69,52 @@ type meta struct {
 	marks atomic.Uint32
 	// gone is set when the entry has left the cache (Cache.drop).
 	gone atomic.Bool
-	// trusted: mincore tells this process the truth about the file's pages
-	// (pagecache.Trusted).
-	trusted bool
-	watched bool // whether inotify watches the entry's directory
-	// reopenInline: the file is on a filesystem whose cached opens do not
-	// block, so that a hit whose descriptor was closed opens it again in
-	// the request (Cache.reopen).
-	reopenInline bool
-	symlinks     Symlinks // the confinement it was resolved with
-	// noBlockDev is set for a file on a filesystem without a block device.
-	noBlockDev bool
-	// inMemoryFS is set for a file on tmpfs or ramfs (InMemoryFS).
-	inMemoryFS bool
-	// otherMount: a file on another mount than its site's root, whose
-	// descriptor is closed once idle (Cache.closeIdle).
-	otherMount     bool
-	etagEnd, lmEnd uint8 // where values is cut
-	modNsec        int32
+	// residentAt is when the whole file was last seen in the page cache,
+	// probedAt when it was last looked for there, in stamps (0: never).
+	residentAt, probedAt atomic.Uint32
+	// fileMode is the file's mode; IsDir and IsRegular derive from it.
+	fileMode fs.FileMode
+	modNsec  int32
+	flags    metaFlags
+	watched  bool     // whether inotify watches the entry's directory
+	symlinks Symlinks // the confinement it was resolved with
+	// etagEnd and lmEnd are where values is cut, valuesEnd its length
+	// (under 100 bytes: see describe).
+	etagEnd, lmEnd, valuesEnd uint8
+}
+
+// metaFlags are facts about a meta's file, set before the meta is
+// published (newEntry, Cache.build, Cache.record) and never after, so
+// that they need no atomics and share one byte.
+type metaFlags uint8
+
+const (
+	// flagTrusted: mincore tells this process the truth about the file's
+	// pages (pagecache.Trusted).
+	flagTrusted metaFlags = 1 << iota
+	// flagReopenInline: the file is on a filesystem whose cached opens do
+	// not block, so that a hit whose descriptor was closed opens it again
+	// in the request (Cache.reopen).
+	flagReopenInline
+	// flagNoBlockDev: the file is on a filesystem without a block device.
+	flagNoBlockDev
+	// flagInMemoryFS: the file is on tmpfs or ramfs (InMemoryFS).
+	flagInMemoryFS
+	// flagOtherMount: the file is on another mount than its site's root;
+	// its descriptor is closed once idle (Cache.closeIdle).
+	flagOtherMount
+)
+
+// has reports whether every flag of f is set.
+func (e *meta) has(f metaFlags) bool { return e.flags&f == f }
+
+// setFlag sets or clears f; only before the meta is published.
+func (e *meta) setFlag(f metaFlags, on bool) {
+	if on {
+		e.flags |= f
+	} else {
+		e.flags &^= f
+	}
 }
 
 // Entry is a path's meta as one request holds it: with the descriptor
@@ -88,14 +122,32 @@ type meta struct {
 // the cache may have closed it for others meanwhile (Cache.reopen).
 type Entry struct {
 	*meta
-	file handle // the open file of a regular-file entry
-	fd   int    // file's descriptor, read once so Fd() is never called again
+	file fileRef // the open file of a regular-file entry, by value
 	// refs counts the meta's reference (while it is the meta's open) plus
 	// one per request; the descriptor closes at 0, never under a transfer.
 	refs atomic.Int32
 	// shut is set when the meta let go of this descriptor (Cache.shut).
 	shut atomic.Bool
 }
+
+// interned is the handle of s, the zero one for "".
+func interned(s string) unique.Handle[string] {
+	if s == "" {
+		return unique.Handle[string]{}
+	}
+	return unique.Make(s)
+}
+
+// valueOf is the string of an interned handle, "" for the zero one.
+func valueOf(h unique.Handle[string]) string {
+	if h == (unique.Handle[string]{}) {
+		return ""
+	}
+	return h.Value()
+}
+
+// rootPath is the root the entry was confined to, "" with SymlinksFollow.
+func (e *meta) rootPath() string { return valueOf(e.root) }
 
 // Path is the filesystem path the entry describes.
 func (e *meta) Path() string { return e.path }
@@ -113,17 +165,21 @@ func (e *meta) ModTime() time.Time {
 }
 
 // ETag is file_server's strong validator, "" when ModTime is zero.
-func (e *meta) ETag() string { return e.values[:e.etagEnd] }
+func (e *meta) ETag() string { return e.headerValues()[:e.etagEnd] }
 
 // LastModified is ModTime for the Last-Modified header, "" when zero.
-func (e *meta) LastModified() string { return e.values[e.etagEnd:e.lmEnd] }
+func (e *meta) LastModified() string { return e.headerValues()[e.etagEnd:e.lmEnd] }
 
 // ContentType comes from the extension; "" means no Content-Type at all:
 // the body is never sniffed.
-func (e *meta) ContentType() string { return e.contentType }
+func (e *meta) ContentType() string { return valueOf(e.contentType) }
 
 // Length is Size in decimal: the Content-Length of the whole file.
-func (e *meta) Length() string { return e.values[e.lmEnd:] }
+func (e *meta) Length() string { return e.headerValues()[e.lmEnd:] }
+
+// headerValues is the string values points at: the ETag, Last-Modified
+// and Content-Length values, in this order.
+func (e *meta) headerValues() string { return unsafe.String(e.values, int(e.valuesEnd)) }
 
 // Data is the whole content of a small file kept in memory, nil if not.
 // It is shared: copy it before it is passed to a writer.
@@ -135,30 +191,47 @@ func (e *meta) FileID() uint64 { return e.fileID }
 
 // NoBlockDevice reports whether the file is on a filesystem without a
 // block device (FUSE, NFS, tmpfs), for io_uring.
-func (e *meta) NoBlockDevice() bool { return e.noBlockDev }
+func (e *meta) NoBlockDevice() bool { return e.has(flagNoBlockDev) }
 
 // residentFor is how long a file seen whole in the page cache is assumed
-// to stay there: a hot file is probed about once a second.
-const residentFor = int64(time.Second)
+// to stay there, in stamps: a hot file is probed about once a second.
+const residentFor = stamp(time.Second / stampUnit)
+
+// stamp is a time of nanotime in milliseconds, in 4 bytes where an int64
+// takes 8: it wraps after 49 days, and two are compared by their
+// difference modulo 2^32, so that at worst a stamp 49 days old passes
+// for a recent one, which costs a probe of the page cache more or less,
+// never a wrong byte.
+type stamp = uint32
+
+const stampUnit = time.Millisecond
+
+// stampNow is the stamp of now, never 0 (which says never).
+func stampNow() stamp {
+	if s := stamp(nanotime() / int64(stampUnit)); s != 0 {
+		return s
+	}
+	return 1
+}
 
 // InMemoryFS reports whether the file is on tmpfs or ramfs: always in the
 // page cache, no probe needed.
-func (e *meta) InMemoryFS() bool { return e.inMemoryFS }
+func (e *meta) InMemoryFS() bool { return e.has(flagInMemoryFS) }
 
 // RecentlyResident reports whether the whole file was seen in the page
 // cache within the last second.
 func (e *meta) RecentlyResident() bool {
 	at := e.residentAt.Load()
-	return at != 0 && nanotime()-at < residentFor
+	return at != 0 && stampNow()-at < residentFor
 }
 
 // MarkResident records that the whole file is in the page cache now.
-func (e *meta) MarkResident() { e.residentAt.Store(nanotime()) }
+func (e *meta) MarkResident() { e.residentAt.Store(stampNow()) }
 
 // ClaimProbe reports whether the caller should look for the whole file in
 // the page cache now: true for one caller per second.
 func (e *meta) ClaimProbe() bool {
-	now := nanotime()
+	now := stampNow()
 	last := e.probedAt.Load()
 	return (last == 0 || now-last >= residentFor) && e.probedAt.CompareAndSwap(last, now)
 }
@@ -166,24 +239,19 @@ func (e *meta) ClaimProbe() bool {
 // MincoreTrusted reports whether mincore(2) tells which of the file's
 // pages are cached: only if the process owned or could write the file at
 // open. For others it reports every page resident.
-func (e *meta) MincoreTrusted() bool { return e.trusted }
+func (e *meta) MincoreTrusted() bool { return e.has(flagTrusted) }
 
 // File returns the open file of a regular-file entry, nil otherwise, for
 // pread; open until the caller's reference is released.
 func (e *Entry) File() io.ReaderAt {
-	if e.file == nil {
+	if !e.file.isOpen() {
 		return nil
 	}
-	return e.file
+	return (*entryFile)(e)
 }
 
 // FD returns the descriptor of File, or -1.
-func (e *Entry) FD() int {
-	if e.file == nil {
-		return -1
-	}
-	return e.fd
-}
+func (e *Entry) FD() int { return e.file.descriptor() }
 
 // The marks of Entry.marks.
 const (
@@ -200,7 +268,7 @@ func (e *meta) takeMark(mark uint32) bool { return e.marks.And(^mark)&mark != 0 
 
 // acquire takes a reference unless the entry is already being closed.
 func (e *Entry) acquire() bool {
-	if e.file == nil {
+	if !e.file.isOpen() {
 		return true // nothing to keep open
 	}
 	for {
@@ -217,21 +285,21 @@ func (e *Entry) acquire() bool {
 // Hold takes one more reference on an entry the caller holds, for work
 // that outlives the request (an io_uring read).
 func (e *Entry) Hold() {
-	if e.file != nil {
+	if e.file.isOpen() {
 		e.refs.Add(1)
 	}
 }
 
 // Release gives back a reference taken by Cache.GetCounted or Hold.
 func (e *Entry) Release() {
-	if e.file == nil {
+	if !e.file.isOpen() {
 		return
 	}
 	if e.refs.Add(-1) == 0 {
-		e.file.Close()
+		e.file.close()
 		if c := e.cache; c != nil {
 			c.counts[OpenFiles].Add(-1)
-			if e.otherMount {
+			if e.has(flagOtherMount) {
 				c.otherMountFiles.Add(-1)
 			}
 		}
@@ -247,11 +315,11 @@ func (e *Entry) ReadAll() ([]byte, error) {
 	if !e.IsRegular() {
 		return nil, fs.ErrInvalid
 	}
-	if e.file == nil {
+	if !e.file.isOpen() {
 		return nil, fs.ErrInvalid
 	}
 	b := make([]byte, e.size)
-	n, err := e.file.ReadAt(b, 0)
+	n, err := e.file.readAt(b, 0, e.path)
 	if err == io.EOF && int64(n) == e.size {
 		err = nil
 	}
@@ -264,13 +332,16 @@ func (e *meta) IsDir() bool { return e.fileMode.IsDir() }
 // IsRegular reports whether the entry is a regular file.
 func (e *meta) IsRegular() bool { return e.fileMode.IsRegular() }
 
+// metaWithEntry is a meta with its first Entry, allocated together.
+type metaWithEntry struct {
+	m meta
+	e Entry
+}
+
 // newEntry derives an Entry and its meta from a path and its FileInfo,
 // in one allocation: a miss costs one object more than the meta alone.
 func newEntry(path string, info fs.FileInfo) *Entry {
-	both := &struct {
-		m meta
-		e Entry
-	}{}
+	both := &metaWithEntry{}
 	both.e.meta = &both.m
 	both.m.describe(path, info)
 	return &both.e
@@ -279,8 +350,12 @@ func newEntry(path string, info fs.FileInfo) *Entry {
 // describe fills a new meta in from a path and its FileInfo.
 func (e *meta) describe(path string, info fs.FileInfo) {
 	e.path, e.size, e.fileMode = path, info.Size(), info.Mode()
-	e.noBlockDev, e.fileID = fileIdentity(info)
-	// Header values cut from one string: one allocation, not three.
+	noBlockDev, fileID := fileIdentity(info)
+	e.fileID = fileID
+	e.setFlag(flagNoBlockDev, noBlockDev)
+	// Header values cut from one string: one allocation, not three. It
+	// is at most 2+13+1+13 bytes of ETag (int64 in base 36, twice), 29
+	// of Last-Modified (37 past the year 9999) and 20 of Content-Length.
 	var buf [96]byte
 	b := buf[:0]
 	etagEnd, lmEnd := 0, 0
@@ -293,9 +368,13 @@ func (e *meta) describe(path string, info fs.FileInfo) {
 	}
 	b = strconv.AppendInt(b, e.size, 10)
 	values := string(b)
-	e.values, e.etagEnd, e.lmEnd = values, uint8(etagEnd), uint8(lmEnd)
+	e.values, e.valuesEnd = unsafe.StringData(values), uint8(len(values))
+	e.etagEnd, e.lmEnd = uint8(etagEnd), uint8(lmEnd)
 	if !e.fileMode.IsDir() {
-		e.contentType = mime.TypeByExtension(filepath.Ext(path))
+		// Interned: the types are few, their entries many.
+		if ct := mime.TypeByExtension(filepath.Ext(path)); ct != "" {
+			e.contentType = unique.Make(ct)
+		}
 	}
 }
 

@@ -1,30 +1,23 @@
 package statacc
 
-import (
-	"io"
-	"io/fs"
-	"os"
-)
+import "io"
 
-// handle is the open file of a regular-file entry, read at explicit
-// offsets so that any number of concurrent responses share it, and closed
-// by the entry's last Release: an *os.File, or on Linux a bare descriptor
-// (rawFile), which costs a miss no poller registration and no finalizer.
-type handle interface {
-	io.ReaderAt
-	Close() error
+// An Entry's open file is a fileRef, held by value in the Entry so that
+// an entry with a descriptor costs no allocation beside its own: on Linux
+// a bare descriptor (rawfile_linux.go), elsewhere an *os.File
+// (handle_os.go). Either is read at explicit offsets, so that any number
+// of concurrent responses share it, and closed by the entry's last
+// Release. The zero fileRef holds no file.
+
+// entryFile is an Entry seen as its file, the io.ReaderAt that File
+// returns: a conversion of the Entry's pointer, which allocates nothing,
+// whose errors name the entry's path.
+type entryFile Entry
+
+// ReadAt reads len(p) bytes from off, as os.File.ReadAt does: short only
+// at the end of the file (io.EOF) or on an error.
+func (f *entryFile) ReadAt(p []byte, off int64) (int, error) {
+	return f.file.readAt(p, off, f.path)
 }
 
-// statOSFile describes what an *os.File handle has open.
-func statOSFile(h handle) (fs.FileInfo, error) { return osFileOf(h).Stat() }
-
-// osFileOf is the *os.File of a handle that is one.
-func osFileOf(h handle) *os.File { f, _ := h.(*os.File); return f }
-
-// fromOSFile is the handle of f, nil (not a nil *os.File) if f is.
-func fromOSFile(f *os.File) handle {
-	if f == nil {
-		return nil
-	}
-	return f
-}
+var _ io.ReaderAt = (*entryFile)(nil)

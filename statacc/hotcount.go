@@ -16,7 +16,7 @@ func (c *Cache) HotSet() *hotset.Counter { return c.hot }
 // the live candidates of a hot-set snapshot.
 func (c *Cache) hotFiles(yield func(hotset.File, *hotset.Tally) bool) {
 	c.entries.Range(func(e *meta) bool {
-		if e.err != nil || !e.fileMode.IsRegular() {
+		if !e.fileMode.IsRegular() {
 			return true
 		}
 		return yield(hotset.File{Path: e.path, Size: e.size}, &e.hot)

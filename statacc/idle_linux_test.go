@@ -115,7 +115,7 @@ func TestIdleDescriptorsClosedWithinFiveSeconds(t *testing.T) {
 			return false
 		}
 		e := m.open.Load()
-		return e != nil && e.file != nil
+		return e != nil && e.file.isOpen()
 	}
 	for present(idle1) || present(idle2) {
 		if time.Since(lastUse) > idleClosedBound {

@@ -238,11 +238,11 @@ func TestColdTreeStopsAskingSmallFilesWithoutCachestat(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := newEntry(p, info)
-		e.file, e.fd = f, int(f.Fd())
+		e.file = fdRef(int(f.Fd())) // f, closed by the cleanup, owns it
 		return e
 	}
 	cachedBytes := func(e *Entry) int64 {
-		n, err := pagecache.Count(e.fd, size)
+		n, err := pagecache.Count(e.FD(), size)
 		if err != nil {
 			t.Fatal(err)
 		}

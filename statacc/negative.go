@@ -97,26 +97,26 @@ func (c *Cache) keepsNegative(key lookupKey) bool {
 
 // probeMissing looks up a path whose negative answer would not be kept
 // without entering the watcher first, so that a scanner's paths make no
-// node and no watch. A missing path gets an entry for this request only;
-// one that exists gets its entry from the probe's open, fresh for a second
-// (a change between the open and the watch sends no event). nil when the
-// error says nothing about the path: the caller misses as usual.
-func (c *Cache) probeMissing(key lookupKey, dir, site string) *Entry {
+// node and no watch. A missing path gets its error, for this request
+// only; one that exists gets its entry from the probe's open, fresh for a
+// second (a change between the open and the watch sends no event). ok is
+// false when the error says nothing about the path: the caller misses as
+// usual.
+func (c *Cache) probeMissing(key lookupKey, dir, site string) (_ *Entry, _ error, ok bool) {
 	checked := nanotime()
 	info, f, links, err := c.open(key)
 	if err != nil {
 		if !cacheableError(err) {
-			return nil
+			return nil, nil, false
 		}
-		e := errorEntry(key.path, err)
-		e.root, e.symlinks = key.root, key.mode
-		return e
+		return nil, err, true
 	}
 	ticket := c.watch.enter(dir)
 	c.watch.learnFS(ticket, dir)
-	e := c.build(key.path, site, info, f, nil, true)
+	e, err := c.build(key.path, site, info, f, nil, true)
 	c.noteLinked(e, links)
-	return c.record(key, ticket, checked, e, admitAsk, true)
+	e, err = c.record(key, ticket, checked, e, err, admitAsk, true)
+	return e, err, true
 }
 
 // clock is a ring of cached entries (*Entry for descriptors, negRef for

@@ -16,30 +16,66 @@ import (
 	"github.com/flashserve/caddy-flash-serve/internal/fileio"
 )
 
-// rawFile is a bare descriptor of a regular file, the handle of the
+// fileRef is a bare descriptor of a regular file, the open file of the
 // cache's own lookups. An *os.File would cost each miss an epoll_ctl (the
 // poller refuses regular files, but only after the call), a finalizer and
 // two more allocations, and its Close the poller's bookkeeping: on a tree
 // that churns through its descriptors, as many as there are requests. The
 // entry's reference count already keeps the descriptor open while any
-// response reads it, which is what *os.File's locking would add.
-type rawFile struct {
-	fd   int
-	path string
+// response reads it, which is what *os.File's locking would add. It is a
+// value, kept in the Entry: the descriptor costs no allocation of its own.
+// A descriptor fits in an int32 (the kernel's nr_open is at most 2^30).
+type fileRef struct {
+	fd    int32
+	valid bool // the zero fileRef holds no descriptor (0 is one)
 }
+
+// fdRef is the fileRef of a descriptor the caller opened.
+func fdRef(fd int) fileRef { return fileRef{fd: int32(fd), valid: true} }
+
+// isOpen reports whether f holds a descriptor.
+func (f fileRef) isOpen() bool { return f.valid }
+
+// descriptor is f's descriptor, -1 if it holds none.
+func (f fileRef) descriptor() int {
+	if !f.valid {
+		return -1
+	}
+	return int(f.fd)
+}
+
+// readAt reads len(p) bytes from off with pread, as os.File.ReadAt does:
+// short only at the end of the file (io.EOF) or on an error, which names
+// path.
+func (f fileRef) readAt(p []byte, off int64, path string) (int, error) {
+	n, err := fileio.ReadAt(int(f.fd), p, off)
+	if err != nil && err != io.EOF {
+		err = &fs.PathError{Op: "read", Path: path, Err: err}
+	}
+	return n, err
+}
+
+// close closes the descriptor, once (the entry's last Release). It is not
+// retried on EINTR: Linux has released the descriptor by then.
+func (f fileRef) close() error { return syscall.Close(int(f.fd)) }
+
+// stat describes what f has open, with one statx (as cheap as the fstat
+// it replaces): beside what fstat says, statx tells whether the file is
+// the root of a mount (mountRoot).
+func (f fileRef) stat(path string) (fs.FileInfo, error) { return statFD(int(f.fd), path) }
 
 // openRegularFile opens path for reading, as fileio.OpenFD does (a FIFO
 // cannot block the open), with a bare descriptor. viaLink reports
 // that path's last element is a symbolic link: it is opened with
 // O_NOFOLLOW first, which costs nothing more for a file that is not one,
 // and again without it when it is (ELOOP).
-func openRegularFile(path string) (h handle, viaLink bool, err error) {
+func openRegularFile(path string) (f fileRef, viaLink bool, err error) {
 	flags := syscall.O_NOFOLLOW
 	for {
 		fd, err := fileio.OpenFD(path, flags)
 		switch {
 		case err == nil:
-			return &rawFile{fd: fd, path: path}, viaLink, nil
+			return fdRef(fd), viaLink, nil
 		case err == syscall.ELOOP && flags&syscall.O_NOFOLLOW != 0:
 			// The last element is a link (or the links on the way are
 			// too many, which the open that follows says again).
@@ -47,7 +83,7 @@ func openRegularFile(path string) (h handle, viaLink bool, err error) {
 			viaLink = true
 			continue
 		}
-		return nil, viaLink, &fs.PathError{Op: "open", Path: path, Err: err}
+		return fileRef{}, viaLink, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 }
 
@@ -60,20 +96,6 @@ func multiplyLinked(info fs.FileInfo) bool {
 	}
 	st, ok := info.Sys().(*syscall.Stat_t)
 	return ok && st.Nlink > 1
-}
-
-// wrapFD makes the handle of a descriptor opened by the caller.
-func wrapFD(fd int, path string) handle { return &rawFile{fd: fd, path: path} }
-
-// statHandle describes what h has open, with one statx (as cheap as the
-// fstat it replaces): beside what fstat says, statx tells whether the
-// file is the root of a mount (mountRoot).
-func statHandle(h handle) (fs.FileInfo, error) {
-	r, ok := h.(*rawFile)
-	if !ok {
-		return statOSFile(h)
-	}
-	return statFD(r.fd, r.path)
 }
 
 // statFD describes the open descriptor fd of path: statx where the kernel
@@ -252,20 +274,6 @@ const (
 	rootYes
 )
 
-// ReadAt reads len(p) bytes from off with pread, as os.File.ReadAt does:
-// short only at the end of the file (io.EOF) or on an error.
-func (r *rawFile) ReadAt(p []byte, off int64) (int, error) {
-	n, err := fileio.ReadAt(r.fd, p, off)
-	if err != nil && err != io.EOF {
-		err = &fs.PathError{Op: "read", Path: r.path, Err: err}
-	}
-	return n, err
-}
-
-// Close closes the descriptor, once (the entry's last Release). It is not
-// retried on EINTR: Linux has released the descriptor by then.
-func (r *rawFile) Close() error { return syscall.Close(r.fd) }
-
 // statInfo is the fs.FileInfo of one statx or fstat, as os.File.Stat
 // makes it.
 type statInfo struct {
@@ -308,12 +316,4 @@ func (s *statInfo) Mode() fs.FileMode {
 		m |= fs.ModeSticky
 	}
 	return m
-}
-
-// handleFD is the descriptor of a handle.
-func handleFD(h handle) int {
-	if r, ok := h.(*rawFile); ok {
-		return r.fd
-	}
-	return fileFD(osFileOf(h))
 }

@@ -36,16 +36,23 @@ type File struct {
 }
 
 // Tally counts the requests for one cached file since they were last
-// folded into its Counter. Track must set it up before the entry is
-// shared.
+// folded into its Counter: 8 bytes in every cached file's entry. It does
+// not keep the path's key in the sketch: the counter hashes the path
+// again when it folds the tally (a snapshot, the entry's departure),
+// which is rare beside the hits. The zero Tally is ready to count.
 type Tally struct {
-	hits    atomic.Int64
-	key     uint64      // the path's hash in the counter's sketch
+	// hits stops at its maximum rather than wrap, should 2^32 requests
+	// come between two folds: the sketch's counts stop there too.
+	hits    atomic.Uint32
 	counted atomic.Bool // a hit reached the sketch
 }
 
 // Hit counts one request: the only call on the hot path.
-func (t *Tally) Hit() { t.hits.Add(1) }
+func (t *Tally) Hit() {
+	if t.hits.Add(1) == 0 {
+		t.hits.Store(^uint32(0)) // wrapped: stop at the top
+	}
+}
 
 // Counter is the sketch of one cache's request counts, with the
 // candidates for its next snapshot.
@@ -84,9 +91,6 @@ func (c *Counter) remember(n int) {
 func (c *Counter) key(path string) uint64 {
 	return maphash.String(c.seed, path)
 }
-
-// Track makes t count for path.
-func (c *Counter) Track(t *Tally, path string) { t.key = c.key(path) }
 
 // cellIndex gives the counter of a row for a key: double hashing from
 // the two halves of one 64-bit hash.
@@ -127,15 +131,15 @@ func (c *Counter) estimate(key uint64) uint32 {
 	return est
 }
 
-// fold moves a tally's hits into the sketch and reports how many there
-// were.
-func (c *Counter) fold(t *Tally) int64 {
+// fold moves a tally's hits into the sketch, under key (its path's),
+// and reports how many there were.
+func (c *Counter) fold(t *Tally, key uint64) int64 {
 	n := t.hits.Swap(0)
 	if n > 0 {
-		c.add(t.key, uint32(min(n, int64(^uint32(0)))))
+		c.add(key, n)
 		t.counted.Store(true)
 	}
-	return n
+	return int64(n)
 }
 
 // Leave is called when the entry of f, counted by t, leaves the cache:
@@ -144,18 +148,19 @@ func (c *Counter) fold(t *Tally) int64 {
 // one, for the request that made it: a full cache may evict a new entry
 // before that request's hit lands on it.
 func (c *Counter) Leave(t *Tally, f File) {
-	if c.fold(t) == 0 {
+	key := c.key(f.Path)
+	if c.fold(t, key) == 0 {
 		if t.counted.Swap(true) {
 			return
 		}
-		c.add(t.key, 1)
+		c.add(key, 1)
 	}
 	c.mu.Lock()
-	if _, seen := c.pending[t.key]; seen || len(c.pending) < c.maxPending {
+	if _, seen := c.pending[key]; seen || len(c.pending) < c.maxPending {
 		if c.pending == nil {
 			c.pending = make(map[uint64]File)
 		}
-		c.pending[t.key] = f
+		c.pending[key] = f
 	}
 	c.mu.Unlock()
 }
@@ -197,20 +202,21 @@ func (c *Counter) Top(n int, bytes int64) []File {
 		}
 	}
 	type liveFile struct {
-		f File
-		t *Tally
+		f   File
+		key uint64
 	}
 	// Fold every live tally before reading any estimate, so that no count
 	// is read half folded.
 	var live []liveFile
 	if c.live != nil {
 		for f, t := range c.live {
-			c.fold(t)
-			live = append(live, liveFile{f, t})
+			key := c.key(f.Path)
+			c.fold(t, key)
+			live = append(live, liveFile{f, key})
 		}
 	}
 	for _, l := range live {
-		consider(l.f, l.t.key)
+		consider(l.f, l.key)
 	}
 	c.mu.Lock()
 	pending, last := c.pending, c.last

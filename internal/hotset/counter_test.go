@@ -10,8 +10,7 @@ import (
 // leave counts hits for path and lets its entry leave the cache.
 func leave(c *Counter, path string, hits int64) {
 	var t Tally
-	c.Track(&t, path)
-	t.hits.Store(hits)
+	t.hits.Store(uint32(hits))
 	c.Leave(&t, File{Path: path})
 }
 
@@ -62,6 +61,24 @@ func TestHitAllocatesNothing(t *testing.T) {
 	}
 }
 
+// TestHitStopsAtTheTop: a tally that 2^32 requests reach between two
+// folds keeps the most it can count, rather than wrap to a few.
+func TestHitStopsAtTheTop(t *testing.T) {
+	var tl Tally
+	tl.hits.Store(^uint32(0) - 1)
+	tl.Hit()
+	tl.Hit()
+	tl.Hit()
+	if got := tl.hits.Load(); got != ^uint32(0) {
+		t.Fatalf("%d hits after 2^32 + 1, want %d", got, ^uint32(0))
+	}
+	c := NewCounter(nil)
+	c.Leave(&tl, File{Path: "/srv/hot"})
+	if top := c.Top(1, 0); len(top) != 1 || top[0].Hits != int64(^uint32(0)) {
+		t.Fatalf("Top = %+v, want /srv/hot with %d hits", top, ^uint32(0))
+	}
+}
+
 // TestTopHoldsWhatFitsTheBytes: a snapshot stops at the file that crosses
 // its bytes, that one included.
 func TestTopHoldsWhatFitsTheBytes(t *testing.T) {
@@ -69,8 +86,7 @@ func TestTopHoldsWhatFitsTheBytes(t *testing.T) {
 	for i := range 10 {
 		var tl Tally
 		p := "/srv/" + strconv.Itoa(i)
-		c.Track(&tl, p)
-		tl.hits.Store(int64(100 - i))
+		tl.hits.Store(uint32(100 - i))
 		c.Leave(&tl, File{Path: p, Size: 10})
 	}
 	if top := c.Top(100, 35); len(top) != 4 || top[3].Path != "/srv/3" {
@@ -100,7 +116,6 @@ func TestRememberKeepsMoreCandidates(t *testing.T) {
 func TestLeaveBeforeTheFirstHitCountsOne(t *testing.T) {
 	c := NewCounter(nil)
 	var tl Tally
-	c.Track(&tl, "/srv/new")
 	c.Leave(&tl, File{Path: "/srv/new"})
 	c.Leave(&tl, File{Path: "/srv/new"}) // left again with nothing new: no more
 	if top := c.Top(10, 0); len(top) != 1 || top[0].Hits != 1 {
