@@ -1,3 +1,5 @@
+//go:build linux && !flashserve_portable
+
 package statacc
 
 import (
