@@ -224,3 +224,46 @@ func TestPathMapRangeDeletingAPrefixUnderWriters(t *testing.T) {
 		checkPathTables(t, pm)
 	}
 }
+
+// TestPathMapLoadSeesAPathWhileItIsReplaced: while a writer replaces the
+// metas of some paths (a re-lookup's Swap) and another grows and shrinks
+// the same shards' tables, a Load of a replaced path always finds one of
+// its metas, never none and never another path's.
+func TestPathMapLoadSeesAPathWhileItIsReplaced(t *testing.T) {
+	pm := testPathMap()
+	paths := make([]string, 256)
+	for i := range paths {
+		paths[i] = fmt.Sprintf("/replaced/%d", i)
+		pm.Swap(&meta{path: paths[i]})
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for i := 0; !stop.Load(); i++ {
+			pm.Swap(&meta{path: paths[i%len(paths)]})
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for round := 0; !stop.Load(); round++ {
+			var ms []*meta
+			for i := range 3000 {
+				m := &meta{path: fmt.Sprintf("/grow/%d/%d", round, i)}
+				pm.Swap(m)
+				ms = append(ms, m)
+			}
+			for _, m := range ms {
+				pm.CompareAndDelete(m)
+			}
+		}
+	}()
+	defer func() { stop.Store(true); wg.Wait() }()
+	for i := range 300000 {
+		p := paths[i%len(paths)]
+		if got := pm.Load(p); got == nil || got.path != p {
+			t.Fatalf("Load(%s) = %v while it was replaced", p, got)
+		}
+	}
+}
