@@ -230,15 +230,28 @@ func (pm *pathMap) resizeLocked(shard int, n int) *pathTable {
 }
 
 // Range calls f for each meta, until f returns false. It sees each shard
-// as it was when Range came to it, and f may delete.
+// as it was when Range came to it: its metas are copied under the shard's
+// lock and f is called without it, so that f may delete or store. Why a
+// copy, not the table read in place: a path deleted and stored again
+// while Range runs may land in a slot after the one Range read it from (a
+// probe that wrapped around the table's end), and Range would give it to
+// f twice, which sync.Map's Range never did.
 func (pm *pathMap) Range(f func(*meta) bool) {
+	var ms []*meta
 	for s := range pm.tables {
-		t := pm.tables[s].Load()
-		if t == nil {
-			continue
+		l := &pm.locks[s]
+		l.mu.Lock()
+		ms = ms[:0]
+		if t := pm.tables[s].Load(); t != nil {
+			for i := range t.slots {
+				if m := t.slots[i].Load(); m != nil {
+					ms = append(ms, m)
+				}
+			}
 		}
-		for i := range t.slots {
-			if m := t.slots[i].Load(); m != nil && !f(m) {
+		l.mu.Unlock()
+		for _, m := range ms {
+			if !f(m) {
 				return
 			}
 		}
