@@ -454,3 +454,19 @@ func TestResidentAndProbeStampsLastASecond(t *testing.T) {
 		t.Error("the probe of an entry last probed a second ago is refused")
 	}
 }
+
+// TestProbeClaimedByALaterClockReadingIsNotClaimedAgain: a caller that
+// read the clock and was then overtaken by another whose claim stamped a
+// later millisecond does not claim the probe again (a stamp ahead of its
+// now is not 49 days old), and does not move probedAt back.
+func TestProbeClaimedByALaterClockReadingIsNotClaimedAgain(t *testing.T) {
+	var m meta
+	ahead := stampNow() + 5 // claimed by a caller whose clock read came 5 ms later
+	m.probedAt.Store(ahead)
+	if m.ClaimProbe() {
+		t.Error("a probe claimed 5 ms after this caller read the clock is claimed again")
+	}
+	if got := m.probedAt.Load(); got != ahead {
+		t.Errorf("probedAt moved from %d to %d", ahead, got)
+	}
+}

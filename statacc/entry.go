@@ -233,7 +233,11 @@ func (e *meta) MarkResident() { e.residentAt.Store(stampNow()) }
 func (e *meta) ClaimProbe() bool {
 	now := stampNow()
 	last := e.probedAt.Load()
-	return (last == 0 || now-last >= residentFor) && e.probedAt.CompareAndSwap(last, now)
+	// last may be ahead of now: another caller read the clock after this
+	// one and claimed first. Within residentFor either way it is recent,
+	// not 49 days old (which would claim again and move probedAt back).
+	since := now - last
+	return (last == 0 || since >= residentFor && since <= ^stamp(0)-residentFor) && e.probedAt.CompareAndSwap(last, now)
 }
 
 // MincoreTrusted reports whether mincore(2) tells which of the file's
