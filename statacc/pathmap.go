@@ -155,7 +155,15 @@ func (pm *pathMap) Swap(m *meta) (old *meta, replaced bool) {
 }
 
 // LoadAndDelete removes path's meta and returns it, nil if none.
-func (pm *pathMap) LoadAndDelete(path string) *meta {
+func (pm *pathMap) LoadAndDelete(path string) *meta { return pm.delete(path, nil) }
+
+// CompareAndDelete removes m if it is still its path's meta, and reports
+// whether it did.
+func (pm *pathMap) CompareAndDelete(m *meta) bool { return pm.delete(m.path, m) != nil }
+
+// delete removes path's meta if it is only (any meta if only is nil), and
+// returns what it removed.
+func (pm *pathMap) delete(path string, only *meta) *meta {
 	h, shard, tag := pm.hash(path)
 	l := &pm.locks[shard]
 	l.mu.Lock()
@@ -165,29 +173,10 @@ func (pm *pathMap) LoadAndDelete(path string) *meta {
 		return nil
 	}
 	i, found := t.find(path, h, tag)
-	if !found {
+	if !found || only != nil && t.slots[i].Load() != only {
 		return nil
 	}
 	return pm.deleteLocked(shard, t, i)
-}
-
-// CompareAndDelete removes m if it is still its path's meta, and reports
-// whether it did.
-func (pm *pathMap) CompareAndDelete(m *meta) bool {
-	h, shard, tag := pm.hash(m.path)
-	l := &pm.locks[shard]
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	t := pm.tables[shard].Load()
-	if t == nil {
-		return false
-	}
-	i, found := t.find(m.path, h, tag)
-	if !found || t.slots[i].Load() != m {
-		return false
-	}
-	pm.deleteLocked(shard, t, i)
-	return true
 }
 
 // deleteLocked empties slot i of shard's table t, and shrinks the table
