@@ -482,7 +482,7 @@ func (c *Cache) compactFileRings() {
 // in place (revalidateNegative): a path asked for about once per
 // Revalidate then costs one failed open, not a new entry.
 func (c *Cache) keptForRevalidation(sl *negSlot) bool {
-	return sl.watched && nanotime()-sl.checked.Load() < 2*int64(c.opts.Revalidate)
+	return sl.watched() && nanotime()-sl.checked.Load() < 2*int64(c.opts.Revalidate)
 }
 
 // Options returns the options in force, defaults filled in.
@@ -631,11 +631,11 @@ func (c *Cache) negativeHit(key lookupKey) (error, bool) {
 	sh, shard := s.shardOf(h)
 	sh.mu.RLock()
 	sl, i := sh.findLocked(h, key.path)
-	if sl == nil || sl.symlinks != key.mode || string(sh.rootOf(sl)) != key.root {
+	if sl == nil || sl.symlinks != key.mode || !s.rootIs(sh, sl, key.root) {
 		sh.mu.RUnlock()
 		return nil, false
 	}
-	kind, refusedAt := sl.kind, sl.refusedAt
+	kind, refusedAt := sl.errKind(), sl.refusedAt()
 	if c.freshNegative(sl) {
 		if !sl.used.Load() {
 			sl.used.Store(true) // the eviction clock's mark, written once per sweep
@@ -646,8 +646,8 @@ func (c *Cache) negativeHit(key lookupKey) (error, bool) {
 		c.counts[NegativeHits].Add(1)
 		return hitError(kind, refusedAt, key.path), true
 	}
-	ref := negRef{seq: sl.seq.Load(), slot: i, shard: shard}
-	watched, checked := sl.watched, sl.checked.Load()
+	ref := makeNegRef(shard, i, sl.gen.Load())
+	watched, checked := sl.watched(), sl.checked.Load()
 	sh.mu.RUnlock()
 	if c.revalidateNegative(key, ref, watched, checked, kind) {
 		c.counts[NegativeHits].Add(1)
@@ -684,13 +684,15 @@ func (c *Cache) revalidateNegative(key lookupKey, ref negRef, watched bool, chec
 		return false
 	}
 	// An inotify event that drops the entry meanwhile frees its slot
-	// (under the shard's write lock): its seq no longer matches then.
-	sh := &c.negatives.shards[ref.shard]
+	// (under the shard's write lock): its gen no longer matches then.
+	sh := &c.negatives.shards[ref.shard()]
 	sh.mu.RLock()
-	sl := sh.slot(ref.slot)
-	ok := sl.seq.Load() == ref.seq
-	if old := sl.checked.Load(); ok && old < now {
-		sl.checked.CompareAndSwap(old, now)
+	sl := sh.refLocked(ref)
+	ok := sl != nil
+	if ok {
+		if old := sl.checked.Load(); old < now {
+			sl.checked.CompareAndSwap(old, now)
+		}
 	}
 	sh.mu.RUnlock()
 	if ok {
@@ -713,7 +715,7 @@ func sameMissing(err, old error) bool {
 
 func (c *Cache) fresh(e *meta) bool { return c.freshSince(e.checked.Load(), e.watched) }
 
-func (c *Cache) freshNegative(sl *negSlot) bool { return c.freshSince(sl.checked.Load(), sl.watched) }
+func (c *Cache) freshNegative(sl *negSlot) bool { return c.freshSince(sl.checked.Load(), sl.watched()) }
 
 // freshSince: Revalidate where inotify watches, else at most a second.
 func (c *Cache) freshSince(checked int64, watched bool) bool {
@@ -1034,7 +1036,7 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, err
 	h := s.hash(key.path)
 	var ref negRef
 	var pos *meta
-	c.watch.publishNegative(t, h, func(node uint64, mark int32, stale bool) (negRef, negGone, bool) {
+	c.watch.publishNegative(t, func(node uint64, mark int32, stale bool) (negRef, negGone, bool) {
 		n.node, n.mark = node, mark
 		if stale {
 			n.checked = staleSince
@@ -1049,6 +1051,9 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, err
 	})
 	if pos != nil {
 		c.drop(pos)
+	}
+	if ref == 0 {
+		return // no slot number left in the shard: not cached
 	}
 	ringAdd(&c.negs, negOps{c}, ref, c.opts.NegativeEntries)
 	if c.counts[NegativeEntries].Load() > int64(c.opts.NegativeEntries) || s.bytes.Load() > c.opts.negativeBytes {

@@ -3,10 +3,12 @@ package statacc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"reflect"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -40,19 +42,18 @@ func heapAfterGC() int64 {
 }
 
 // TestNegativeStoreHoldsNoPointers: what the store keeps per negative
-// entry (its slot, the index from hash to slot, the arena's bytes) holds
-// no pointer, so that a cache full of 404s adds nothing to the
-// collector's marking; the watcher's index of them (hash to seq) neither.
+// entry (its slot, the index's words, the arena's bytes) holds no
+// pointer, so that a cache full of 404s adds nothing to the collector's
+// marking; the clock's negRefs and the watcher's words for them neither.
 func TestNegativeStoreHoldsNoPointers(t *testing.T) {
 	var sh negShard
 	for _, ty := range []reflect.Type{
 		reflect.TypeFor[negSlot](),
-		reflect.TypeOf(sh.index).Key(), reflect.TypeOf(sh.index).Elem(),
+		reflect.TypeOf(sh.index.words).Elem(),
 		reflect.TypeOf(sh.chunks).Elem().Elem(),
 		reflect.TypeOf(sh.arena).Elem(),
 		reflect.TypeOf(sh.free).Elem(),
 		reflect.TypeFor[negRef](),
-		reflect.TypeFor[map[uint64]uint64]().Elem(),
 	} {
 		if hasPointers(ty) {
 			t.Errorf("%v holds pointers", ty)
@@ -111,11 +112,11 @@ func TestNegativeStoreGivesBackABulkRemoval(t *testing.T) {
 	for k := range c.negatives.shards {
 		sh := &c.negatives.shards[k]
 		sh.mu.RLock()
-		least = min(least, sh.peak)
+		least = min(least, len(sh.index.words))
 		sh.mu.RUnlock()
 	}
 	if least < 4*negChunk {
-		t.Fatalf("a shard held only %d entries at its peak: the index is made anew from %d", least, 4*negChunk)
+		t.Fatalf("a shard's index had room for only %d entries at its peak: the test wants %d", least, 4*negChunk)
 	}
 	if n := c.Purge(root, true); n != len(paths) {
 		t.Fatalf("purged %d, want %d", n, len(paths))
@@ -123,9 +124,9 @@ func TestNegativeStoreGivesBackABulkRemoval(t *testing.T) {
 	for k := range c.negatives.shards {
 		sh := &c.negatives.shards[k]
 		sh.mu.RLock()
-		if cap(sh.arena) > negArenaMin || len(sh.index) != 0 || sh.peak != 0 {
-			t.Errorf("shard %d after the purge: arena of %d bytes (want at most %d), %d entries, peak %d (want 0)",
-				k, cap(sh.arena), negArenaMin, len(sh.index), sh.peak)
+		if cap(sh.arena) > negArenaMin || sh.index.len() != 0 || len(sh.index.words) != 0 {
+			t.Errorf("shard %d after the purge: arena of %d bytes (want at most %d), %d entries, index of %d words (want 0)",
+				k, cap(sh.arena), negArenaMin, sh.index.len(), len(sh.index.words))
 		}
 		sh.mu.RUnlock()
 	}
@@ -163,5 +164,63 @@ func TestJanitorCountsWhatExpires(t *testing.T) {
 	s := c.Snapshot()
 	if want := int64(len(files) + len(missing)); s[Expired] != want || s[Entries] != 0 {
 		t.Errorf("expired %d, want %d; %d entries left, want 0", s[Expired], want, s[Entries])
+	}
+}
+
+// TestNegativeRootsBeyondTheNumberedOnes: the store numbers the first
+// negRootsMax roots; entries under more roots than that (a root with a
+// placeholder, one per Host) keep theirs in the arena. Either way a
+// negative entry answers only under its own root, and the bytes bound
+// counts each entry's root.
+func TestNegativeRootsBeyondTheNumberedOnes(t *testing.T) {
+	var count, dead atomic.Int64
+	s := newNegStore(&count, &dead)
+	insert := func(root, path string) negRef {
+		h := s.hash(path)
+		sh, shard := s.shardOf(h)
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		ref, _, _ := s.insertLocked(sh, shard, h, negNew{root: root, path: path, mark: -1})
+		return ref
+	}
+	root := func(i int) string { return fmt.Sprintf("/srv/host-%04d", i) }
+	var wantBytes int64
+	for i := range negRootsMax + 50 {
+		p := fmt.Sprintf("/missing-%d", i)
+		if insert(root(i), p) == 0 {
+			t.Fatalf("entry %d not stored", i)
+		}
+		wantBytes += int64(len(root(i)) + len(p))
+	}
+	if got := len(*s.roots.Load()); got != negRootsMax {
+		t.Fatalf("%d roots numbered, want %d", got, negRootsMax)
+	}
+	if got := s.bytes.Load(); got != wantBytes {
+		t.Errorf("bytes %d, want %d", got, wantBytes)
+	}
+	for _, i := range []int{0, negRootsMax - 1, negRootsMax, negRootsMax + 49} {
+		p := fmt.Sprintf("/missing-%d", i)
+		h := s.hash(p)
+		sh, _ := s.shardOf(h)
+		sh.mu.RLock()
+		sl, _ := sh.findLocked(h, p)
+		if sl == nil {
+			t.Fatalf("%s not found", p)
+		}
+		inline := sl.rootID&negRootInline != 0
+		if inline != (i >= negRootsMax) {
+			t.Errorf("entry %d: root kept in the arena %v", i, inline)
+		}
+		if !s.rootIs(sh, sl, root(i)) || s.rootIs(sh, sl, root(i+1)) || s.rootIs(sh, sl, "") {
+			t.Errorf("entry %d answers for the wrong root", i)
+		}
+		if string(sh.pathOf(sl)) != p {
+			t.Errorf("entry %d: path %q, want %q", i, sh.pathOf(sl), p)
+		}
+		sh.mu.RUnlock()
+	}
+	gone := s.removeWhere(func(*negSlot, []byte) bool { return true })
+	if len(gone) != negRootsMax+50 || count.Load() != 0 || s.bytes.Load() != 0 {
+		t.Fatalf("removed %d, %d left, %d bytes counted", len(gone), count.Load(), s.bytes.Load())
 	}
 }
