@@ -48,8 +48,9 @@ type Options struct {
 	// a path missing for the first time is answered without being kept (a
 	// scanner's distinct paths displace nothing); one that missed before
 	// replaces the least recently hit. A watched directory with many missing
-	// names is listed instead (listing_linux.go). Default: 65536. A negative
-	// value disables negative caching, listings included.
+	// names is listed instead (listing_linux.go). Default: 65536; at most
+	// MaxNegativeEntries. A negative value disables negative caching,
+	// listings included.
 	NegativeEntries int
 	// negativeBytes bounds the bytes of the negative entries' paths and roots.
 	// Default: 128 per entry of NegativeEntries, 1 MiB at least.
@@ -207,6 +208,7 @@ func New(o Options) *Cache {
 	if o.NegativeEntries == 0 {
 		o.NegativeEntries = defaultNegativeEntries
 	}
+	o.NegativeEntries = min(o.NegativeEntries, MaxNegativeEntries)
 	if o.negativeBytes <= 0 {
 		o.negativeBytes = max(minNegativeBytes, int64(o.NegativeEntries)*negativeBytesPerEntry)
 	}
@@ -630,7 +632,7 @@ func (c *Cache) negativeHit(key lookupKey) (error, bool) {
 	h := s.hash(key.path)
 	sh, shard := s.shardOf(h)
 	sh.mu.RLock()
-	sl, i := sh.findLocked(h, key.path)
+	sl, i := s.findLocked(sh, h, key.path)
 	if sl == nil || sl.symlinks != key.mode || !s.rootIs(sh, sl, key.root) {
 		sh.mu.RUnlock()
 		return nil, false
@@ -874,7 +876,7 @@ func (c *Cache) resolve(key lookupKey, site string) (*Entry, error) {
 	e, links, err := c.load(key, site)
 	c.noteLinked(e, links)
 	c.noteMissing(key, err, ticket)
-	return c.record(key, ticket, checked, e, err, admit, links != notLinked)
+	return c.record(key, site, ticket, checked, e, err, admit, links != notLinked)
 }
 
 // noteMissing lets a directory with many missing names be listed.
@@ -926,7 +928,7 @@ func (c *Cache) resolveCached(key lookupKey, site string) (_ *Entry, _ error, ok
 	// and the file may be a mount root.
 	linked := unwatchable(key.path, info, false, err) != notLinked
 	e, err := c.build(key.path, site, info, f, err, false)
-	e, err = c.record(key, ticket, checked, e, err, admitAsk, linked)
+	e, err = c.record(key, site, ticket, checked, e, err, admitAsk, linked)
 	return e, err, true
 }
 
@@ -947,7 +949,7 @@ const (
 // the directory was entered (probeMissing), its file can change without
 // an event for its name (a link), or the mount table changed and is not
 // read yet (mounts_linux.go).
-func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entry, err error, admit admission, briefly bool) (*Entry, error) {
+func (c *Cache) record(key lookupKey, site string, ticket watchTicket, checked int64, e *Entry, err error, admit admission, briefly bool) (*Entry, error) {
 	path := key.path
 	if !briefly && ticket.watched && c.watch.mountsPending() {
 		briefly = true
@@ -958,7 +960,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 			c.watch.leave(ticket) // an answer for this request, not for the next one
 			return nil, err
 		}
-		c.publishNegative(key, ticket, checked, err, watched)
+		c.publishNegative(key, site, ticket, checked, err, watched)
 		return nil, err
 	}
 	m := e.meta
@@ -1029,10 +1031,11 @@ func (c *Cache) evictEntries(m *meta) {
 }
 
 // publishNegative caches the negative answer e in place of the path's
-// entry, if any, indexed under its directory's node.
-func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, err error, watched bool) {
+// entry, if any, indexed under its directory's node. site is the site's
+// root, which the store keeps once for all the site's entries.
+func (c *Cache) publishNegative(key lookupKey, site string, t watchTicket, checked int64, err error, watched bool) {
 	s := c.negatives
-	n := negNew{root: key.root, path: key.path, symlinks: key.mode, kind: kindOf(err), refusedAt: refusedAtPath(err, key.path), watched: watched, checked: checked}
+	n := negNew{root: key.root, site: site, path: key.path, symlinks: key.mode, kind: kindOf(err), refusedAt: refusedAtPath(err, key.path), watched: watched, checked: checked}
 	h := s.hash(key.path)
 	var ref negRef
 	var pos *meta
@@ -1053,7 +1056,7 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, err
 		c.drop(pos)
 	}
 	if ref == 0 {
-		return // no slot number left in the shard: not cached
+		return // not stored (insertLocked): a path too long, or no room in the shard
 	}
 	ringAdd(&c.negs, negOps{c}, ref, c.opts.NegativeEntries)
 	if c.counts[NegativeEntries].Load() > int64(c.opts.NegativeEntries) || s.bytes.Load() > c.opts.negativeBytes {

@@ -12,8 +12,3 @@ const entryBound = 24
 // besides its path (TestHeapPerEntry): 400 B with the bench's 64-byte
 // path object (issue #33).
 const fileEntryOwnBound = 336
-
-// negativeEntryOwnBound is the most Go heap a negative entry may allocate
-// besides its path's bytes (TestHeapPerEntry): 120 B with an 18-byte path.
-// It measures about 90 B with the test's 50-byte paths.
-const negativeEntryOwnBound = 102

@@ -13,7 +13,3 @@ const entryBound = 32
 // and the file it points at) that a bare descriptor does not; measured
 // 396 B with -tags flashserve_portable, which has no name index.
 const fileEntryOwnBound = 336 + 96
-
-// negativeEntryOwnBound is the Linux build's (entrysize_linux_test.go):
-// with no watcher there is no word of it per entry.
-const negativeEntryOwnBound = 102

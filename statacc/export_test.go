@@ -27,7 +27,7 @@ func (c *Cache) negativeSlot(path string) *negSlot {
 	sh, _ := s.shardOf(h)
 	sh.mu.RLock()
 	defer sh.mu.RUnlock()
-	sl, _ := sh.findLocked(h, path)
+	sl, _ := s.findLocked(sh, h, path)
 	return sl
 }
 

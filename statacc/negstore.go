@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"io/fs"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,17 +19,19 @@ import (
 // pointer-free struct, found through a table of words (wordTable: a
 // 32-bit tag of its path's hash and its slot number), with its path in a
 // byte arena that a hit compares, so that two paths with one tag or one
-// hash never answer for each other (each has its entry). Its root, the
-// same for a site's every 404, is a number among the store's roots.
+// hash never answer for each other (each has its entry). What a site's
+// every 404 shares, its confinement root and the site's root its path
+// starts with, is a number among the store's prefixes: the arena holds
+// the rest of the path only.
 //
 // The store is sharded by hash, each shard under its own RWMutex: a hit
 // takes one shard's read lock and allocates nothing. Others (the watcher,
 // the negative clock) name an entry by a negRef, which holds the slot's
 // generation: once the slot is freed the reference finds its entry gone.
 //
-// Per entry, with the bench's 18-byte paths: the slot, the path in the
-// arena (with up to a quarter more for the arena's growth), about 14 B of
-// index, the clock's 8 B negRef and the watcher's word for it.
+// Per entry: the slot, the path below the site's root in the arena (with
+// up to a quarter more for the arena's growth), about 14 B of index, the
+// clock's 8 B negRef and the watcher's word for it.
 type negStore struct {
 	// hash is maphash of the path; tests replace it to force collisions.
 	hash   func(path string) uint64
@@ -38,14 +41,28 @@ type negStore struct {
 	// clock's dead count.
 	count, dead *atomic.Int64
 	// bytes is what live roots and paths take (Options.negativeBytes),
-	// each entry's root counted as if it were its own.
+	// each entry's root and path counted whole, as if they were its own.
 	bytes atomic.Int64
-	// roots are the roots entries name by number, read without a lock
-	// (copied on append, under rootsMu). At most negRootsMax: an entry of
-	// a root beyond them keeps its root in the arena, before its path.
-	roots   atomic.Pointer[[]string]
-	rootsMu sync.Mutex
+	// prefixes are what entries name by number, read without a lock
+	// (copied on append, under prefixesMu). At most negPrefixesMax: an
+	// entry beyond them keeps its root in the arena, and its whole path.
+	prefixes   atomic.Pointer[negPrefixes]
+	prefixesMu sync.Mutex
 }
+
+// negPrefixes is a snapshot of the numbered prefixes, never changed once
+// published: a new prefix publishes a copy. The prefixes are the cache's
+// for its life (an entry names one until it leaves, and there are at most
+// negPrefixesMax of them).
+type negPrefixes struct {
+	list []negPrefix
+	ids  map[negPrefix]uint32
+}
+
+// negPrefix is what the entries of a site share: the root they are
+// confined to ("" if none), and the site's root, which their paths
+// start with ("" if they do not).
+type negPrefix struct{ root, dir string }
 
 const (
 	negShards = 64
@@ -54,16 +71,16 @@ const (
 	// negArenaMin is the smallest arena.
 	negArenaMin = 4096
 	// negSlotBits is the bits of a slot number in a negRef: a shard has
-	// at most 1<<negSlotBits slots (Options caps NegativeEntries far
-	// below 64 times that).
+	// at most 1<<negSlotBits slots (MaxNegativeEntries is a quarter of
+	// what the 64 shards can number).
 	negSlotBits = 26
-	// negRootsMax is the most roots the store numbers: roots come from
-	// the configuration, but a root with a placeholder ({host}) could
-	// make as many as clients ask for.
-	negRootsMax = 1024
-	// negRootInline marks a slot's rootID as the length of a root kept in
-	// the arena.
-	negRootInline = 1 << 31
+	// negPrefixesMax is the most prefixes the store numbers: sites' roots
+	// come from the configuration, but a root with a placeholder ({host})
+	// could make as many as clients ask for.
+	negPrefixesMax = 1024
+	// negInline marks a slot's prefixID as the length of a root kept in
+	// the arena, before the whole path.
+	negInline = 1 << 31
 	// negPathMax is the longest path kept: far beyond PATH_MAX (4096),
 	// which an open refuses past anyway.
 	negPathMax = 1<<16 - 1
@@ -76,17 +93,20 @@ type negShard struct {
 	index  wordTable
 	chunks []*[negChunk]negSlot
 	free   []uint32 // freed slot numbers
-	// arena holds live slots' paths (and roots not numbered), and freed
-	// ones' garbage.
+	// arena holds live slots' paths below their prefix (and the roots
+	// and whole paths of those with none), and freed ones' garbage.
 	arena   []byte
 	garbage int
-	_       [24]byte // keeps neighbouring shards' locks off one cache line
+	// path is where freeLocked puts a slot's whole path to hash it.
+	path []byte
 }
 
 // negSlot is one negative entry. It holds no pointer.
 type negSlot struct {
 	// gen counts the slot's uses: odd while it holds an entry, even while
-	// free. A negRef names the gen of the entry it was made for.
+	// free. A negRef names the gen of the entry it was made for; it would
+	// name a later entry of the slot after 2^31 reuses, which is a ring's
+	// dead reference taken for live at worst (the watcher's go promptly).
 	gen atomic.Uint32
 	// mark is the index of the LRU mark of the entry's directory node
 	// (-1: none), node that node's id (0: none).
@@ -96,10 +116,11 @@ type negSlot struct {
 	// staleSince if its directory changed while it was looked up.
 	checked atomic.Int64
 	off     uint32 // its root (if kept in the arena) then its path, in the shard's arena
-	// rootID is the root's number in roots, or negRootInline | the length
-	// of the root kept in the arena.
-	rootID uint32
-	// pathLen is at most negPathMax.
+	// prefixID is the number of its prefix in prefixes, or negInline |
+	// the length of the root kept in the arena.
+	prefixID uint32
+	// pathLen is the length of the path after the prefix: at most
+	// negPathMax.
 	pathLen uint16
 	// kind is the error's, with flags: negRefusedAt if the refusal that
 	// made the entry named the path (an openat2 PathError), as a hit's
@@ -116,13 +137,14 @@ func (sl *negSlot) watched() bool    { return sl.kind&negWatched != 0 }
 // gone reports whether the slot holds no entry.
 func (sl *negSlot) gone() bool { return sl.gen.Load()&1 == 0 }
 
-// arenaLen is what the slot keeps in the arena: a root, then its path.
+// arenaLen is what the slot keeps in the arena: a root, then its path,
+// or the rest of its path after the prefix.
 func (sl *negSlot) arenaLen() uint32 { return sl.inlineRootLen() + uint32(sl.pathLen) }
 
 // inlineRootLen is the length of the root the slot keeps in the arena.
 func (sl *negSlot) inlineRootLen() uint32 {
-	if sl.rootID&negRootInline != 0 {
-		return sl.rootID &^ negRootInline
+	if sl.prefixID&negInline != 0 {
+		return sl.prefixID &^ negInline
 	}
 	return 0
 }
@@ -207,7 +229,7 @@ func kindOf(err error) negKind {
 func newNegStore(count, dead *atomic.Int64) *negStore {
 	s := &negStore{seed: maphash.MakeSeed(), count: count, dead: dead}
 	s.hash = func(p string) uint64 { return maphash.String(s.seed, p) }
-	s.roots.Store(new([]string))
+	s.prefixes.Store(&negPrefixes{})
 	return s
 }
 
@@ -221,56 +243,86 @@ func negTag(h uint64) uint32 { return uint32(h>>32) ^ uint32(h) }
 
 func (sh *negShard) slot(i uint32) *negSlot { return &sh.chunks[i/negChunk][i%negChunk] }
 
-// pathOf returns a slot's path; valid under the shard's lock.
-func (sh *negShard) pathOf(sl *negSlot) []byte {
+// restOf returns what a slot keeps of its path: the rest after its
+// prefix (or the whole). sh.mu held.
+func (sh *negShard) restOf(sl *negSlot) []byte {
 	off := sl.off + sl.inlineRootLen()
 	return sh.arena[off : off+uint32(sl.pathLen)]
 }
 
+// prefixOf is a slot's prefix; none if it keeps its root in the arena.
+func (s *negStore) prefixOf(sl *negSlot) negPrefix {
+	if sl.prefixID&negInline != 0 {
+		return negPrefix{}
+	}
+	return s.prefixes.Load().list[sl.prefixID]
+}
+
 // rootIs reports whether a slot's root is root. sh.mu held.
 func (s *negStore) rootIs(sh *negShard, sl *negSlot, root string) bool {
-	if sl.rootID&negRootInline != 0 {
+	if sl.prefixID&negInline != 0 {
 		return string(sh.arena[sl.off:sl.off+sl.inlineRootLen()]) == root
 	}
-	return (*s.roots.Load())[sl.rootID] == root
+	return s.prefixOf(sl).root == root
+}
+
+// pathIs reports whether a slot's path is path. sh.mu held.
+func (s *negStore) pathIs(sh *negShard, sl *negSlot, path string) bool {
+	dir, rest := s.prefixOf(sl).dir, sh.restOf(sl)
+	return len(path) == len(dir)+len(rest) && path[:len(dir)] == dir && path[len(dir):] == string(rest)
+}
+
+// appendPath appends a slot's whole path to b. sh.mu held.
+func (s *negStore) appendPath(b []byte, sh *negShard, sl *negSlot) []byte {
+	return append(append(b, s.prefixOf(sl).dir...), sh.restOf(sl)...)
 }
 
 // keyBytes is what bytes counts for a slot: its root's and path's length.
 func (s *negStore) keyBytes(sl *negSlot) int64 {
-	if sl.rootID&negRootInline != 0 {
-		return int64(sl.arenaLen())
-	}
-	return int64(len((*s.roots.Load())[sl.rootID]) + int(sl.pathLen))
+	p := s.prefixOf(sl)
+	return int64(len(p.root) + len(p.dir) + int(sl.arenaLen()))
 }
 
-// rootID numbers root, kept in the arena (negRootInline) once negRootsMax
-// roots are numbered.
-func (s *negStore) rootID(root string) uint32 {
-	for i, r := range *s.roots.Load() {
-		if r == root {
-			return uint32(i)
-		}
+// prefixID numbers the prefix of an entry of path confined to root in
+// site: site's root is its dir if path starts with it. Once
+// negPrefixesMax prefixes are numbered (a root with a placeholder and a
+// flood of Host values can number them all), it gives negInline and the
+// root's length: the entry keeps its root and whole path in the arena.
+func (s *negStore) prefixID(root, site, path string) (id uint32, rest string) {
+	p := negPrefix{root: root, dir: site}
+	if !strings.HasPrefix(path, p.dir) {
+		p.dir = ""
 	}
-	s.rootsMu.Lock()
-	defer s.rootsMu.Unlock()
-	roots := *s.roots.Load()
-	for i, r := range roots {
-		if r == root {
-			return uint32(i)
-		}
+	inline := negInline | uint32(min(len(root), negInline-1))
+	ps := s.prefixes.Load()
+	if i, ok := ps.ids[p]; ok {
+		return i, path[len(p.dir):]
 	}
-	if len(roots) >= negRootsMax || len(root) >= negRootInline {
-		return negRootInline | uint32(min(len(root), negRootInline-1))
+	if len(ps.list) >= negPrefixesMax || len(root) >= negInline {
+		return inline, path
 	}
-	next := append(roots[:len(roots):len(roots)], strings.Clone(root))
-	s.roots.Store(&next)
-	return uint32(len(roots))
+	s.prefixesMu.Lock()
+	defer s.prefixesMu.Unlock()
+	ps = s.prefixes.Load()
+	if i, ok := ps.ids[p]; ok {
+		return i, path[len(p.dir):]
+	}
+	if len(ps.list) >= negPrefixesMax {
+		return inline, path
+	}
+	p = negPrefix{root: strings.Clone(p.root), dir: strings.Clone(p.dir)}
+	next := &negPrefixes{list: append(ps.list[:len(ps.list):len(ps.list)], p), ids: make(map[negPrefix]uint32, len(ps.list)+1)}
+	for i, q := range next.list {
+		next.ids[q] = uint32(i)
+	}
+	s.prefixes.Store(next)
+	return uint32(len(ps.list)), path[len(p.dir):]
 }
 
 // findLocked returns the live slot of path (whose hash is h) and its
 // number, nil if none: the words of h's tag in the probe, each slot's
 // path compared. sh.mu held.
-func (sh *negShard) findLocked(h uint64, path string) (*negSlot, uint32) {
+func (s *negStore) findLocked(sh *negShard, h uint64, path string) (*negSlot, uint32) {
 	t := &sh.index
 	if t.n == 0 {
 		return nil, 0
@@ -284,14 +336,16 @@ func (sh *negShard) findLocked(h uint64, path string) (*negSlot, uint32) {
 		}
 		if uint32(w>>32) == tag {
 			i := uint32(w) - 1
-			if sl := sh.slot(i); int(sl.pathLen) == len(path) && string(sh.pathOf(sl)) == path {
+			// A freed slot has no word (freeLocked); gone() guards the
+			// hit should a word outlive its slot all the same.
+			if sl := sh.slot(i); !sl.gone() && s.pathIs(sh, sl, path) {
 				return sl, i
 			}
 		}
 	}
 }
 
-// word is the index's word of slot i, whose path is path.
+// word is the index's word of slot i, whose whole path is path.
 func (s *negStore) word(path []byte, i uint32) uint64 {
 	// The hash reads path and keeps nothing of it.
 	return uint64(negTag(s.hash(unsafe.String(unsafe.SliceData(path), len(path)))))<<32 | uint64(i) + 1
@@ -299,32 +353,36 @@ func (s *negStore) word(path []byte, i uint32) uint64 {
 
 // negNew is a negative entry to insert.
 type negNew struct {
-	root, path string
-	symlinks   Symlinks
-	kind       negKind
-	refusedAt  bool
-	watched    bool
-	checked    int64
-	node       uint64
-	mark       int32
+	// site is the site's root: path's prefix, kept once for the site.
+	root, site, path string
+	symlinks         Symlinks
+	kind             negKind
+	refusedAt        bool
+	watched          bool
+	checked          int64
+	node             uint64
+	mark             int32
 }
 
 // insertLocked stores n, whose path's hash is h, in place of the path's
 // entry if it has one (old, for its unindexing). sh.mu held for writing.
 // ref is 0, and nothing stored, if the path is longer than negPathMax or
-// the shard has no slot number left.
+// the shard has no slot number or arena offset left.
 func (s *negStore) insertLocked(sh *negShard, shard uint32, h uint64, n negNew) (ref negRef, old negGone, replaced bool) {
 	if len(n.path) > negPathMax {
 		return 0, negGone{}, false
 	}
-	rootID := s.rootID(n.root)
+	prefixID, rest := s.prefixID(n.root, n.site, n.path)
 	inline := ""
-	if rootID&negRootInline != 0 {
-		inline = n.root[:rootID&^negRootInline]
+	if prefixID&negInline != 0 {
+		inline = n.root[:prefixID&^negInline]
+	}
+	if uint64(len(sh.arena))+uint64(len(inline)+len(rest)) > math.MaxUint32 {
+		return 0, negGone{}, false // offsets are 32-bit: a shard's arena stays under 4 GiB
 	}
 	// Before the index changes: compaction walks the live slots.
-	sh.compactLocked(len(inline) + len(n.path))
-	sl, i := sh.findLocked(h, n.path)
+	sh.compactLocked(len(inline) + len(rest))
+	sl, i := s.findLocked(sh, h, n.path)
 	if sl != nil {
 		old, replaced = negGone{node: sl.node, ref: makeNegRef(shard, i, sl.gen.Load())}, true
 		sh.garbage += int(sl.arenaLen())
@@ -352,9 +410,9 @@ func (s *negStore) insertLocked(sh *negShard, shard uint32, h uint64, n negNew) 
 		s.count.Add(1)
 	}
 	sl.off = uint32(len(sh.arena))
-	sh.arena = append(append(sh.arena, inline...), n.path...)
+	sh.arena = append(append(sh.arena, inline...), rest...)
 	sl.node, sl.mark = n.node, n.mark
-	sl.rootID, sl.pathLen = rootID, uint16(len(n.path))
+	sl.prefixID, sl.pathLen = prefixID, uint16(len(rest))
 	sl.kind, sl.symlinks = n.kind, n.symlinks
 	if n.refusedAt {
 		sl.kind |= negRefusedAt
@@ -373,7 +431,8 @@ func (s *negStore) insertLocked(sh *negShard, shard uint32, h uint64, n negNew) 
 func (s *negStore) freeLocked(sh *negShard, shard, i uint32) negGone {
 	sl := sh.slot(i)
 	g := negGone{node: sl.node, ref: makeNegRef(shard, i, sl.gen.Load())}
-	sh.index.remove(s.word(sh.pathOf(sl), i))
+	sh.path = s.appendPath(sh.path[:0], sh, sl)
+	sh.index.remove(s.word(sh.path, i))
 	sh.garbage += int(sl.arenaLen())
 	s.bytes.Add(-s.keyBytes(sl))
 	sl.gen.Add(1) // even: free
@@ -463,16 +522,10 @@ func (s *negStore) removePath(path string) (negGone, bool) {
 	sh, shard := s.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sl, i := sh.findLocked(h, path); sl != nil {
+	if sl, i := s.findLocked(sh, h, path); sl != nil {
 		return s.freeLocked(sh, shard, i), true
 	}
 	return negGone{}, false
-}
-
-// hasLocked reports whether path has an entry.
-func (sh *negShard) hasLocked(h uint64, path string) bool {
-	sl, _ := sh.findLocked(h, path)
-	return sl != nil
 }
 
 // has reports whether path has an entry, whatever its root and mode.
@@ -481,7 +534,8 @@ func (s *negStore) has(path string) bool {
 	sh, _ := s.shardOf(h)
 	sh.mu.RLock()
 	defer sh.mu.RUnlock()
-	return sh.hasLocked(h, path)
+	sl, _ := s.findLocked(sh, h, path)
+	return sl != nil
 }
 
 // live reports whether r still names an entry, and whether a hit marked
@@ -511,7 +565,7 @@ func (s *negStore) removeWhere(drop func(sl *negSlot, path []byte) bool) []negGo
 		// By slot, not by index word: freeing moves the index's words.
 		for c, chunk := range sh.chunks {
 			for j := range chunk {
-				if sl := &chunk[j]; !sl.gone() && drop(sl, sh.pathOf(sl)) {
+				if sl := &chunk[j]; !sl.gone() && drop(sl, s.appendPath(sh.path[:0], sh, sl)) {
 					gone = append(gone, s.freeLocked(sh, uint32(k), uint32(c*negChunk+j)))
 				}
 			}

@@ -136,7 +136,7 @@ func TestNegativeHashCollisionNeverAnswersForAnotherPath(t *testing.T) {
 		t.Fatal("the missing path was found under a root")
 	}
 	if sl := negativeEntry(t, c, a); sl.symlinks != SymlinksBeneath || !c.negatives.rootIs(c.negatives.shardOfPath(a), sl, dir) {
-		t.Errorf("the confined lookup's entry has mode %v, root %d, want %s", sl.symlinks, sl.rootID, dir)
+		t.Errorf("the confined lookup's entry has mode %v, root %q, want %s", sl.symlinks, c.negatives.prefixOf(sl).root, dir)
 	}
 	misses = c.counts[Misses].Load()
 	lookMissing(t, c, []string{a})

@@ -167,60 +167,80 @@ func TestJanitorCountsWhatExpires(t *testing.T) {
 	}
 }
 
-// TestNegativeRootsBeyondTheNumberedOnes: the store numbers the first
-// negRootsMax roots; entries under more roots than that (a root with a
-// placeholder, one per Host) keep theirs in the arena. Either way a
-// negative entry answers only under its own root, and the bytes bound
-// counts each entry's root.
-func TestNegativeRootsBeyondTheNumberedOnes(t *testing.T) {
+// TestNegativePrefixesBeyondTheNumberedOnes: the store numbers the
+// first negPrefixesMax prefixes (a root and a site's root); entries under
+// more than that (a root with a placeholder, one per Host) keep their root
+// and whole path in the arena. Either way a negative entry answers only
+// for its own path under its own root, and the bytes bound counts each
+// entry's root and whole path.
+func TestNegativePrefixesBeyondTheNumberedOnes(t *testing.T) {
 	var count, dead atomic.Int64
 	s := newNegStore(&count, &dead)
-	insert := func(root, path string) negRef {
+	site := func(i int) string { return fmt.Sprintf("/srv/host-%04d", i) }
+	path := func(i int) string { return fmt.Sprintf("%s/missing-%d", site(i), i) }
+	insert := func(root, site, path string) negRef {
 		h := s.hash(path)
 		sh, shard := s.shardOf(h)
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
-		ref, _, _ := s.insertLocked(sh, shard, h, negNew{root: root, path: path, mark: -1})
+		ref, _, _ := s.insertLocked(sh, shard, h, negNew{root: root, site: site, path: path, mark: -1})
 		return ref
 	}
-	root := func(i int) string { return fmt.Sprintf("/srv/host-%04d", i) }
 	var wantBytes int64
-	for i := range negRootsMax + 50 {
-		p := fmt.Sprintf("/missing-%d", i)
-		if insert(root(i), p) == 0 {
+	for i := range negPrefixesMax + 50 {
+		if insert(site(i), site(i), path(i)) == 0 {
 			t.Fatalf("entry %d not stored", i)
 		}
-		wantBytes += int64(len(root(i)) + len(p))
+		wantBytes += int64(len(site(i)) + len(path(i)))
 	}
-	if got := len(*s.roots.Load()); got != negRootsMax {
-		t.Fatalf("%d roots numbered, want %d", got, negRootsMax)
+	// A path outside its site's root: its prefix has no dir.
+	if insert("", site(1), "/elsewhere/x") == 0 {
+		t.Fatal("a path outside the site not stored")
+	}
+	wantBytes += int64(len("/elsewhere/x"))
+	if got := len(s.prefixes.Load().list); got != negPrefixesMax {
+		t.Fatalf("%d prefixes numbered, want %d", got, negPrefixesMax)
 	}
 	if got := s.bytes.Load(); got != wantBytes {
 		t.Errorf("bytes %d, want %d", got, wantBytes)
 	}
-	for _, i := range []int{0, negRootsMax - 1, negRootsMax, negRootsMax + 49} {
-		p := fmt.Sprintf("/missing-%d", i)
+	look := func(p string) (*negShard, *negSlot) {
 		h := s.hash(p)
 		sh, _ := s.shardOf(h)
 		sh.mu.RLock()
-		sl, _ := sh.findLocked(h, p)
+		defer sh.mu.RUnlock()
+		sl, _ := s.findLocked(sh, h, p)
 		if sl == nil {
 			t.Fatalf("%s not found", p)
 		}
-		inline := sl.rootID&negRootInline != 0
-		if inline != (i >= negRootsMax) {
+		return sh, sl
+	}
+	for _, i := range []int{0, negPrefixesMax - 1, negPrefixesMax, negPrefixesMax + 49} {
+		sh, sl := look(path(i))
+		sh.mu.RLock()
+		inline := sl.prefixID&negInline != 0
+		if inline != (i >= negPrefixesMax) {
 			t.Errorf("entry %d: root kept in the arena %v", i, inline)
 		}
-		if !s.rootIs(sh, sl, root(i)) || s.rootIs(sh, sl, root(i+1)) || s.rootIs(sh, sl, "") {
+		if kept, want := len(sh.restOf(sl)), len(path(i))-len(site(i)); !inline && kept != want {
+			t.Errorf("entry %d keeps %d bytes of its path, want %d (the rest after its site's root)", i, kept, want)
+		}
+		if !s.rootIs(sh, sl, site(i)) || s.rootIs(sh, sl, site(i+1)) || s.rootIs(sh, sl, "") {
 			t.Errorf("entry %d answers for the wrong root", i)
 		}
-		if string(sh.pathOf(sl)) != p {
-			t.Errorf("entry %d: path %q, want %q", i, sh.pathOf(sl), p)
+		if !s.pathIs(sh, sl, path(i)) || s.pathIs(sh, sl, path(i)+"x") || s.pathIs(sh, sl, site(i+1)+"/missing-"+fmt.Sprint(i)) {
+			t.Errorf("entry %d answers for the wrong path", i)
+		}
+		if got := string(s.appendPath(nil, sh, sl)); got != path(i) {
+			t.Errorf("entry %d: path %q, want %q", i, got, path(i))
 		}
 		sh.mu.RUnlock()
 	}
+	if sh, sl := look("/elsewhere/x"); s.prefixOf(sl).dir != "" || string(sh.restOf(sl)) != "/elsewhere/x" {
+		t.Errorf("the path outside its site keeps %q after prefix %q", sh.restOf(sl), s.prefixOf(sl).dir)
+	}
 	gone := s.removeWhere(func(*negSlot, []byte) bool { return true })
-	if len(gone) != negRootsMax+50 || count.Load() != 0 || s.bytes.Load() != 0 {
+	if len(gone) != negPrefixesMax+51 || count.Load() != 0 || s.bytes.Load() != 0 {
 		t.Fatalf("removed %d, %d left, %d bytes counted", len(gone), count.Load(), s.bytes.Load())
 	}
 }

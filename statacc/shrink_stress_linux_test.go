@@ -75,8 +75,8 @@ func TestShrinkUnderConcurrentChurn(t *testing.T) {
 				t.Errorf("shard %d: slot %d indexed under tag %x is free (gen %d)", k, i, tag, sl.gen.Load())
 				return
 			}
-			if got := negTag(s.hash(string(sh.pathOf(sl)))); got != tag {
-				t.Errorf("shard %d: slot %d's arena bytes %q are not its path (tag %x, want %x)", k, i, sh.pathOf(sl), got, tag)
+			if p := string(s.appendPath(nil, sh, sl)); negTag(s.hash(p)) != tag {
+				t.Errorf("shard %d: slot %d's path %q is not of tag %x", k, i, p, tag)
 			}
 			total++
 		})
@@ -178,8 +178,8 @@ func TestShrinkWhileHitAndInserted(t *testing.T) {
 			rewritten++
 		}
 		sh.indexedLocked(func(tag, i uint32, sl *negSlot) {
-			if got := negTag(s.hash(string(sh.pathOf(sl)))); got != tag || sl.gone() {
-				t.Errorf("shard %d: slot %d's bytes %q are not the path of tag %x", k, i, sh.pathOf(sl), tag)
+			if p := string(s.appendPath(nil, sh, sl)); negTag(s.hash(p)) != tag || sl.gone() {
+				t.Errorf("shard %d: slot %d's path %q is not of tag %x", k, i, p, tag)
 			}
 		})
 		sh.mu.RUnlock()

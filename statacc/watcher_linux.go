@@ -104,8 +104,9 @@ type dirNode struct {
 	// entries are the directory's cached entries by name; a missing or failed
 	// node also holds those below it (entryKey).
 	entries nameIndex
-	// negs holds the negRefs of the negative entries below it the same
-	// way.
+	// negs holds the negRefs of the negative entries indexed under it (a
+	// missing or failed node's include those below it), for an event to
+	// drop them.
 	negs    wordTable
 	id      uint64 // the node's number, unique in the watcher's life
 	mark    int32  // index of the node's negative-hit mark, -1 if none
@@ -455,12 +456,14 @@ func (w *watcher) forgetNegatives(gs []negGone) {
 }
 
 // forgetNegativeLocked takes g out of its node's index (a later entry
-// of the same path has another negRef, and keeps its place).
+// of the same path has another negRef, and keeps its place), and gives
+// back the index's room once it is at most an eighth full.
 func (w *watcher) forgetNegativeLocked(g negGone) {
 	n := w.byID[g.node]
 	if n == nil || n.dropped || !n.negs.remove(uint64(g.ref)) {
 		return
 	}
+	n.negs.shrink()
 	w.maybeRemoveLocked(n)
 }
 
@@ -1139,11 +1142,7 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 		if n.negs.len() > 0 {
 			if g, ok := c.negatives.removePath(filepath.Join(n.path, name)); ok {
 				c.counts[Invalidations].Add(1)
-				if g.node == n.id && n.negs.remove(uint64(g.ref)) {
-					w.maybeRemoveLocked(n)
-				} else {
-					w.forgetNegativeLocked(g)
-				}
+				w.forgetNegativeLocked(g)
 			}
 		}
 	}

@@ -19,7 +19,8 @@ const wordTableMin = 8
 // wordHome is where the probe of a word whose high half is key starts in
 // a table of size words (a power of two): key multiplied by 2^32/φ and its
 // top bits taken (Fibonacci hashing), so that keys alike in their low bits
-// (a shard's hashes, a shard's slot numbers) spread over the table.
+// (one shard's slot numbers, in a directory's negRefs) spread over the
+// table.
 func wordHome(key uint32, size int) int { return int(uint64(key*0x9E3779B9) * uint64(size) >> 32) }
 
 func (t *wordTable) len() int { return t.n }
