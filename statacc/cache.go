@@ -438,7 +438,7 @@ func (c *Cache) dropStale() int {
 		}
 		return true
 	})
-	gone := c.negatives.removeWhere(func(sl *negSlot, _ []byte) bool {
+	gone := c.negatives.removeWhere(func(_ *negShard, sl *negSlot) bool {
 		return !c.freshNegative(sl) && !c.keptForRevalidation(sl)
 	})
 	c.watch.forgetNegatives(gone)
@@ -1418,7 +1418,7 @@ func (c *Cache) Purge(path string, subtree bool) int {
 
 func (c *Cache) flush() {
 	c.counts[Flushes].Add(1)
-	gone := c.negatives.removeWhere(func(*negSlot, []byte) bool { return true })
+	gone := c.negatives.removeWhere(func(*negShard, *negSlot) bool { return true })
 	c.watch.forgetNegatives(gone)
 	c.watch.unlistAll()
 	c.entries.Range(func(m *meta) bool {

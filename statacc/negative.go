@@ -14,8 +14,9 @@ import (
 const defaultNegativeEntries = 65536
 
 // MaxNegativeEntries is the most NegativeEntries may be: a quarter of the
-// slots the store can number (negSlotBits a shard), so that no shard runs
-// out of them however unevenly the paths' hashes spread.
+// slots the store can number (negSlotBits a shard), so that a shard runs
+// out of them only at four times its share, which a seeded hash does not
+// give (a shard out of slots caches no more, insertLocked).
 const MaxNegativeEntries = negShards << negSlotBits / 4
 
 // negativeBytesPerEntry and minNegativeBytes bound the bytes of the

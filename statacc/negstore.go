@@ -1,7 +1,6 @@
 package statacc
 
 import (
-	"bytes"
 	"errors"
 	"hash/maphash"
 	"io/fs"
@@ -57,6 +56,9 @@ type negStore struct {
 type negPrefixes struct {
 	list []negPrefix
 	ids  map[negPrefix]uint32
+	// bytes is what the list's strings take (a dir equal to its root
+	// shares the root's).
+	bytes int
 }
 
 // negPrefix is what the entries of a site share: the root they are
@@ -78,6 +80,9 @@ const (
 	// come from the configuration, but a root with a placeholder ({host})
 	// could make as many as clients ask for.
 	negPrefixesMax = 1024
+	// negPrefixesMaxBytes bounds the bytes of the numbered prefixes'
+	// strings (256 roots of PATH_MAX).
+	negPrefixesMaxBytes = 1 << 20
 	// negInline marks a slot's prefixID as the length of a root kept in
 	// the arena, before the whole path.
 	negInline = 1 << 31
@@ -97,7 +102,8 @@ type negShard struct {
 	// and whole paths of those with none), and freed ones' garbage.
 	arena   []byte
 	garbage int
-	// path is where freeLocked puts a slot's whole path to hash it.
+	// path is where freeLocked puts a slot's whole path to hash it: the
+	// shard's, under its lock.
 	path []byte
 }
 
@@ -119,8 +125,8 @@ type negSlot struct {
 	// prefixID is the number of its prefix in prefixes, or negInline |
 	// the length of the root kept in the arena.
 	prefixID uint32
-	// pathLen is the length of the path after the prefix: at most
-	// negPathMax.
+	// pathLen is the length of the path after the prefix's dir (the
+	// whole path's if the root is kept in the arena): at most negPathMax.
 	pathLen uint16
 	// kind is the error's, with flags: negRefusedAt if the refusal that
 	// made the entry named the path (an openat2 PathError), as a hit's
@@ -272,6 +278,17 @@ func (s *negStore) pathIs(sh *negShard, sl *negSlot, path string) bool {
 	return len(path) == len(dir)+len(rest) && path[:len(dir)] == dir && path[len(dir):] == string(rest)
 }
 
+// pathHasPrefix reports whether a slot's path starts with pre, without
+// putting it together. sh.mu held.
+func (s *negStore) pathHasPrefix(sh *negShard, sl *negSlot, pre string) bool {
+	dir := s.prefixOf(sl).dir
+	if len(pre) <= len(dir) {
+		return dir[:len(pre)] == pre
+	}
+	want, rest := pre[len(dir):], sh.restOf(sl)
+	return pre[:len(dir)] == dir && len(rest) >= len(want) && string(rest[:len(want)]) == want
+}
+
 // appendPath appends a slot's whole path to b. sh.mu held.
 func (s *negStore) appendPath(b []byte, sh *negShard, sl *negSlot) []byte {
 	return append(append(b, s.prefixOf(sl).dir...), sh.restOf(sl)...)
@@ -285,20 +302,29 @@ func (s *negStore) keyBytes(sl *negSlot) int64 {
 
 // prefixID numbers the prefix of an entry of path confined to root in
 // site: site's root is its dir if path starts with it. Once
-// negPrefixesMax prefixes are numbered (a root with a placeholder and a
-// flood of Host values can number them all), it gives negInline and the
-// root's length: the entry keeps its root and whole path in the arena.
+// negPrefixesMax prefixes, or negPrefixesMaxBytes of them, are numbered
+// (a root with a placeholder and a flood of Host values can number them
+// all, for the cache's life), it gives negInline and the root's length:
+// the entry keeps its root and whole path in the arena.
 func (s *negStore) prefixID(root, site, path string) (id uint32, rest string) {
 	p := negPrefix{root: root, dir: site}
 	if !strings.HasPrefix(path, p.dir) {
 		p.dir = ""
 	}
-	inline := negInline | uint32(min(len(root), negInline-1))
+	inline := negInline | uint32(len(root)) // insertLocked refuses a longer root
 	ps := s.prefixes.Load()
 	if i, ok := ps.ids[p]; ok {
 		return i, path[len(p.dir):]
 	}
-	if len(ps.list) >= negPrefixesMax || len(root) >= negInline {
+	// A dir equal to its root (a site in SymlinksBeneath) shares its string.
+	size := len(p.root) + len(p.dir)
+	if p.dir == p.root {
+		size = len(p.root)
+	}
+	full := func(ps *negPrefixes) bool {
+		return len(ps.list) >= negPrefixesMax || ps.bytes+size > negPrefixesMaxBytes
+	}
+	if full(ps) {
 		return inline, path
 	}
 	s.prefixesMu.Lock()
@@ -307,11 +333,16 @@ func (s *negStore) prefixID(root, site, path string) (id uint32, rest string) {
 	if i, ok := ps.ids[p]; ok {
 		return i, path[len(p.dir):]
 	}
-	if len(ps.list) >= negPrefixesMax {
+	if full(ps) {
 		return inline, path
 	}
-	p = negPrefix{root: strings.Clone(p.root), dir: strings.Clone(p.dir)}
-	next := &negPrefixes{list: append(ps.list[:len(ps.list):len(ps.list)], p), ids: make(map[negPrefix]uint32, len(ps.list)+1)}
+	if p.dir == p.root {
+		p.root = strings.Clone(p.root)
+		p.dir = p.root
+	} else {
+		p = negPrefix{root: strings.Clone(p.root), dir: strings.Clone(p.dir)}
+	}
+	next := &negPrefixes{list: append(ps.list[:len(ps.list):len(ps.list)], p), ids: make(map[negPrefix]uint32, len(ps.list)+1), bytes: ps.bytes + size}
 	for i, q := range next.list {
 		next.ids[q] = uint32(i)
 	}
@@ -366,10 +397,11 @@ type negNew struct {
 
 // insertLocked stores n, whose path's hash is h, in place of the path's
 // entry if it has one (old, for its unindexing). sh.mu held for writing.
-// ref is 0, and nothing stored, if the path is longer than negPathMax or
-// the shard has no slot number or arena offset left.
+// ref is 0, and nothing stored, if the path is longer than negPathMax (or
+// the root than 2 GiB), or the shard has no slot number or arena offset
+// left.
 func (s *negStore) insertLocked(sh *negShard, shard uint32, h uint64, n negNew) (ref negRef, old negGone, replaced bool) {
-	if len(n.path) > negPathMax {
+	if len(n.path) > negPathMax || len(n.root) >= negInline {
 		return 0, negGone{}, false
 	}
 	prefixID, rest := s.prefixID(n.root, n.site, n.path)
@@ -377,8 +409,8 @@ func (s *negStore) insertLocked(sh *negShard, shard uint32, h uint64, n negNew) 
 	if prefixID&negInline != 0 {
 		inline = n.root[:prefixID&^negInline]
 	}
-	if uint64(len(sh.arena))+uint64(len(inline)+len(rest)) > math.MaxUint32 {
-		return 0, negGone{}, false // offsets are 32-bit: a shard's arena stays under 4 GiB
+	if uint64(len(sh.arena)-sh.garbage)+uint64(len(inline)+len(rest)) > math.MaxUint32 {
+		return 0, negGone{}, false // offsets are 32-bit: a shard's live bytes stay under 4 GiB
 	}
 	// Before the index changes: compaction walks the live slots.
 	sh.compactLocked(len(inline) + len(rest))
@@ -554,9 +586,10 @@ func (s *negStore) live(r negRef, clear bool) (live, used bool) {
 	return true, false
 }
 
-// removeWhere takes out and returns every entry drop says so of,
-// shrinking the shards it took many from.
-func (s *negStore) removeWhere(drop func(sl *negSlot, path []byte) bool) []negGone {
+// removeWhere takes out and returns every entry drop says so of (drop is
+// called under the slot's shard's lock), shrinking the shards it took many
+// from.
+func (s *negStore) removeWhere(drop func(sh *negShard, sl *negSlot) bool) []negGone {
 	var gone []negGone
 	for k := range s.shards {
 		sh := &s.shards[k]
@@ -565,7 +598,7 @@ func (s *negStore) removeWhere(drop func(sl *negSlot, path []byte) bool) []negGo
 		// By slot, not by index word: freeing moves the index's words.
 		for c, chunk := range sh.chunks {
 			for j := range chunk {
-				if sl := &chunk[j]; !sl.gone() && drop(sl, s.appendPath(sh.path[:0], sh, sl)) {
+				if sl := &chunk[j]; !sl.gone() && drop(sh, sl) {
 					gone = append(gone, s.freeLocked(sh, uint32(k), uint32(c*negChunk+j)))
 				}
 			}
@@ -586,8 +619,7 @@ func (s *negStore) removeBelow(path, prefix string, subtree bool) []negGone {
 		gone = append(gone, g)
 	}
 	if subtree {
-		pre := []byte(prefix)
-		gone = append(gone, s.removeWhere(func(_ *negSlot, p []byte) bool { return bytes.HasPrefix(p, pre) })...)
+		gone = append(gone, s.removeWhere(func(sh *negShard, sl *negSlot) bool { return s.pathHasPrefix(sh, sl, prefix) })...)
 	}
 	return gone
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"strings"
@@ -62,30 +64,40 @@ func TestNegativeStoreHoldsNoPointers(t *testing.T) {
 }
 
 // BenchmarkNegativeHit looks up, in turn, each of 50,000 missing paths
-// whose 404s are cached (the bench's g): one shard's read lock, no
-// allocation, no system call.
+// in 50 directories whose 404s are cached (the bench's g), as a site
+// does: one shard's read lock, no allocation, no system call besides the
+// inotify poll. No listing, so that each answer is an entry's.
+// heapB/negative is what an entry takes with its path.
 func BenchmarkNegativeHit(b *testing.B) {
-	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	c := New(Options{Workers: 2, Revalidate: time.Hour, listAfter: -1})
 	defer c.Close()
-	paths := missingPaths(b.TempDir(), "m", 50000)
+	site := b.TempDir()
+	var paths []string
+	for d := range 50 {
+		dir := filepath.Join(site, fmt.Sprintf("d%02d", d))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		paths = append(paths, missingPaths(dir, "m", 1000)...)
+	}
 	ctx := context.Background()
-	describe(b, c, paths[0]) // the watcher's nodes, the doorkeeper-free store
+	get := func(p string) error {
+		_, err := c.GetCounted(ctx, nil, site, SymlinksFollow, p)
+		return err
+	}
+	get(paths[0]) // the watcher's nodes, the doorkeeper-free store
 	before := float64(heapAfterGC())
 	for _, p := range paths[1:] {
-		if _, err := c.Get(ctx, p); !errors.Is(err, fs.ErrNotExist) {
+		if err := get(p); !errors.Is(err, fs.ErrNotExist) {
 			b.Fatal(err)
 		}
 	}
-	pathBytes := 0
-	for _, p := range paths[1:] {
-		pathBytes += len(p)
-	}
-	perEntry := (float64(heapAfterGC()) - before - float64(pathBytes)) / float64(len(paths)-1)
+	perEntry := (float64(heapAfterGC()) - before) / float64(len(paths)-1)
 	misses := c.counts[Misses].Load()
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		if _, err := c.Get(ctx, paths[i]); !errors.Is(err, fs.ErrNotExist) {
+		if err := get(paths[i]); !errors.Is(err, fs.ErrNotExist) {
 			b.Fatal(err)
 		}
 		if i++; i == len(paths) {
@@ -234,13 +246,48 @@ func TestNegativePrefixesBeyondTheNumberedOnes(t *testing.T) {
 		if got := string(s.appendPath(nil, sh, sl)); got != path(i) {
 			t.Errorf("entry %d: path %q, want %q", i, got, path(i))
 		}
+		for pre, want := range map[string]bool{
+			"": true, "/srv/host-": true, site(i): true, site(i) + "/": true, site(i) + "/missing-": true, path(i): true,
+			site(i + 1): false, path(i) + "x": false, site(i) + "/missing-x": false, "/srv/host-x": false,
+		} {
+			if got := s.pathHasPrefix(sh, sl, pre); got != want {
+				t.Errorf("entry %d: path %s has prefix %q: %v, want %v", i, path(i), pre, got, want)
+			}
+		}
 		sh.mu.RUnlock()
 	}
 	if sh, sl := look("/elsewhere/x"); s.prefixOf(sl).dir != "" || string(sh.restOf(sl)) != "/elsewhere/x" {
 		t.Errorf("the path outside its site keeps %q after prefix %q", sh.restOf(sl), s.prefixOf(sl).dir)
 	}
-	gone := s.removeWhere(func(*negSlot, []byte) bool { return true })
+	gone := s.removeWhere(func(*negShard, *negSlot) bool { return true })
 	if len(gone) != negPrefixesMax+51 || count.Load() != 0 || s.bytes.Load() != 0 {
 		t.Fatalf("removed %d, %d left, %d bytes counted", len(gone), count.Load(), s.bytes.Load())
+	}
+}
+
+// TestNegativePrefixesBoundedInBytes: long roots (a root with a
+// placeholder that a client fills) number at most negPrefixesMaxBytes of
+// prefixes; a root confined to itself is kept once for root and dir.
+func TestNegativePrefixesBoundedInBytes(t *testing.T) {
+	var count, dead atomic.Int64
+	s := newNegStore(&count, &dead)
+	long := strings.Repeat("h", 4000)
+	for i := range 400 {
+		site := fmt.Sprintf("/srv/%s-%03d", long, i)
+		id, rest := s.prefixID(site, site, site+"/x")
+		numbered := id&negInline == 0
+		if numbered != (s.prefixes.Load().bytes <= negPrefixesMaxBytes && i < negPrefixesMaxBytes/len(site)) {
+			t.Fatalf("root %d (%d B) numbered %v with %d B numbered", i, len(site), numbered, s.prefixes.Load().bytes)
+		}
+		if numbered && rest != "/x" || !numbered && rest != site+"/x" {
+			t.Fatalf("root %d: rest %q", i, rest)
+		}
+	}
+	ps := s.prefixes.Load()
+	if ps.bytes > negPrefixesMaxBytes || len(ps.list) == 0 {
+		t.Fatalf("%d prefixes of %d B numbered", len(ps.list), ps.bytes)
+	}
+	if want := len(ps.list) * len(ps.list[0].root); ps.bytes != want {
+		t.Errorf("prefixes counted %d B, want %d: a dir equal to its root is the root's string", ps.bytes, want)
 	}
 }
