@@ -138,9 +138,11 @@ type FlashServe struct {
 	// missing names, and every path below them, are answered from the
 	// listing with no system call and nothing kept per path; the listing
 	// is kept up to date by inotify and read again after `revalidate`.
-	// 0 turns listings off too.
-	// Default: 65536 (about 16 MiB of heap with 100-byte paths; 8 MiB of
-	// paths at most, about 20 MiB of heap in all at worst).
+	// 0 turns listings off too. An answer takes about 100 B of heap with
+	// a 20-byte path below the site's root (the part of a path it keeps).
+	// At most 1073741824.
+	// Default: 65536 (about 12 MiB of heap with 100-byte paths; 8 MiB of
+	// paths at most, about 22 MiB of heap in all at worst).
 	NegativeCache *int `json:"negative_cache,omitempty"`
 
 	// The most directories the cache watches with inotify: each cached
@@ -469,8 +471,8 @@ func (fsrv *FlashServe) checkSettings() error {
 			return refuse(c.field, "need at least 1, got %d", c.n)
 		}
 	}
-	if fsrv.NegativeCache != nil && *fsrv.NegativeCache < 0 {
-		return refuse("negative_cache", "need 0 (off) or more, got %d", *fsrv.NegativeCache)
+	if fsrv.NegativeCache != nil && (*fsrv.NegativeCache < 0 || *fsrv.NegativeCache > statacc.MaxNegativeEntries) {
+		return refuse("negative_cache", "need 0 (off) to %d, got %d", statacc.MaxNegativeEntries, *fsrv.NegativeCache)
 	}
 	if fsrv.MaxRanges != nil && *fsrv.MaxRanges < 0 {
 		return refuse("max_ranges", "need 0 (no ranges) or more, got %d", *fsrv.MaxRanges)

@@ -48,8 +48,9 @@ type Options struct {
 	// a path missing for the first time is answered without being kept (a
 	// scanner's distinct paths displace nothing); one that missed before
 	// replaces the least recently hit. A watched directory with many missing
-	// names is listed instead (listing_linux.go). Default: 65536. A negative
-	// value disables negative caching, listings included.
+	// names is listed instead (listing_linux.go). Default: 65536; at most
+	// MaxNegativeEntries. A negative value disables negative caching,
+	// listings included.
 	NegativeEntries int
 	// negativeBytes bounds the bytes of the negative entries' paths and roots.
 	// Default: 128 per entry of NegativeEntries, 1 MiB at least.
@@ -207,6 +208,7 @@ func New(o Options) *Cache {
 	if o.NegativeEntries == 0 {
 		o.NegativeEntries = defaultNegativeEntries
 	}
+	o.NegativeEntries = min(o.NegativeEntries, MaxNegativeEntries)
 	if o.negativeBytes <= 0 {
 		o.negativeBytes = max(minNegativeBytes, int64(o.NegativeEntries)*negativeBytesPerEntry)
 	}
@@ -436,7 +438,7 @@ func (c *Cache) dropStale() int {
 		}
 		return true
 	})
-	gone := c.negatives.removeWhere(func(sl *negSlot, _ []byte) bool {
+	gone := c.negatives.removeWhere(func(_ *negShard, sl *negSlot) bool {
 		return !c.freshNegative(sl) && !c.keptForRevalidation(sl)
 	})
 	c.watch.forgetNegatives(gone)
@@ -482,7 +484,7 @@ func (c *Cache) compactFileRings() {
 // in place (revalidateNegative): a path asked for about once per
 // Revalidate then costs one failed open, not a new entry.
 func (c *Cache) keptForRevalidation(sl *negSlot) bool {
-	return sl.watched && nanotime()-sl.checked.Load() < 2*int64(c.opts.Revalidate)
+	return sl.watched() && nanotime()-sl.checked.Load() < 2*int64(c.opts.Revalidate)
 }
 
 // Options returns the options in force, defaults filled in.
@@ -630,12 +632,12 @@ func (c *Cache) negativeHit(key lookupKey) (error, bool) {
 	h := s.hash(key.path)
 	sh, shard := s.shardOf(h)
 	sh.mu.RLock()
-	sl, i := sh.findLocked(h, key.path)
-	if sl == nil || sl.symlinks != key.mode || string(sh.rootOf(sl)) != key.root {
+	sl, i := s.findLocked(sh, h, key.path)
+	if sl == nil || sl.symlinks != key.mode || !s.rootIs(sh, sl, key.root) {
 		sh.mu.RUnlock()
 		return nil, false
 	}
-	kind, refusedAt := sl.kind, sl.refusedAt
+	kind, refusedAt := sl.errKind(), sl.refusedAt()
 	if c.freshNegative(sl) {
 		if !sl.used.Load() {
 			sl.used.Store(true) // the eviction clock's mark, written once per sweep
@@ -646,8 +648,8 @@ func (c *Cache) negativeHit(key lookupKey) (error, bool) {
 		c.counts[NegativeHits].Add(1)
 		return hitError(kind, refusedAt, key.path), true
 	}
-	ref := negRef{seq: sl.seq.Load(), slot: i, shard: shard}
-	watched, checked := sl.watched, sl.checked.Load()
+	ref := makeNegRef(shard, i, sl.gen.Load())
+	watched, checked := sl.watched(), sl.checked.Load()
 	sh.mu.RUnlock()
 	if c.revalidateNegative(key, ref, watched, checked, kind) {
 		c.counts[NegativeHits].Add(1)
@@ -684,13 +686,15 @@ func (c *Cache) revalidateNegative(key lookupKey, ref negRef, watched bool, chec
 		return false
 	}
 	// An inotify event that drops the entry meanwhile frees its slot
-	// (under the shard's write lock): its seq no longer matches then.
-	sh := &c.negatives.shards[ref.shard]
+	// (under the shard's write lock): its gen no longer matches then.
+	sh := &c.negatives.shards[ref.shard()]
 	sh.mu.RLock()
-	sl := sh.slot(ref.slot)
-	ok := sl.seq.Load() == ref.seq
-	if old := sl.checked.Load(); ok && old < now {
-		sl.checked.CompareAndSwap(old, now)
+	sl := sh.refLocked(ref)
+	ok := sl != nil
+	if ok {
+		if old := sl.checked.Load(); old < now {
+			sl.checked.CompareAndSwap(old, now)
+		}
 	}
 	sh.mu.RUnlock()
 	if ok {
@@ -713,7 +717,7 @@ func sameMissing(err, old error) bool {
 
 func (c *Cache) fresh(e *meta) bool { return c.freshSince(e.checked.Load(), e.watched) }
 
-func (c *Cache) freshNegative(sl *negSlot) bool { return c.freshSince(sl.checked.Load(), sl.watched) }
+func (c *Cache) freshNegative(sl *negSlot) bool { return c.freshSince(sl.checked.Load(), sl.watched()) }
 
 // freshSince: Revalidate where inotify watches, else at most a second.
 func (c *Cache) freshSince(checked int64, watched bool) bool {
@@ -872,7 +876,7 @@ func (c *Cache) resolve(key lookupKey, site string) (*Entry, error) {
 	e, links, err := c.load(key, site)
 	c.noteLinked(e, links)
 	c.noteMissing(key, err, ticket)
-	return c.record(key, ticket, checked, e, err, admit, links != notLinked)
+	return c.record(key, site, ticket, checked, e, err, admit, links != notLinked)
 }
 
 // noteMissing lets a directory with many missing names be listed.
@@ -924,7 +928,7 @@ func (c *Cache) resolveCached(key lookupKey, site string) (_ *Entry, _ error, ok
 	// and the file may be a mount root.
 	linked := unwatchable(key.path, info, false, err) != notLinked
 	e, err := c.build(key.path, site, info, f, err, false)
-	e, err = c.record(key, ticket, checked, e, err, admitAsk, linked)
+	e, err = c.record(key, site, ticket, checked, e, err, admitAsk, linked)
 	return e, err, true
 }
 
@@ -945,7 +949,7 @@ const (
 // the directory was entered (probeMissing), its file can change without
 // an event for its name (a link), or the mount table changed and is not
 // read yet (mounts_linux.go).
-func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entry, err error, admit admission, briefly bool) (*Entry, error) {
+func (c *Cache) record(key lookupKey, site string, ticket watchTicket, checked int64, e *Entry, err error, admit admission, briefly bool) (*Entry, error) {
 	path := key.path
 	if !briefly && ticket.watched && c.watch.mountsPending() {
 		briefly = true
@@ -956,7 +960,7 @@ func (c *Cache) record(key lookupKey, ticket watchTicket, checked int64, e *Entr
 			c.watch.leave(ticket) // an answer for this request, not for the next one
 			return nil, err
 		}
-		c.publishNegative(key, ticket, checked, err, watched)
+		c.publishNegative(key, site, ticket, checked, err, watched)
 		return nil, err
 	}
 	m := e.meta
@@ -1027,14 +1031,15 @@ func (c *Cache) evictEntries(m *meta) {
 }
 
 // publishNegative caches the negative answer e in place of the path's
-// entry, if any, indexed under its directory's node.
-func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, err error, watched bool) {
+// entry, if any, indexed under its directory's node. site is the site's
+// root, which the store keeps once for all the site's entries.
+func (c *Cache) publishNegative(key lookupKey, site string, t watchTicket, checked int64, err error, watched bool) {
 	s := c.negatives
-	n := negNew{root: key.root, path: key.path, symlinks: key.mode, kind: kindOf(err), refusedAt: refusedAtPath(err, key.path), watched: watched, checked: checked}
+	n := negNew{root: key.root, site: site, path: key.path, symlinks: key.mode, kind: kindOf(err), refusedAt: refusedAtPath(err, key.path), watched: watched, checked: checked}
 	h := s.hash(key.path)
 	var ref negRef
 	var pos *meta
-	c.watch.publishNegative(t, h, func(node uint64, mark int32, stale bool) (negRef, negGone, bool) {
+	c.watch.publishNegative(t, func(node uint64, mark int32, stale bool) (negRef, negGone, bool) {
 		n.node, n.mark = node, mark
 		if stale {
 			n.checked = staleSince
@@ -1049,6 +1054,9 @@ func (c *Cache) publishNegative(key lookupKey, t watchTicket, checked int64, err
 	})
 	if pos != nil {
 		c.drop(pos)
+	}
+	if ref == 0 {
+		return // not stored (insertLocked): a path too long, or no room in the shard
 	}
 	ringAdd(&c.negs, negOps{c}, ref, c.opts.NegativeEntries)
 	if c.counts[NegativeEntries].Load() > int64(c.opts.NegativeEntries) || s.bytes.Load() > c.opts.negativeBytes {
@@ -1410,7 +1418,7 @@ func (c *Cache) Purge(path string, subtree bool) int {
 
 func (c *Cache) flush() {
 	c.counts[Flushes].Add(1)
-	gone := c.negatives.removeWhere(func(*negSlot, []byte) bool { return true })
+	gone := c.negatives.removeWhere(func(*negShard, *negSlot) bool { return true })
 	c.watch.forgetNegatives(gone)
 	c.watch.unlistAll()
 	c.entries.Range(func(m *meta) bool {

@@ -27,7 +27,7 @@ func (c *Cache) negativeSlot(path string) *negSlot {
 	sh, _ := s.shardOf(h)
 	sh.mu.RLock()
 	defer sh.mu.RUnlock()
-	sl, _ := sh.findLocked(h, path)
+	sl, _ := s.findLocked(sh, h, path)
 	return sl
 }
 
@@ -38,5 +38,28 @@ func (c *Cache) cachedWatched(path string) bool {
 		return m.watched && c.fresh(m)
 	}
 	sl := c.negativeSlot(path)
-	return sl != nil && sl.watched && c.freshNegative(sl)
+	return sl != nil && sl.watched() && c.freshNegative(sl)
+}
+
+// indexedLocked calls f with each slot the shard's index holds, its
+// number and its word's tag. sh.mu held.
+func (sh *negShard) indexedLocked(f func(tag, i uint32, sl *negSlot)) {
+	for _, w := range sh.index.words {
+		if w != 0 {
+			f(uint32(w>>32), uint32(w)-1, sh.slot(uint32(w)-1))
+		}
+	}
+}
+
+// liveBytesLocked is what the shard's live slots keep in its arena.
+func (sh *negShard) liveBytesLocked() int {
+	n := 0
+	sh.indexedLocked(func(_, _ uint32, sl *negSlot) { n += int(sl.arenaLen()) })
+	return n
+}
+
+// shardOfPath is the shard of path's negative entry.
+func (s *negStore) shardOfPath(path string) *negShard {
+	sh, _ := s.shardOf(s.hash(path))
+	return sh
 }

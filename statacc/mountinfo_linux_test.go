@@ -104,7 +104,7 @@ func TestLookupsWhileMountTableUnreadAreTrustedBriefly(t *testing.T) {
 			if e.watched {
 				t.Errorf("%s, looked up while the table is unread: trusted until an event", p)
 			}
-		} else if sl := c.negativeSlot(p); sl == nil || sl.watched {
+		} else if sl := c.negativeSlot(p); sl == nil || sl.watched() {
 			t.Errorf("%s, looked up while the table is unread: negative entry %v, trusted until an event", p, sl != nil)
 		}
 	}

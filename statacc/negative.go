@@ -8,9 +8,16 @@ import (
 )
 
 // defaultNegativeEntries bounds the negative cache: an entry costs about
-// 150 bytes of heap the collector does not scan, plus its path, so that a
-// storm of that many distinct missing paths is answered from memory.
+// 80 bytes of heap the collector does not scan, plus its path below the
+// site's root (negstore.go), so that a storm of that many distinct
+// missing paths is answered from memory.
 const defaultNegativeEntries = 65536
+
+// MaxNegativeEntries is the most NegativeEntries may be: a quarter of the
+// slots the store can number (negSlotBits a shard), so that a shard runs
+// out of them only at four times its share, which a seeded hash does not
+// give (a shard out of slots caches no more, insertLocked).
+const MaxNegativeEntries = negShards << negSlotBits / 4
 
 // negativeBytesPerEntry and minNegativeBytes bound the bytes of the
 // negative entries' paths and roots apart, so that long paths (a client
@@ -115,7 +122,7 @@ func (c *Cache) probeMissing(key lookupKey, dir, site string) (_ *Entry, _ error
 	c.watch.learnFS(ticket, dir)
 	e, err := c.build(key.path, site, info, f, nil, true)
 	c.noteLinked(e, links)
-	e, err = c.record(key, ticket, checked, e, err, admitAsk, true)
+	e, err = c.record(key, site, ticket, checked, e, err, admitAsk, true)
 	return e, err, true
 }
 

@@ -68,9 +68,9 @@ func TestHugeBoundsDoNotCompactEveryAdd(t *testing.T) {
 	}
 }
 
-// TestNegativeHeapAfterChurnStaysAsDocumented: the README and the option's
-// doc say a negative entry costs about 150 B of heap plus its path, 16 MiB
-// at the default. Negatives churn: every one expires after revalidate and
+// TestNegativeHeapAfterChurnStaysAsDocumented: the option's doc says a
+// negative entry costs about 100 B of heap with a 20-byte path below the
+// site's root, 12 MiB at the default with 100-byte paths. Negatives churn: every one expires after revalidate and
 // the janitor drops it, files appear where negatives were, Purge. The
 // dropped entries stay referenced by the negative clock's ring until it
 // is compacted past 2*bound+64 entries, so a cache refilled once after

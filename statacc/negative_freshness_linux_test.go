@@ -162,9 +162,7 @@ func TestNegativeHitsDuringCompactionAndReuse(t *testing.T) {
 	for k := range c.negatives.shards {
 		sh := &c.negatives.shards[k]
 		sh.mu.RLock()
-		for _, i := range sh.index {
-			live += int(sh.slot(i).rootLen + sh.slot(i).pathLen)
-		}
+		live += sh.liveBytesLocked()
 		capacity += cap(sh.arena)
 		sh.mu.RUnlock()
 	}
@@ -199,10 +197,7 @@ func TestNegativeArenaHoldsPathsOnceMoreAtMost(t *testing.T) {
 		c.Purge(path(i-live), false)
 		lookMissing(t, c, []string{path(i)})
 		sh.mu.RLock()
-		n := 0
-		for _, k := range sh.index {
-			n += int(sh.slot(k).rootLen + sh.slot(k).pathLen)
-		}
+		n := sh.liveBytesLocked()
 		capacity := cap(sh.arena)
 		sh.mu.RUnlock()
 		if r := float64(capacity) / float64(2*n+negArenaMin); r > worst {

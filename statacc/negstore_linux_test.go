@@ -39,8 +39,9 @@ func appearances(t *testing.T, root string) []appearance {
 }
 
 // collide gives every path the same hash in c's negative store, so that
-// each new negative entry replaces the last and only the comparison of
-// the whole path tells them apart.
+// every entry's index word has the same tag and place (one run of the
+// probe holds them all) and only the comparison of the whole path tells
+// them apart.
 func collide(c *Cache) { c.negatives.hash = func(string) uint64 { return 0x5eed } }
 
 // TestNegativeEntriesSeeChangesWithAnyHash: each way a missing path comes
@@ -77,18 +78,6 @@ func TestNegativeEntriesSeeChangesWithAnyHash(t *testing.T) {
 				took := delays.seen(t, c, changed, s.path, s.want)
 				hits := c.counts[Hits].Load()
 				got := describe(t, c, s.path)
-				if colliding && got == s.want && c.counts[Hits].Load() == hits {
-					// With one hash for all, an event of another name in
-					// the directory (the temporary file of a rename, its
-					// create and writes) drops the path's negative early,
-					// and a lookup that misses then can have the rename's
-					// own event come while it runs: it publishes the file
-					// stale, as it must, and the next lookup looks again.
-					// The one after that is the hit.
-					t.Logf("%s: the lookup after the file was served looked again (published stale by an event during its miss)", s.name)
-					hits = c.counts[Hits].Load()
-					got = describe(t, c, s.path)
-				}
 				if got != s.want || c.counts[Hits].Load() != hits+1 {
 					t.Errorf("%s: the lookup after the file was served gave %q (%d hits), want %q from the cache", s.name, got, c.counts[Hits].Load()-hits, s.want)
 				}
@@ -104,7 +93,7 @@ func TestNegativeEntriesSeeChangesWithAnyHash(t *testing.T) {
 			changed := time.Now()
 			mustChmod(t, filepath.Join(root, "locked"), 0o700)
 			delays.until(t, c, changed, "the negative entry dropped by its parent's chmod", func() bool { return c.negativeSlot(p) == nil })
-			if !sl.gone.Load() {
+			if !sl.gone() {
 				t.Error("the dropped negative entry's slot is not marked gone")
 			}
 			misses := c.counts[Misses].Load()
@@ -117,8 +106,9 @@ func TestNegativeEntriesSeeChangesWithAnyHash(t *testing.T) {
 // TestNegativeHashCollisionNeverAnswersForAnotherPath: with every path
 // given the same hash, a cached 404 never answers for another path, and a
 // path that exists is never answered 404: each lookup compares the whole
-// path (and root and mode), and a colliding negative entry replaces the
-// one before it, whose next lookup is a miss that finds the truth.
+// path (and root and mode). Colliding entries are each kept and each
+// answer for their own path; a lookup under another root or mode replaces
+// the path's entry.
 func TestNegativeHashCollisionNeverAnswersForAnotherPath(t *testing.T) {
 	dir := t.TempDir()
 	c := New(Options{Workers: 2, Revalidate: time.Hour})
@@ -134,18 +124,19 @@ func TestNegativeHashCollisionNeverAnswersForAnotherPath(t *testing.T) {
 		}
 	}
 	lookMissing(t, c, []string{d})
-	if c.negativeSlot(a) != nil || c.negativeSlot(d) == nil {
-		t.Fatal("the colliding 404 did not replace the one before it")
+	if c.negativeSlot(a) == nil || c.negativeSlot(d) == nil {
+		t.Fatal("a colliding 404 took the place of another")
 	}
-	misses := c.counts[Misses].Load()
-	lookMissing(t, c, []string{a})
-	wantCount(t, c.counts[Misses].Load()-misses, 1, "%d misses for a 404 that a colliding one replaced, want 1")
+	misses, negHits := c.counts[Misses].Load(), c.counts[NegativeHits].Load()
+	lookMissing(t, c, []string{a, d})
+	wantCount(t, c.counts[Misses].Load()-misses, 0, "%d misses for two colliding cached 404s, want 0")
+	wantCount(t, c.counts[NegativeHits].Load()-negHits, 2, "%d negative hits for two colliding cached 404s, want 2")
 	// Under another root and mode the same path is another lookup.
 	if _, err := c.getConfined(t.Context(), dir, SymlinksBeneath, a); err == nil {
 		t.Fatal("the missing path was found under a root")
 	}
-	if sl := negativeEntry(t, c, a); sl.symlinks != SymlinksBeneath || sl.rootLen != uint32(len(dir)) {
-		t.Errorf("the confined lookup's entry has mode %v, root length %d", sl.symlinks, sl.rootLen)
+	if sl := negativeEntry(t, c, a); sl.symlinks != SymlinksBeneath || !c.negatives.rootIs(c.negatives.shardOfPath(a), sl, dir) {
+		t.Errorf("the confined lookup's entry has mode %v, root %q, want %s", sl.symlinks, c.negatives.prefixOf(sl).root, dir)
 	}
 	misses = c.counts[Misses].Load()
 	lookMissing(t, c, []string{a})
@@ -153,7 +144,7 @@ func TestNegativeHashCollisionNeverAnswersForAnotherPath(t *testing.T) {
 	// A file written where the last colliding 404 was is served.
 	write(t, a, "ay")
 	t.Logf("the file written where the 404 was served after %v", within(t, eachDelayBound, c, a, "2:ay"))
-	if n := c.counts[NegativeEntries].Load(); n != 0 {
-		t.Errorf("%d negative entries counted, want 0: each colliding one replaced the last, and the last went with the write", n)
+	if n := c.counts[NegativeEntries].Load(); n != 1 || c.negativeSlot(d) == nil {
+		t.Errorf("%d negative entries counted, want 1: %s's, which the write of its colliding %s left", n, d, a)
 	}
 }

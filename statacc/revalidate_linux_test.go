@@ -54,7 +54,7 @@ func wantCount(t *testing.T, got, want int64, msg string) {
 // every one of its paths at once, Revalidate after its first pass.
 func TestStaleNegativeIsRevalidatedInPlace(t *testing.T) {
 	c, p, e := missingIn(t, Options{Workers: 2, Revalidate: time.Hour}, "missing.bin")
-	if !e.watched {
+	if !e.watched() {
 		t.Fatalf("%s: the negative entry of a temporary directory is not watched", p)
 	}
 	e.checked.Store(nanotime() - int64(time.Hour) - int64(time.Second))
@@ -84,7 +84,7 @@ func TestStaleNegativeIsRevalidatedInPlace(t *testing.T) {
 func TestRevalidationFindsAFileItsEventDidNotReport(t *testing.T) {
 	c, p, e := missingIn(t, Options{Workers: 2, Revalidate: time.Hour}, "late.bin")
 	write(t, p, "here")
-	for deadline := time.Now().Add(10 * time.Second); !e.gone.Load(); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); !e.gone(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the creation's inotify event did not drop the negative entry within 10s")
 		}
@@ -109,7 +109,7 @@ func TestRevalidationFindsAFileItsEventDidNotReport(t *testing.T) {
 // is for watched directories only).
 func TestUnwatchedStaleNegativeIsAMiss(t *testing.T) {
 	c, p, e := missingIn(t, Options{Workers: 2, Revalidate: time.Hour, NoInotify: true}, "missing.bin")
-	if e.watched {
+	if e.watched() {
 		t.Fatal("an entry of a cache without inotify is watched")
 	}
 	e.checked.Store(nanotime() - int64(2*time.Second))

@@ -70,17 +70,16 @@ func TestShrinkUnderConcurrentChurn(t *testing.T) {
 	for k := range s.shards {
 		sh := &s.shards[k]
 		sh.mu.RLock()
-		for h, i := range sh.index {
-			sl := sh.slot(i)
-			if sl.seq.Load() == 0 || sl.hash != h {
-				t.Errorf("shard %d: slot %d indexed under %x has seq %d hash %x", k, i, h, sl.seq.Load(), sl.hash)
-				continue
+		sh.indexedLocked(func(tag, i uint32, sl *negSlot) {
+			if sl.gone() {
+				t.Errorf("shard %d: slot %d indexed under tag %x is free (gen %d)", k, i, tag, sl.gen.Load())
+				return
 			}
-			if got := s.hash(string(sh.pathOf(sl))); got != h {
-				t.Errorf("shard %d: slot %d's arena bytes %q are not its path (hash %x, want %x)", k, i, sh.pathOf(sl), got, h)
+			if p := string(s.appendPath(nil, sh, sl)); negTag(s.hash(p)) != tag {
+				t.Errorf("shard %d: slot %d's path %q is not of tag %x", k, i, p, tag)
 			}
-		}
-		total += len(sh.index)
+			total++
+		})
 		sh.mu.RUnlock()
 	}
 	if n := c.counts[NegativeEntries].Load(); n != int64(total) {
@@ -178,12 +177,11 @@ func TestShrinkWhileHitAndInserted(t *testing.T) {
 		if cap(sh.arena) < 16<<10 {
 			rewritten++
 		}
-		for h, i := range sh.index {
-			sl := sh.slot(i)
-			if got := s.hash(string(sh.pathOf(sl))); got != h || sl.seq.Load() == 0 {
-				t.Errorf("shard %d: slot %d's bytes %q are not the path of hash %x", k, i, sh.pathOf(sl), h)
+		sh.indexedLocked(func(tag, i uint32, sl *negSlot) {
+			if p := string(s.appendPath(nil, sh, sl)); negTag(s.hash(p)) != tag || sl.gone() {
+				t.Errorf("shard %d: slot %d's path %q is not of tag %x", k, i, p, tag)
 			}
-		}
+		})
 		sh.mu.RUnlock()
 	}
 	t.Logf("%d of %d shards' arenas under 16 KiB after the purge", rewritten, negShards)

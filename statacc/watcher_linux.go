@@ -104,8 +104,10 @@ type dirNode struct {
 	// entries are the directory's cached entries by name; a missing or failed
 	// node also holds those below it (entryKey).
 	entries nameIndex
-	// negs indexes the negative entries the same way: path hash to seq.
-	negs    map[uint64]uint64
+	// negs holds the negRefs of the negative entries indexed under it (a
+	// missing or failed node's include those below it), for an event to
+	// drop them.
+	negs    wordTable
 	id      uint64 // the node's number, unique in the watcher's life
 	mark    int32  // index of the node's negative-hit mark, -1 if none
 	pins    int    // lookups in progress, plus dependents
@@ -406,8 +408,8 @@ func (w *watcher) publish(t watchTicket, e *meta, store func() (negGone, bool)) 
 
 // publishNegative is publish for a negative entry: insert is given the
 // node (id and mark; 0 and -1 for none) and whether it is stale. The
-// entry is indexed by its path's hash h.
-func (w *watcher) publishNegative(t watchTicket, h uint64, insert func(node uint64, mark int32, stale bool) (negRef, negGone, bool)) {
+// entry is indexed by the negRef insert returns.
+func (w *watcher) publishNegative(t watchTicket, insert func(node uint64, mark int32, stale bool) (negRef, negGone, bool)) {
 	if w == nil || t.leaf == nil {
 		if _, old, replaced := insert(0, -1, false); replaced {
 			w.forgetNegative(old)
@@ -426,11 +428,8 @@ func (w *watcher) publishNegative(t watchTicket, h uint64, insert func(node uint
 	if replaced {
 		w.forgetNegativeLocked(old)
 	}
-	if !n.dropped {
-		if n.negs == nil {
-			n.negs = make(map[uint64]uint64)
-		}
-		n.negs[h] = ref.seq
+	if !n.dropped && ref != 0 {
+		n.negs.add(uint64(ref))
 	}
 	w.unpinLocked(n)
 	w.mu.Unlock()
@@ -456,14 +455,15 @@ func (w *watcher) forgetNegatives(gs []negGone) {
 	w.mu.Unlock()
 }
 
-// forgetNegativeLocked takes the node's index only if it still names
-// g: a later entry of the same hash keeps its place.
+// forgetNegativeLocked takes g out of its node's index (a later entry
+// of the same path has another negRef, and keeps its place), and gives
+// back the index's room once it is at most an eighth full.
 func (w *watcher) forgetNegativeLocked(g negGone) {
 	n := w.byID[g.node]
-	if n == nil || n.dropped || n.negs[g.hash] != g.seq {
+	if n == nil || n.dropped || !n.negs.remove(uint64(g.ref)) {
 		return
 	}
-	delete(n.negs, g.hash)
+	n.negs.shrink()
 	w.maybeRemoveLocked(n)
 }
 
@@ -478,12 +478,15 @@ func (w *watcher) markUsed(mark int32) {
 
 // dropNegativesLocked takes n's negative entries out of the store.
 func (w *watcher) dropNegativesLocked(n *dirNode, gone *[]*meta) {
-	for h, seq := range n.negs {
-		if w.cache.negatives.remove(h, seq) && gone != nil {
+	for _, r := range n.negs.words {
+		if r == 0 {
+			continue
+		}
+		if _, ok := w.cache.negatives.removeRef(negRef(r)); ok && gone != nil {
 			w.cache.counts[Invalidations].Add(1)
 		}
 	}
-	n.negs = nil
+	n.negs = wordTable{}
 }
 
 func (w *watcher) leave(t watchTicket) {
@@ -844,7 +847,7 @@ func (w *watcher) unpinLocked(n *dirNode) {
 
 // maybeRemoveLocked removes n and its ancestors while nothing needs them.
 func (w *watcher) maybeRemoveLocked(n *dirNode) {
-	for n != nil && !n.dropped && n.pins <= 0 && n.entries.len() == 0 && len(n.negs) == 0 && len(n.children) == 0 && len(n.dependents) == 0 && n.listing == nil {
+	for n != nil && !n.dropped && n.pins <= 0 && n.entries.len() == 0 && n.negs.len() == 0 && len(n.children) == 0 && len(n.dependents) == 0 && n.listing == nil {
 		parent := n.parent
 		w.dropLocked(n, nil)
 		n = parent
@@ -1136,14 +1139,10 @@ func (w *watcher) handle(wd int32, mask uint32, name string) {
 			n.entries.remove(n, name)
 			w.maybeRemoveLocked(n)
 		}
-		if len(n.negs) > 0 {
-			h := c.negatives.hash(filepath.Join(n.path, name))
-			if seq, ok := n.negs[h]; ok {
-				delete(n.negs, h)
-				if c.negatives.remove(h, seq) {
-					c.counts[Invalidations].Add(1)
-				}
-				w.maybeRemoveLocked(n)
+		if n.negs.len() > 0 {
+			if g, ok := c.negatives.removePath(filepath.Join(n.path, name)); ok {
+				c.counts[Invalidations].Add(1)
+				w.forgetNegativeLocked(g)
 			}
 		}
 	}

@@ -33,7 +33,7 @@ func (w *watcher) enterSettled(string) (watchTicket, bool) { return watchTicket{
 func (w *watcher) publish(_ watchTicket, _ *meta, store func() (negGone, bool)) { store() }
 
 // publishNegative stores a negative entry, indexed under no node.
-func (w *watcher) publishNegative(_ watchTicket, _ uint64, insert func(uint64, int32, bool) (negRef, negGone, bool)) {
+func (w *watcher) publishNegative(_ watchTicket, insert func(uint64, int32, bool) (negRef, negGone, bool)) {
 	insert(0, -1, false)
 }
 

@@ -119,6 +119,8 @@ func main() {
 	scaleFiles := flag.Int("scale-files", 1000000, "files of the -scale tree")
 	scaleSize := flag.Int("scale-size", 8192, "bytes of each file of the -scale tree (1024 if the disk cannot hold those)")
 	scaleDir := flag.String("scale-dir", "/var/tmp/flash-bench-scale", "where the -scale tree is created once and kept")
+	scaleE := flag.Bool("scale-e", true, "with -scale: run e on the tree beside file_server and nginx after the growth passes "+
+		"(3 rounds; each checks a million files resident: an hour on this VM); false stops after the passes")
 	scaleTreeOnly := flag.Bool("scale-tree", false, "only create the -scale tree (disk work, no measurement: it needs no quiet machine) and stop")
 	fetch := flag.String("fetch", "", "internal: request every path of this file once, print the result as JSON")
 	fetchBase := flag.String("fetch-base", "", "internal: the URL -fetch's paths are appended to")
@@ -199,7 +201,9 @@ func main() {
 	}
 	if *scale || *scaleTreeOnly {
 		cfg.mode = "scale"
-		do = func(cfg *config) error { return runScale(cfg, *scaleDir, *scaleFiles, *scaleSize, *scaleTreeOnly) }
+		do = func(cfg *config) error {
+			return runScale(cfg, *scaleDir, *scaleFiles, *scaleSize, *scaleTreeOnly, *scaleE)
+		}
 	}
 	err = do(cfg)
 	if *keep {

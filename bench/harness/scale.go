@@ -345,7 +345,7 @@ type scaleReport struct {
 }
 
 // runScale is bench/run --scale.
-func runScale(cfg *config, dir string, files, size int, treeOnly bool) error {
+func runScale(cfg *config, dir string, files, size int, treeOnly, withE bool) error {
 	if !treeOnly {
 		if err := portsFree(portFlash, portFile, portNginx, portScaleAdmin); err != nil {
 			return err
@@ -439,37 +439,10 @@ func runScale(cfg *config, dir string, files, size int, treeOnly bool) error {
 		return err
 	}
 
-	// e on the big tree, with file_server and nginx beside it.
-	var more []serverSpec
-	fconf := filepath.Join(cfg.work, "scale-file_server.Caddyfile")
-	if err := os.WriteFile(fconf, []byte(caddyfile(cfg.work, t.root, "file_server", portFile, 0, "")), 0o644); err != nil {
-		return err
-	}
-	more = append(more, serverSpec{&server{name: "file_server", port: portFile}, []string{cfg.caddy, "run", "--config", fconf, "--adapter", "caddyfile"}})
-	if cfg.nginx != "" {
-		nconf := filepath.Join(cfg.work, "scale-nginx.conf")
-		if err := os.WriteFile(nconf, []byte(nginxConf(cfg.work, t.root, "scale-nginx", portNginx, false)), 0o644); err != nil {
+	if withE {
+		if err := scaleE(cfg, t, present, rep, &servers, snapshot); err != nil {
 			return err
 		}
-		more = append(more, serverSpec{&server{name: "nginx", port: portNginx}, []string{cfg.nginx, "-p", cfg.work, "-c", nconf}})
-	}
-	others, err := launch(cfg, more)
-	servers = append(servers, others...)
-	if err != nil {
-		return err
-	}
-	rep.eTitle = fmt.Sprintf("e on the %d-file tree: %d B random, 200 conns, warm", t.files, t.size)
-	w := workload{id: "e", title: rep.eTitle, unit: "req/s", resident: []string{"."},
-		run: func(cfg *config, s *server) (measurement, error) {
-			return wrk(cfg, 200, s.url(""), present, int64(t.size))
-		}}
-	saved := cfg.runs
-	cfg.runs = min(cfg.runs, 3) // each run checks a million files resident
-	rep.e = map[string]*result{}
-	measureWorkload(cfg, w, servers, rep.e)
-	cfg.runs = saved
-	if err := snapshot("after "+rep.eTitle+" (descriptors cached again, the negatives kept)", fetchResult{}); err != nil {
-		return err
 	}
 	for _, s := range servers {
 		rep.names = append(rep.names, s.name)
@@ -484,6 +457,44 @@ func runScale(cfg *config, dir string, files, size int, treeOnly bool) error {
 		return err
 	}
 	log.Printf("wrote the growth section of %s", cfg.out)
+	return nil
+}
+
+// scaleE is the growth run's last stage: e on the tree, with file_server
+// and nginx started beside flash_serve (added to servers, which the
+// caller stops), and a snapshot after it.
+func scaleE(cfg *config, t scaleTree, present string, rep *scaleReport, servers *[]*server, snapshot func(string, fetchResult) error) error {
+	var more []serverSpec
+	fconf := filepath.Join(cfg.work, "scale-file_server.Caddyfile")
+	if err := os.WriteFile(fconf, []byte(caddyfile(cfg.work, t.root, "file_server", portFile, 0, "")), 0o644); err != nil {
+		return err
+	}
+	more = append(more, serverSpec{&server{name: "file_server", port: portFile}, []string{cfg.caddy, "run", "--config", fconf, "--adapter", "caddyfile"}})
+	if cfg.nginx != "" {
+		nconf := filepath.Join(cfg.work, "scale-nginx.conf")
+		if err := os.WriteFile(nconf, []byte(nginxConf(cfg.work, t.root, "scale-nginx", portNginx, false)), 0o644); err != nil {
+			return err
+		}
+		more = append(more, serverSpec{&server{name: "nginx", port: portNginx}, []string{cfg.nginx, "-p", cfg.work, "-c", nconf}})
+	}
+	others, err := launch(cfg, more)
+	*servers = append(*servers, others...)
+	if err != nil {
+		return err
+	}
+	rep.eTitle = fmt.Sprintf("e on the %d-file tree: %d B random, 200 conns, warm", t.files, t.size)
+	w := workload{id: "e", title: rep.eTitle, unit: "req/s", resident: []string{"."},
+		run: func(cfg *config, s *server) (measurement, error) {
+			return wrk(cfg, 200, s.url(""), present, int64(t.size))
+		}}
+	saved := cfg.runs
+	cfg.runs = min(cfg.runs, 3) // each run checks a million files resident
+	rep.e = map[string]*result{}
+	measureWorkload(cfg, w, *servers, rep.e)
+	cfg.runs = saved
+	if err := snapshot("after "+rep.eTitle+" (descriptors cached again, the negatives kept)", fetchResult{}); err != nil {
+		return err
+	}
 	return nil
 }
 
