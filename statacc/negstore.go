@@ -401,7 +401,7 @@ type negNew struct {
 // the root than 2 GiB), or the shard has no slot number or arena offset
 // left.
 func (s *negStore) insertLocked(sh *negShard, shard uint32, h uint64, n negNew) (ref negRef, old negGone, replaced bool) {
-	if len(n.path) > negPathMax || len(n.root) >= negInline {
+	if len(n.path) > negPathMax || uint64(len(n.root)) >= negInline {
 		return 0, negGone{}, false
 	}
 	prefixID, rest := s.prefixID(n.root, n.site, n.path)
