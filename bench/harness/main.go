@@ -219,7 +219,7 @@ func main() {
 }
 
 func run(cfg *config) error {
-	if err := portsFree(portFlash, portFile, portResp, portRespHdr, portResp404, portResp8k, portNginx, portNgxAio, portLighty, tlsFlash, tlsFile, portRestart); err != nil {
+	if err := portsFree(portFlash, portFile, portResp, portRespHdr, portResp404, portErr404, portResp8k, portNginx, portNgxAio, portLighty, tlsFlash, tlsFile, portRestart); err != nil {
 		return err
 	}
 	log.Printf("building ./xcaddy")

@@ -108,7 +108,8 @@ func report(cfg *config, ws []workload, names []string, results map[string]map[s
 		"`aio threads; directio off` (f, i, j); `respond`, `respond_headers`, `respond_8k` and `respond_404` are Caddy's ceiling in the same binary: " +
 		"`respond` with a 1 KiB body (a), `respond_headers` the same with the header lines a file's answer has beside Content-Type " +
 		"(Accept-Ranges, Etag, Last-Modified, Vary; a), `respond_8k` the same header lines with a body as long as each file of the many tree " +
-		"(8 KiB; e and f: the same URIs, no lookup, no read), `respond 404` (g, g2).\n")
+		"(8 KiB; e and f: the same URIs, no lookup, no read), `respond 404` (g, g2); `error_404` is `error 404` (g, g2): the same empty 404 " +
+		"returned as an error, as file_server returns a missing file's, so that `handle_errors` sees it, through Caddy's error path with no lookup.\n")
 	b.WriteString("- g asks for a fixed list of 50,000 missing names over and over (a negative cache answers most of it); g2 asks, on every request, " +
 		"for a name no request of the run asked before (a wrk script makes each name from a tag new for every run and a counter), spread over " +
 		"the many tree's directories as g's are.\n\n")
@@ -158,14 +159,15 @@ func report(cfg *config, ws []workload, names []string, results map[string]map[s
 		}
 	}
 	b.WriteString("\n## Ratios (the median of the per-round ratios of the primary figure, their min–max in brackets)\n\n")
-	b.WriteString("| workload | flash_serve / file_server | flash_serve / Caddy's ceiling (respond, respond_headers, respond_8k, respond_404) | flash_serve / nginx | flash_serve / nginx_aio | flash_serve / lighttpd | CPU s/GiB flash_serve / nginx (medians) |\n")
+	b.WriteString("| workload | flash_serve / file_server | flash_serve / Caddy's ceiling (respond, respond_headers, respond_8k, respond_404, error_404) | flash_serve / nginx | flash_serve / nginx_aio | flash_serve / lighttpd | CPU s/GiB flash_serve / nginx (medians) |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, w := range ws {
 		res := results[w.id]
 		// Each ceiling by name: a has two (with and without a file's
-		// headers), e and f respond_8k, g and g2 respond_404.
+		// headers), e and f respond_8k, g and g2 two (respond_404, and
+		// error_404 through Caddy's error path as file_server's 404).
 		var ceilings []string
-		for _, c := range []string{"respond", "respond_headers", "respond_8k", "respond_404"} {
+		for _, c := range []string{"respond", "respond_headers", "respond_8k", "respond_404", "error_404"} {
 			if res[c] != nil {
 				ceilings = append(ceilings, c+" "+ratio(res, "flash_serve", c))
 			}
@@ -222,7 +224,7 @@ func serverNames(names []string, res map[string]*result) []string {
 
 var serverColours = map[string]string{
 	"flash_serve": "#d9480f", "file_server": "#1c7ed6", "respond": "#868e96", "nginx": "#2b8a3e", "lighttpd": "#7048e8",
-	"nginx_aio": "#74b816", "respond_404": "#adb5bd", "respond_headers": "#495057", "respond_8k": "#ced4da",
+	"nginx_aio": "#74b816", "respond_404": "#adb5bd", "error_404": "#dee2e6", "respond_headers": "#495057", "respond_8k": "#ced4da",
 	"flash_serve+prewarm": "#f59f00", "flash_serve+prewarm_many": "#ffd43b", "flash-serve prewarm": "#f59f00", "cat": "#495057",
 }
 

@@ -53,6 +53,7 @@ const (
 	portResp404 = 18087
 	portRespHdr = 18088
 	portResp8k  = 18089
+	portErr404  = 18094
 	tlsFlash    = 18443
 	tlsFile     = 18444
 )
@@ -105,6 +106,13 @@ func caddyfile(work, data, handler string, port, tlsPort int, body string) strin
 			// The ceiling of a 404 inside Caddy: the same empty 404 that
 			// file_server and flash_serve answer, with no lookup at all.
 			b.WriteString("\trespond 404\n}\n")
+			return
+		case "error_404":
+			// The same 404 as an error, as file_server returns it for a
+			// missing file: Caddy's error path (the error's ID and trace,
+			// the error logger, the request copied for handle_errors) with
+			// no lookup. What flash_serve pays beyond this is its own.
+			b.WriteString("\terror 404\n}\n")
 			return
 		}
 		fmt.Fprintf(&b, "\troot * %s\n\t%s\n}\n", data, handler)
@@ -206,6 +214,7 @@ func specs(cfg *config) ([]serverSpec, error) {
 		{"respond", "respond", portResp, 0, "a", body1k},
 		{"respond_headers", "respond_headers", portRespHdr, 0, "a", body1k},
 		{"respond_404", "respond_404", portResp404, 0, "g,g2", ""},
+		{"error_404", "error_404", portErr404, 0, "g,g2", ""},
 		// The ceiling of e and f: the same URIs, each answered with a
 		// body as long as the files and a file's headers.
 		{"respond_8k", "respond_8k", portResp8k, 0, "e,f", bodyMany},
