@@ -224,7 +224,7 @@ func serverNames(names []string, res map[string]*result) []string {
 
 var serverColours = map[string]string{
 	"flash_serve": "#d9480f", "file_server": "#1c7ed6", "respond": "#868e96", "nginx": "#2b8a3e", "lighttpd": "#7048e8",
-	"nginx_aio": "#74b816", "respond_404": "#adb5bd", "error_404": "#dee2e6", "respond_headers": "#495057", "respond_8k": "#ced4da",
+	"nginx_aio": "#74b816", "respond_404": "#adb5bd", "error_404": "#a61e4d", "respond_headers": "#495057", "respond_8k": "#ced4da",
 	"flash_serve+prewarm": "#f59f00", "flash_serve+prewarm_many": "#ffd43b", "flash-serve prewarm": "#f59f00", "cat": "#495057",
 }
 
