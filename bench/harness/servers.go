@@ -111,7 +111,10 @@ func caddyfile(work, data, handler string, port, tlsPort int, body string) strin
 			// The same 404 as an error, as file_server returns it for a
 			// missing file: Caddy's error path (the error's ID and trace,
 			// the error logger, the request copied for handle_errors) with
-			// no lookup. What flash_serve pays beyond this is its own.
+			// no lookup, which is file_server's 404 without its stat.
+			// flash_serve takes that path too where error routes, logs or
+			// wrappers could see the 404, and writes it itself elsewhere
+			// (notfound.go).
 			b.WriteString("\terror 404\n}\n")
 			return
 		}
