@@ -65,33 +65,28 @@ func TestNoWaitFirstTellsColdReads(t *testing.T) {
 	const readers, size = 64, 8192
 	files, wants := evictedFiles(t, readers, size)
 	for _, pass := range []string{"cold", "resident"} {
-		enters0, entered0, halves0, met0 := r.counts().enters.Load(), r.counts().entered.Load(), r.counts().noWaitFirst.Load(), r.counts().metDisk.Load()
-		readTogether(readers, func(g int) {
-			buf := make([]byte, size)
-			o := readOptions{NoWaitFirst: true}
-			n, err := r.readFull(context.Background(), int(files[g].Fd()), buf, 0, &o)
-			if err != nil || n != size || !bytes.Equal(buf, wants[g]) {
-				t.Errorf("%s: read of file %d: %d bytes, %v", pass, g, n, err)
+		// How many enters a burst takes depends on when its completions
+		// and sysmon's netpoll land (a completion that returns before
+		// the burst is queued makes the next read eager again, and one
+		// descheduling splits a batch), so a burst over the bound is run
+		// again, up to three times, on files evicted again for the cold
+		// pass. Halves that took enters of their own would exceed it on
+		// every try. Every try checks every read's bytes and MetDisk.
+		for try := 1; ; try++ {
+			enters := noWaitFirstBurst(t, r, pass, files, wants)
+			if enters*8 <= readers {
+				break
 			}
-			if o.MetDisk != (pass == "cold") {
-				t.Errorf("%s: read of file %d: MetDisk %v", pass, g, o.MetDisk)
+			if try == 3 {
+				t.Errorf("%s: %d concurrent reads took %d io_uring_enter calls on the third try; want at most %d", pass, readers, enters, readers/8)
+				break
 			}
-			if o.NoWaitFirst {
-				t.Errorf("%s: read of file %d left NoWaitFirst set", pass, g)
+			t.Logf("%s: %d concurrent reads took %d io_uring_enter calls; want at most %d: again", pass, readers, enters, readers/8)
+			if pass == "cold" {
+				for i := range files {
+					evictVerified(t, &files[i], &wants[i], size)
+				}
 			}
-		})
-		enters, entered := r.counts().enters.Load()-enters0, r.counts().entered.Load()-entered0
-		halves, met := r.counts().noWaitFirst.Load()-halves0, r.counts().metDisk.Load()-met0
-		t.Logf("%s: %d reads, %d with a no-wait half, %d met the disk, in %d io_uring_enter calls", pass, entered, halves, met, enters)
-		if entered != readers || halves != readers {
-			t.Errorf("%s: %d reads entered, %d with a no-wait half; want %d each", pass, entered, halves, readers)
-		}
-		if want := map[string]int64{"cold": readers, "resident": 0}[pass]; met != want {
-			t.Errorf("%s: %d no-wait halves failed, want %d", pass, met, want)
-		}
-		// As in TestConcurrentReadsShareEnters: the halves add no enters.
-		if enters*8 > readers {
-			t.Errorf("%s: %d concurrent reads took %d io_uring_enter calls; want at most %d", pass, readers, enters, readers/8)
 		}
 	}
 	for i := range 16 {
@@ -107,4 +102,38 @@ func TestNoWaitFirstTellsColdReads(t *testing.T) {
 			t.Errorf("lone read %d of an evicted file: MetDisk %v in %d io_uring_enter calls; want true in 1", i, o.MetDisk, enters)
 		}
 	}
+}
+
+// noWaitFirstBurst reads every file at once through r, each read with a
+// no-wait half, checks each read's bytes and MetDisk (true on the cold
+// pass, false on the resident one) and the ring's counts, and returns
+// the io_uring_enter calls the burst took.
+func noWaitFirstBurst(t *testing.T, r *Ring, pass string, files []*os.File, wants [][]byte) int64 {
+	t.Helper()
+	readers := int64(len(files))
+	enters0, entered0, halves0, met0 := r.counts().enters.Load(), r.counts().entered.Load(), r.counts().noWaitFirst.Load(), r.counts().metDisk.Load()
+	readTogether(len(files), func(g int) {
+		buf := make([]byte, len(wants[g]))
+		o := readOptions{NoWaitFirst: true}
+		n, err := r.readFull(context.Background(), int(files[g].Fd()), buf, 0, &o)
+		if err != nil || n != len(buf) || !bytes.Equal(buf, wants[g]) {
+			t.Errorf("%s: read of file %d: %d bytes, %v", pass, g, n, err)
+		}
+		if o.MetDisk != (pass == "cold") {
+			t.Errorf("%s: read of file %d: MetDisk %v", pass, g, o.MetDisk)
+		}
+		if o.NoWaitFirst {
+			t.Errorf("%s: read of file %d left NoWaitFirst set", pass, g)
+		}
+	})
+	enters, entered := r.counts().enters.Load()-enters0, r.counts().entered.Load()-entered0
+	halves, met := r.counts().noWaitFirst.Load()-halves0, r.counts().metDisk.Load()-met0
+	t.Logf("%s: %d reads, %d with a no-wait half, %d met the disk, in %d io_uring_enter calls", pass, entered, halves, met, enters)
+	if entered != readers || halves != readers {
+		t.Errorf("%s: %d reads entered, %d with a no-wait half; want %d each", pass, entered, halves, readers)
+	}
+	if want := map[string]int64{"cold": readers, "resident": 0}[pass]; met != want {
+		t.Errorf("%s: %d no-wait halves failed, want %d", pass, met, want)
+	}
+	return enters
 }
