@@ -37,8 +37,15 @@ func machine() string {
 		}
 		return firstLine(strings.TrimSpace(string(out)))
 	}
-	return fmt.Sprintf("%d × %s, %s RAM, Linux %s, %s; %s; %s; wrk %s",
-		runtime.NumCPU(), cpu, mem, strings.TrimSpace(string(kernel)), runtime.Version(),
+	// Why: c's CPU per GiB depends on it. BBR paces every connection, and
+	// loopback has no fq qdisc, so TCP paces by a timer per burst; its
+	// interrupts, not the servers' code, were most of c's CPU here.
+	cc := "?"
+	if raw, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control"); err == nil {
+		cc = strings.TrimSpace(string(raw))
+	}
+	return fmt.Sprintf("%d × %s, %s RAM, Linux %s (TCP congestion control %s), %s; %s; %s; wrk %s",
+		runtime.NumCPU(), cpu, mem, strings.TrimSpace(string(kernel)), cc, runtime.Version(),
 		ver(lookPathOr("nginx"), "-v"), ver(lookPathOr("lighttpd"), "-v"), strings.Fields(ver("wrk", "-v") + " ?")[1])
 }
 
