@@ -37,9 +37,10 @@ func machine() string {
 		}
 		return firstLine(strings.TrimSpace(string(out)))
 	}
-	// Why: c's CPU per GiB depends on it. BBR paces every connection, and
-	// loopback has no fq qdisc, so TCP paces by a timer per burst; its
-	// interrupts, not the servers' code, were most of c's CPU here.
+	// Why: c's and d's CPU per GiB depend on it. BBR paces every
+	// connection, and loopback has no fq qdisc, so TCP paces by a timer
+	// per burst: under cubic, the fast servers' CPU per GiB fell 3–8×
+	// (bench/RESULTS.md, "c and d under BBR and under cubic").
 	cc := "?"
 	if raw, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control"); err == nil {
 		cc = strings.TrimSpace(string(raw))
