@@ -1,58 +1,94 @@
 #!/usr/bin/env bash
-# fuser.sh WORK ROUNDS : workload f (the many tree, cold page cache and dentries, wrk -c200) for flash_serve and
-# respond_8k (Caddy's floor: an 8 KiB `respond` with a file's headers, no lookup, no read), where the server's CPU
-# goes, per request: its CPU time (/proc/PID/stat) over a 6 s `perf record -F 999` of it, split by the samples'
-# symbols into kernel, the Go runtime (alloc, gc, sched, syscall entry and exit, stack, other) and the rest by package.
+# fuser.sh WORK ROUNDS : workload f (the many tree, page cache and dentries dropped, wrk -c200 for $DUR s, 3 by
+# default: fewer requests than many.uris has paths, so that every request is a first, cold one) for flash_serve,
+# respond_8k (Caddy's floor: an 8 KiB `respond` with a file's headers, no lookup, no read) and nginx_aio, in an
+# order rotated each round. Per request: the server's CPU time over the whole wrk run (/proc/PID/stat, over wrk's
+# count of requests), split by a `perf record -F 999` of the server over the same run into
+#   kernel       the kernel's symbols, but for irqsoff
+#   irqsoff      pvm_irq_enable: this VM counts there the time spent with interrupts off, whatever its cause
+#   syscall.ret  Go's Syscall6 and RawSyscall6: samples taken as a system call returns, kernel time in effect
+#   rt.*         the Go runtime: alloc, gc, sched (scheduler, netpoller, timers, channels), stack, other
+#   flash_serve caddy net/http   those packages; other: the rest (standard library, zap, the vDSO, nginx's own code)
 # WORK is a folder `bench/run --keep` left (caddy, data/, many.uris, paths.lua, flash_serve.Caddyfile,
-# respond_8k.Caddyfile). Root only (drop_caches, perf); run nothing else.
+# respond_8k.Caddyfile, nginx_aio.conf). Root only (drop_caches, perf); run nothing else.
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: fuser.sh WORK ROUNDS" >&2; exit 2; }
-W=$1 R=$2
+W=$1 R=$2 DUR=${DUR:-3}
+for cmd in perf wrk taskset ss; do
+	command -v "$cmd" > /dev/null || { echo "fuser.sh: $cmd is missing" >&2; exit 1; }
+done
+nginx=$(command -v nginx || echo /usr/sbin/nginx)
 tck=$(getconf CLK_TCK)
 ulimit -n 20000
-pid=
-trap '[ -n "$pid" ] && kill "$pid" 2> /dev/null; wait 2> /dev/null' EXIT
+pid= perfpid=
+trap '[ -n "$perfpid" ] && kill -INT "$perfpid" 2> /dev/null; [ -n "$pid" ] && kill "$pid" 2> /dev/null; wait 2> /dev/null' EXIT
+listening() { [ -n "$(ss -Hltn "( sport = :$1 )")" ]; }
+start() {
+	case $1 in
+	nginx_aio)
+		port=$(awk '/listen 127.0.0.1:/{sub(/.*:/, ""); sub(/;.*/, ""); print; exit}' "$W/nginx_aio.conf")
+		listening "$port" && { echo "fuser.sh: port $port is in use" >&2; exit 1; }
+		taskset -c 0 "$nginx" -c "$W/nginx_aio.conf" > "$W/fuser-$1.log" 2>&1 &
+		;;
+	*)
+		port=$(awk '/^http:\/\/127.0.0.1:/{sub(/^http:\/\/127.0.0.1:/, ""); sub(/ .*/, ""); print; exit}' "$W/$1.Caddyfile")
+		listening "$port" && { echo "fuser.sh: port $port is in use" >&2; exit 1; }
+		taskset -c 0 "$W/caddy" run --config "$W/$1.Caddyfile" --adapter caddyfile > "$W/fuser-$1.log" 2>&1 &
+		;;
+	esac
+	pid=$!
+	for _ in $(seq 50); do
+		kill -0 "$pid" 2> /dev/null || { echo "fuser.sh: $1 exited at its start" >&2; exit 1; }
+		listening "$port" && return
+		sleep 0.1
+	done
+	echo "fuser.sh: $1 did not listen on $port" >&2
+	exit 1
+}
+servers=(flash_serve respond_8k nginx_aio)
 for r in $(seq "$R"); do
-	for s in flash_serve respond_8k; do
-		port=$(awk '/^http:\/\/127.0.0.1:/{sub(/^http:\/\/127.0.0.1:/, ""); sub(/ .*/, ""); print; exit}' "$W/$s.Caddyfile")
+	for k in 0 1 2; do
+		s=${servers[$(((k + r) % 3))]}
 		sync
 		echo 3 > /proc/sys/vm/drop_caches
-		taskset -c 0 "$W/caddy" run --config "$W/$s.Caddyfile" --adapter caddyfile > "$W/fuser-$s.log" 2>&1 &
-		pid=$!
-		sleep 1.5
+		start "$s"
 		sync
 		echo 3 > /proc/sys/vm/drop_caches
-		taskset -c 1 wrk -t1 -c200 -d9s -s "$W/paths.lua" "http://127.0.0.1:$port" -- "$W/many.uris" > "$W/fuser-wrk.txt" 2>&1 &
-		wrk=$!
-		sleep 1.5
 		read -r u0 s0 < <(awk '{print $14, $15}' /proc/$pid/stat)
-		perf record -q -F 999 -p "$pid" -o "$W/fuser-$s-$r.data" -- sleep 6 2> /dev/null
+		perf record -q -F 999 -p "$pid" -o "$W/fuser-$s-$r.data" > "$W/fuser-perf.log" 2>&1 &
+		perfpid=$!
+		taskset -c 1 wrk -t1 -c200 -d"${DUR}s" -s "$W/paths.lua" "http://127.0.0.1:$port" -- "$W/many.uris" > "$W/fuser-wrk.txt" 2>&1
 		read -r u1 s1 < <(awk '{print $14, $15}' /proc/$pid/stat)
-		wait "$wrk"
-		rps=$(awk '/Requests\/sec/{print $2}' "$W/fuser-wrk.txt")
+		kill -INT "$perfpid"
+		# perf record ends with 128 + SIGINT when it is stopped so.
+		wait "$perfpid" || [ $? -eq 130 ] || { echo "fuser.sh: perf record failed:" >&2; cat "$W/fuser-perf.log" >&2; exit 1; }
+		perfpid=
 		kill "$pid"
 		wait "$pid" 2> /dev/null || true
 		pid=
-		# CPU µs per request over the 6 s, taking wrk's rate as the window's.
-		us=$(awk -v c=$((u1 - u0 + s1 - s0)) -v t="$tck" -v q="$rps" 'BEGIN {printf "%.1f", c / t * 1e6 / (q * 6)}')
-		printf "%s %-11s rps %s cpu_us/req %s:" "$r" "$s" "$rps" "$us"
+		n=$(awk '/requests in/{print $1}' "$W/fuser-wrk.txt")
+		bad=$(awk '/Non-2xx/{print $NF} /Socket errors/{print "socket errors"}' "$W/fuser-wrk.txt")
+		[ -z "$bad" ] || { echo "fuser.sh: $s: $bad" >&2; cat "$W/fuser-wrk.txt" >&2; exit 1; }
+		us=$(awk -v c=$((u1 - u0 + s1 - s0)) -v t="$tck" -v q="$n" 'BEGIN {printf "%.1f", c / t * 1e6 / q}')
+		printf "%s %-11s requests %s rps %s cpu_us/req %s:" "$r" "$s" "$n" "$(awk '/Requests\/sec/{print $2}' "$W/fuser-wrk.txt")" "$us"
 		perf report -i "$W/fuser-$s-$r.data" --no-children --sort sym --stdio 2> /dev/null | awk -v us="$us" '
 			/^ +[0-9.]+%/ {
 				pct = $1; sub("%", "", pct); sym = $3
-				if ($2 == "[k]") g = "kernel"
-				else if (sym ~ /malloc|newobject|memclr|writeHeapBits|nextFreeFast|heapSetType|makeslice|growslice|refill|mcentral|allocSpan|rawstring|concatstring|slicebytetostring/) g = "rt.alloc"
-				else if (sym ~ /scan|gcmark|gcDrain|DeferToSpan|findObject|greyobject|markBits|wbBuf|spanSet|moveInlineMarks|sweep|bulkBarrier|typePointers|gcWork|markroot|heapBits/) g = "rt.gc"
-				else if (sym ~ /schedule|findRunnable|gopark|goready|ready|runq|casgstatus|mcall|park_m|execute|gogo|lock2|unlock2|futex|netpoll|selectgo|chansend|chanrecv|wakep|stealWork|notewake|notesleep|semacquire|semrelease|goexit|newproc|gfget|gfput|procyield|osyield|resetspinning|checkTimers|nanotime|usleep|startm|stopm|handoff|acquirep|releasep|timer|sellock|selunlock|mPark|injectglist|pollWait|pollSetDeadline|pollReset/) g = "rt.sched"
-				else if (sym ~ /entersyscall|exitsyscall|Syscall/) g = "rt.syscall"
-				else if (sym ~ /morestack|newstack|copystack|step|pcvalue|findfunc|funcInfo|unwinder|getStackMap|stkframe|readvarint|funcdata|adjustframe|adjustpointers|callers/) g = "rt.stack"
-				else if (sym ~ /^runtime\.|^internal\/runtime|^internal\/bytealg|aeshash|memeq|memmove|indexbyte|^0x/) g = "rt.other"
+				if (sym ~ /pvm_irq_enable/) g = "irqsoff"
+				else if ($2 == "[k]") g = "kernel"
+				else if (sym ~ /^(internal\/runtime\/syscall\/linux\.Syscall6|syscall\.RawSyscall6|syscall\.Syscall6?)$/) g = "syscall.ret"
 				else if (sym ~ /caddy-flash-serve/) g = "flash_serve"
 				else if (sym ~ /caddyserver\/caddy/) g = "caddy"
 				else if (sym ~ /^net\/http|^net\/textproto|^bufio/) g = "net/http"
-				else g = "other"
+				else if (sym !~ /^runtime\.|^internal\/runtime|^internal\/bytealg|^aeshash|^memeq|^memmove|^indexbyte|^0x/) g = "other"
+				else if (sym ~ /malloc|newobject|memclr|writeHeapBits|nextFreeFast|heapSetType|makeslice|growslice|refill|mcentral|allocSpan|rawstring|concatstring|slicebytetostring/) g = "rt.alloc"
+				else if (sym ~ /scan|gcmark|gcDrain|DeferToSpan|findObject|greyobject|markBits|wbBuf|spanSet|moveInlineMarks|sweep|bulkBarrier|typePointers|gcWork|markroot|heapBits/) g = "rt.gc"
+				else if (sym ~ /schedule|findRunnable|gopark|goready|ready|runq|casgstatus|mcall|park_m|execute|gogo|lock2|unlock2|futex|netpoll|selectgo|chansend|chanrecv|wakep|stealWork|notewake|notesleep|semacquire|semrelease|goexit|newproc|gfget|gfput|procyield|osyield|resetspinning|checkTimers|nanotime|usleep|startm|stopm|handoff|acquirep|releasep|timer|sellock|selunlock|Sudog|mPark|injectglist|pollWait|pollSetDeadline|pollReset|entersyscall|exitsyscall/) g = "rt.sched"
+				else if (sym ~ /morestack|newstack|copystack|step|pcvalue|findfunc|funcInfo|unwinder|getStackMap|stkframe|readvarint|funcdata|adjustframe|adjustpointers|callers/) g = "rt.stack"
+				else g = "rt.other"
 				u[g] += pct
 			}
-			END { n = split("kernel rt.alloc rt.gc rt.sched rt.syscall rt.stack rt.other flash_serve caddy net/http other", o, " ")
+			END { n = split("kernel irqsoff syscall.ret rt.alloc rt.gc rt.sched rt.stack rt.other flash_serve caddy net/http other", o, " ")
 				for (i = 1; i <= n; i++) printf " %s %.1f", o[i], u[o[i]] * us / 100; printf "\n" }'
 	done
 done
