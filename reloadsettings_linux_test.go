@@ -281,11 +281,12 @@ func TestReloadsChangingEachSettingAnswerNo5xx(t *testing.T) {
 		}
 		return adaptCaddyfile(t, globals.text(t)+site(port)+site(port2))
 	}
-	// A generation with no flash_serve, as the test ends.
-	plain := adaptCaddyfile(t, globals.text(t)+siteBlock(port, rt.root, "respond 204")+siteBlock(port2, rt.root, "respond 204"))
-	if err := caddy.Load(plain, true); err != nil {
-		t.Fatal(err)
-	}
+	// The first generation is a flash_serve one: an old generation may
+	// still accept a connection after the Load that replaces it returns
+	// (Caddy's App.Stop waits for its servers' shutdowns to start, not for
+	// their listeners to close), and a response from any of these
+	// generations is the tree's bytes, which a generation without
+	// flash_serve could not give.
 	t.Cleanup(func() { caddy.Stop() })
 	if err := caddy.Load(config(1), true); err != nil {
 		t.Fatal(err)
@@ -384,6 +385,7 @@ func TestReloadsChangingEachSettingAnswerNo5xx(t *testing.T) {
 	// site back to no flash_serve, no file of the tree is open. (Sockets
 	// and goroutines are not compared with a baseline: a connection the
 	// old server never answers, h2ReloadClient's, stays until Caddy stops.)
+	plain := adaptCaddyfile(t, globals.text(t)+siteBlock(port, rt.root, "respond 204")+siteBlock(port2, rt.root, "respond 204"))
 	if err := caddy.Load(plain, true); err != nil {
 		t.Fatal(err)
 	}
