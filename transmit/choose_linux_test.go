@@ -3,6 +3,9 @@
 package transmit
 
 import (
+	"context"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -41,6 +44,45 @@ func TestMemoryBodyLeavesFromMemoryUnderEveryPolicy(t *testing.T) {
 		}
 		if got := s.Choose(httptest.NewRecorder(), r, fileBody{f}).Engine; got == EngineMemory {
 			t.Errorf("transmit %s: a body not kept in memory leaves by %v", policy, got)
+		}
+	}
+}
+
+// readFromRecorder is a response writer with ReadFrom, as Caddy's and
+// net/http's HTTP/1 writers are.
+type readFromRecorder struct{ *httptest.ResponseRecorder }
+
+func (w readFromRecorder) ReadFrom(r io.Reader) (int64, error) {
+	return io.Copy(w.ResponseRecorder, r)
+}
+
+// TestCleartextBodyWithoutTheWrapperIsCopiedHere: on a server without the
+// listener wrapper, nothing below the writers can sendfile a flash_serve
+// body (net/http's connection knows *os.File only and would copy it
+// through a buffer it allocates per body), so a cleartext HTTP/1 body is
+// copied by the copy engine and the handler is told once per request to
+// say why. On a server with the wrapper, whether or not the connection is
+// the wrapper's (TLS passes through, and a wrapper listed after it may
+// hand ReadFrom down to it), the body is handed down for sendfile.
+func TestCleartextBodyWithoutTheWrapperIsCopiedHere(t *testing.T) {
+	f, _ := testFile(t, 64<<10)
+	var told int
+	s := &Sender{Policy: PolicyAuto, Copied: func(*http.Request) { told++ }}
+	for _, tc := range []struct {
+		name string
+		ctx  func(context.Context) context.Context
+		want Engine
+		told int
+	}{
+		{"no wrapper on the server", func(ctx context.Context) context.Context { return ctx }, EngineCopy, 1},
+		{"the wrapper's connection", func(ctx context.Context) context.Context { return withConn(ctx, &conn{}) }, EngineSendfile, 0},
+		{"a connection the wrapper did not make", func(ctx context.Context) context.Context { return withConn(ctx, nil) }, EngineSendfile, 0},
+	} {
+		told = 0
+		r := httptest.NewRequest("GET", "/data", nil)
+		r = r.WithContext(tc.ctx(r.Context()))
+		if got := s.Choose(readFromRecorder{httptest.NewRecorder()}, r, fileBody{f}).Engine; got != tc.want || told != tc.told {
+			t.Errorf("%s: the body leaves by %v, the handler told %d times; want %v and %d", tc.name, got, told, tc.want, tc.told)
 		}
 	}
 }

@@ -21,15 +21,25 @@ const heldMax = 64 << 10
 
 var heldPool = sync.Pool{New: func() any { b := make([]byte, 0, heldMax); return &b }}
 
-// connCtxKey keys the listener wrapper's connection in a request context.
+// connCtxKey keys the listener wrapper's connection in a request context:
+// a *conn, nil where the server has the wrapper but the connection is not
+// one it made (TLS, or a wrapper listed after it), and no value where the
+// server has no wrapper at all.
 type connCtxKey struct{}
 
-// withConn puts the wrapper's connections in their requests' contexts.
+// withConn puts the wrapper's connections in their requests' contexts,
+// and a nil *conn in the others' of a server that lists the wrapper.
 func withConn(ctx context.Context, c net.Conn) context.Context {
-	if cc, ok := c.(*conn); ok {
-		return context.WithValue(ctx, connCtxKey{}, cc)
-	}
-	return ctx
+	cc, _ := c.(*conn)
+	return context.WithValue(ctx, connCtxKey{}, cc)
+}
+
+// noWrapper reports whether r came to a server without the listener
+// wrapper. Nothing below its writers can send a flash_serve body with
+// sendfile then: net/http's connection knows *os.File only, and copies
+// anything else through a buffer it allocates for each body.
+func noWrapper(r *http.Request) bool {
+	return r.Context().Value(connCtxKey{}) == nil
 }
 
 // holdHead makes the connection of r, if the listener wrapper made it and

@@ -162,7 +162,14 @@ func (s *Sender) Choose(w http.ResponseWriter, r *http.Request, body Body) Trans
 		}
 	}
 	if s.Policy != PolicyCopy && canSendfile(w, r, body) {
-		return Transfer{Engine: EngineSendfile}
+		if !noWrapper(r) {
+			return Transfer{Engine: EngineSendfile}
+		}
+		// Copied here, through a pooled buffer, rather than handed down
+		// to be copied by net/http; the handler still says once why.
+		if s.Copied != nil && body.Size() > sniffLen {
+			s.Copied(r)
+		}
 	}
 	return Transfer{Engine: EngineCopy}
 }
