@@ -67,13 +67,16 @@ type slowSite struct {
 
 // The ways a body can leave, each a server of its own: flash_serve's
 // sendfile with the listener wrapper, its copy engine, file_server as the
-// reference, and the sendfile engine without the wrapper (copied through
-// Caddy's writer).
-var slowKinds = []struct{ name, handler, wrappers string }{
-	{"sendfile", "flash_serve {\n\t\ttransmit sendfile\n\t}", "test_sndbuf\n\t\t\tflash_serve"},
-	{"copy", "flash_serve {\n\t\ttransmit copy\n\t}", "test_sndbuf\n\t\t\tflash_serve"},
-	{"file_server", "file_server", "test_sndbuf\n\t\t\tflash_serve"},
-	{"sendfile-no-wrapper", "flash_serve {\n\t\ttransmit sendfile\n\t}", "test_sndbuf"},
+// reference, the sendfile engine without the wrapper (the copy engine
+// then), and the sendfile engine with the wrapper hidden from it (protocols
+// without h2: Caddy wraps every connection, and the body handed down is
+// copied through Caddy's writer in turns).
+var slowKinds = []struct{ name, handler, wrappers, protocols string }{
+	{"sendfile", "flash_serve {\n\t\ttransmit sendfile\n\t}", "test_sndbuf\n\t\t\tflash_serve", "h1 h2"},
+	{"copy", "flash_serve {\n\t\ttransmit copy\n\t}", "test_sndbuf\n\t\t\tflash_serve", "h1 h2"},
+	{"file_server", "file_server", "test_sndbuf\n\t\t\tflash_serve", "h1 h2"},
+	{"sendfile-no-wrapper", "flash_serve {\n\t\ttransmit sendfile\n\t}", "test_sndbuf", "h1 h2"},
+	{"sendfile-hidden-wrapper", "flash_serve {\n\t\ttransmit sendfile\n\t}", "test_sndbuf\n\t\t\tflash_serve", "h1"},
 }
 
 // startSlowSites starts one Caddy with a server per kind for each
@@ -90,8 +93,8 @@ func startSlowSites(t *testing.T, root string, writeIdle []string) map[string][]
 			s := slowSite{name: k.name, base: fmt.Sprintf("http://127.0.0.1:%d", port),
 				log: filepath.Join(logDir, fmt.Sprintf("%d.log", port))}
 			out[idle] = append(out[idle], s)
-			fmt.Fprintf(&globals, "\tservers 127.0.0.1:%d {\n\t\tlistener_wrappers {\n\t\t\t%s\n\t\t}\n\t\ttimeouts {\n\t\t\twrite_idle %s\n\t\t}\n\t}\n",
-				port, k.wrappers, idle)
+			fmt.Fprintf(&globals, "\tservers 127.0.0.1:%d {\n\t\tlistener_wrappers {\n\t\t\t%s\n\t\t}\n\t\ttimeouts {\n\t\t\twrite_idle %s\n\t\t}\n\t\tprotocols %s\n\t}\n",
+				port, k.wrappers, idle, k.protocols)
 			sites.WriteString(siteBlock(port, root, k.handler, block("log", "output file "+s.log, "format json")))
 		}
 	}

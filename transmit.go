@@ -144,9 +144,9 @@ func (fsrv *FlashServe) noZeroCopy(r *http.Request) {
 			return
 		}
 		fsrv.logger.Warn("cleartext HTTP/1 responses are copied although the flash_serve listener wrapper is configured",
-			zap.String("cause", "a handler in front (encode), a listener wrapper after it (proxy_protocol), or "+
+			zap.String("cause", "a handler in front (encode), a listener wrapper listed before it (proxy_protocol), or "+
 				"protocols without h2 (Caddy then wraps every connection) hide the connection"),
-			zap.String("fix", "list flash_serve last in listener_wrappers"))
+			zap.String("fix", "list flash_serve first in listener_wrappers"))
 	})
 }
 

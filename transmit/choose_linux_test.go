@@ -5,6 +5,7 @@ package transmit
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -77,6 +78,9 @@ func TestCleartextBodyWithoutTheWrapperIsCopiedHere(t *testing.T) {
 		{"no wrapper on the server", func(ctx context.Context) context.Context { return ctx }, EngineCopy, 1},
 		{"the wrapper's connection", func(ctx context.Context) context.Context { return withConn(ctx, &conn{}) }, EngineSendfile, 0},
 		{"a connection the wrapper did not make", func(ctx context.Context) context.Context { return withConn(ctx, nil) }, EngineSendfile, 0},
+		{"the wrapper's connection under another wrapper's", func(ctx context.Context) context.Context {
+			return withConn(ctx, rawConn{&conn{}})
+		}, EngineSendfile, 0},
 	} {
 		told = 0
 		r := httptest.NewRequest("GET", "/data", nil)
@@ -84,5 +88,30 @@ func TestCleartextBodyWithoutTheWrapperIsCopiedHere(t *testing.T) {
 		if got := s.Choose(readFromRecorder{httptest.NewRecorder()}, r, fileBody{f}).Engine; got != tc.want || told != tc.told {
 			t.Errorf("%s: the body leaves by %v, the handler told %d times; want %v and %d", tc.name, got, told, tc.want, tc.told)
 		}
+	}
+}
+
+// rawConn is a connection of a listener wrapper listed after flash_serve's
+// (proxy_protocol's), which gives the one it wraps with Raw.
+type rawConn struct{ net.Conn }
+
+func (c rawConn) Raw() net.Conn { return c.Conn }
+
+// TestWrapperConnectionFoundUnderAnotherWrapper: a wrapper listed after
+// flash_serve's wraps its connection in its own (proxy_protocol, which
+// passes writes and ReadFrom on); the request's context still holds the
+// flash_serve connection, so that its writes are gathered.
+func TestWrapperConnectionFoundUnderAnotherWrapper(t *testing.T) {
+	inner := &conn{}
+	r := httptest.NewRequest("GET", "/data", nil)
+	r = r.WithContext(withConn(r.Context(), rawConn{rawConn{inner}}))
+	if got := holdHead(r); got != inner {
+		t.Fatalf("holdHead found %p under two wrappers' connections, want the wrapper's %p", got, inner)
+	}
+	inner.armed.Store(false)
+	r = httptest.NewRequest("GET", "/data", nil)
+	r = r.WithContext(withConn(r.Context(), rawConn{nil}))
+	if got := holdHead(r); got != nil || noWrapper(r) {
+		t.Fatalf("over a connection that is not the wrapper's: holdHead %p, no wrapper %v; want nil and false", got, noWrapper(r))
 	}
 }

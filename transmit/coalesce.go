@@ -28,10 +28,20 @@ var heldPool = sync.Pool{New: func() any { b := make([]byte, 0, heldMax); return
 type connCtxKey struct{}
 
 // withConn puts the wrapper's connections in their requests' contexts,
-// and a nil *conn in the others' of a server that lists the wrapper.
+// and a nil *conn in the others' of a server that lists the wrapper. A
+// connection of a wrapper listed after this one (proxy_protocol's), which
+// passes writes and ReadFrom on to the one it wraps, is looked through.
 func withConn(ctx context.Context, c net.Conn) context.Context {
-	cc, _ := c.(*conn)
-	return context.WithValue(ctx, connCtxKey{}, cc)
+	for {
+		if cc, ok := c.(*conn); ok {
+			return context.WithValue(ctx, connCtxKey{}, cc)
+		}
+		w, ok := c.(interface{ Raw() net.Conn })
+		if !ok {
+			return context.WithValue(ctx, connCtxKey{}, (*conn)(nil))
+		}
+		c = w.Raw()
+	}
 }
 
 // noWrapper reports whether r came to a server without the listener

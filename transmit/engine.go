@@ -161,24 +161,32 @@ func (s *Sender) Choose(w http.ResponseWriter, r *http.Request, body Body) Trans
 			return t
 		}
 	}
-	if s.Policy != PolicyCopy && canSendfile(w, r, body) {
-		if !noWrapper(r) {
+	if s.Policy != PolicyCopy && handedDown(w, r, body) {
+		if canSendfile(w, r, body) {
 			return Transfer{Engine: EngineSendfile}
 		}
 		// Copied here, through a pooled buffer, rather than handed down
 		// to be copied by net/http; the handler still says once why.
-		if s.Copied != nil && body.Size() > sniffLen {
+		if s.Copied != nil && sendfileBuilt && body.Size() > sniffLen {
 			s.Copied(r)
 		}
 	}
 	return Transfer{Engine: EngineCopy}
 }
 
-// canSendfile reports whether the response may be handed to the writer
-// chain for sendfile: cleartext HTTP/1.x, a writer with ReadFrom, a file.
-func canSendfile(w http.ResponseWriter, r *http.Request, body Body) bool {
+// handedDown reports whether the response could be handed to the writer
+// chain as a file: cleartext HTTP/1.x, a writer with ReadFrom, a file.
+func handedDown(w http.ResponseWriter, r *http.Request, body Body) bool {
 	_, ok := w.(io.ReaderFrom)
 	return ok && r.ProtoMajor == 1 && r.TLS == nil && body.FD() >= 0
+}
+
+// canSendfile reports whether the response is handed to the writer chain
+// for sendfile: handedDown, on a server with the listener wrapper, in a
+// build that has sendfile. Anything else below the writers would copy the
+// body through a buffer net/http allocates for it.
+func canSendfile(w http.ResponseWriter, r *http.Request, body Body) bool {
+	return sendfileBuilt && handedDown(w, r, body) && !noWrapper(r)
 }
 
 // residencyProbe is the span probed at a time. wholeProbeMax is the

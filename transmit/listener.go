@@ -19,8 +19,9 @@ func init() {
 
 // ListenerWrapper wraps raw TCP connections so that flash_serve's bodies
 // leave with sendfile(2). Other connections pass through untouched; it
-// must come after any wrapper that replaces TCP connections with its own
-// type (proxy_protocol), or it will see none.
+// must be listed before any wrapper that replaces TCP connections with its
+// own type (proxy_protocol): Caddy applies wrappers in the order listed,
+// the first to the raw connection, so listed after one it sees none.
 //
 //	{
 //		servers {

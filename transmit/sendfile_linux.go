@@ -10,6 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// sendfileBuilt: the wrapper's connections send bodies with sendfile.
+const sendfileBuilt = true
+
 // maxSendfileCall bounds one sendfile call, for fairness between
 // connections, as nginx's sendfile_max_chunk does.
 const maxSendfileCall = 2 << 20
