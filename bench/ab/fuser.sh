@@ -11,9 +11,14 @@
 #   flash_serve caddy net/http   those packages; other: the rest (standard library, zap, the vDSO, nginx's own code)
 # WORK is a folder `bench/run --keep` left (caddy, data/, many.uris, paths.lua, flash_serve.Caddyfile,
 # respond_8k.Caddyfile, nginx_aio.conf). Root only (drop_caches, perf); run nothing else.
+# WARM=S: bench/run's f instead, where the servers come from e with their caches warm: each server reads the tree
+# with a warm page cache for S seconds of wrk first (as e does), then the caches are dropped as bench/run does
+# (drop_caches 3: pages, and the dentries and inodes no descriptor holds), and wrk runs $DUR s (set 5 for
+# bench/run's length: paths then repeat, as they do there). perf costs nginx_aio's 32 threads far more than the
+# others (a quarter of its rate in that case): NOPERF=1 measures rate and CPU per request without it.
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: fuser.sh WORK ROUNDS" >&2; exit 2; }
-W=$1 R=$2 DUR=${DUR:-3}
+W=$1 R=$2 DUR=${DUR:-3} WARM=${WARM:-0} NOPERF=${NOPERF:-0}
 for cmd in perf wrk taskset ss; do
 	command -v "$cmd" > /dev/null || { echo "fuser.sh: $cmd is missing" >&2; exit 1; }
 done
@@ -49,20 +54,30 @@ servers=(flash_serve respond_8k nginx_aio)
 for r in $(seq "$R"); do
 	for k in 0 1 2; do
 		s=${servers[$(((k + r) % 3))]}
-		sync
-		echo 3 > /proc/sys/vm/drop_caches
-		start "$s"
+		if [ "$WARM" -gt 0 ]; then
+			start "$s"
+			find "$W/data/many" -type f -print0 | xargs -0 cat > /dev/null
+			taskset -c 1 wrk -t1 -c200 -d"${WARM}s" -s "$W/paths.lua" "http://127.0.0.1:$port" -- "$W/many.uris" > "$W/fuser-wrk.txt" 2>&1
+		else
+			sync
+			echo 3 > /proc/sys/vm/drop_caches
+			start "$s"
+		fi
 		sync
 		echo 3 > /proc/sys/vm/drop_caches
 		read -r u0 s0 < <(awk '{print $14, $15}' /proc/$pid/stat)
-		perf record -q -F 999 -p "$pid" -o "$W/fuser-$s-$r.data" > "$W/fuser-perf.log" 2>&1 &
-		perfpid=$!
+		if [ "$NOPERF" != 1 ]; then
+			perf record -q -F 999 -p "$pid" -o "$W/fuser-$s-$r.data" > "$W/fuser-perf.log" 2>&1 &
+			perfpid=$!
+		fi
 		taskset -c 1 wrk -t1 -c200 -d"${DUR}s" -s "$W/paths.lua" "http://127.0.0.1:$port" -- "$W/many.uris" > "$W/fuser-wrk.txt" 2>&1
 		read -r u1 s1 < <(awk '{print $14, $15}' /proc/$pid/stat)
-		kill -INT "$perfpid"
-		# perf record ends with 128 + SIGINT when it is stopped so.
-		wait "$perfpid" || [ $? -eq 130 ] || { echo "fuser.sh: perf record failed:" >&2; cat "$W/fuser-perf.log" >&2; exit 1; }
-		perfpid=
+		if [ -n "$perfpid" ]; then
+			kill -INT "$perfpid"
+			# perf record ends with 128 + SIGINT when it is stopped so.
+			wait "$perfpid" || [ $? -eq 130 ] || { echo "fuser.sh: perf record failed:" >&2; cat "$W/fuser-perf.log" >&2; exit 1; }
+			perfpid=
+		fi
 		kill "$pid"
 		wait "$pid" 2> /dev/null || true
 		pid=
@@ -70,7 +85,12 @@ for r in $(seq "$R"); do
 		bad=$(awk '/Non-2xx/{print $NF} /Socket errors/{print "socket errors"}' "$W/fuser-wrk.txt")
 		[ -z "$bad" ] || { echo "fuser.sh: $s: $bad" >&2; cat "$W/fuser-wrk.txt" >&2; exit 1; }
 		us=$(awk -v c=$((u1 - u0 + s1 - s0)) -v t="$tck" -v q="$n" 'BEGIN {printf "%.1f", c / t * 1e6 / q}')
-		printf "%s %-11s requests %s rps %s cpu_us/req %s:" "$r" "$s" "$n" "$(awk '/Requests\/sec/{print $2}' "$W/fuser-wrk.txt")" "$us"
+		printf "%s %-11s requests %s rps %s cpu_us/req %s" "$r" "$s" "$n" "$(awk '/Requests\/sec/{print $2}' "$W/fuser-wrk.txt")" "$us"
+		if [ "$NOPERF" = 1 ]; then
+			echo
+			continue
+		fi
+		printf ":"
 		perf report -i "$W/fuser-$s-$r.data" --no-children --sort sym --stdio 2> /dev/null | awk -v us="$us" '
 			/^ +[0-9.]+%/ {
 				pct = $1; sub("%", "", pct); sym = $3
