@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/pires/go-proxyproto"
 )
 
 // memoryBody is a file with its content kept in memory, as statacc keeps
@@ -97,6 +99,11 @@ type rawConn struct{ net.Conn }
 
 func (c rawConn) Raw() net.Conn { return c.Conn }
 
+// selfRaw is a connection whose Raw gives itself back.
+type selfRaw struct{ net.Conn }
+
+func (c selfRaw) Raw() net.Conn { return c }
+
 // TestWrapperConnectionFoundUnderAnotherWrapper: a wrapper listed after
 // flash_serve's wraps its connection in its own (proxy_protocol, which
 // passes writes and ReadFrom on); the request's context still holds the
@@ -109,6 +116,20 @@ func TestWrapperConnectionFoundUnderAnotherWrapper(t *testing.T) {
 		t.Fatalf("holdHead found %p under two wrappers' connections, want the wrapper's %p", got, inner)
 	}
 	inner.armed.Store(false)
+	// proxy_protocol's own connection, as Caddy's proxy_protocol wrapper
+	// makes it.
+	r = httptest.NewRequest("GET", "/data", nil)
+	r = r.WithContext(withConn(r.Context(), proxyproto.NewConn(inner)))
+	if got := holdHead(r); got != inner {
+		t.Fatalf("holdHead found %p under proxy_protocol's connection, want the wrapper's %p", got, inner)
+	}
+	inner.armed.Store(false)
+	// A Raw that gives its own connection back ends the search.
+	r = httptest.NewRequest("GET", "/data", nil)
+	r = r.WithContext(withConn(r.Context(), selfRaw{}))
+	if got := holdHead(r); got != nil || noWrapper(r) {
+		t.Fatalf("over a connection whose Raw is itself: holdHead %p, no wrapper %v; want nil and false", got, noWrapper(r))
+	}
 	r = httptest.NewRequest("GET", "/data", nil)
 	r = r.WithContext(withConn(r.Context(), rawConn{nil}))
 	if got := holdHead(r); got != nil || noWrapper(r) {

@@ -23,8 +23,9 @@ var heldPool = sync.Pool{New: func() any { b := make([]byte, 0, heldMax); return
 
 // connCtxKey keys the listener wrapper's connection in a request context:
 // a *conn, nil where the server has the wrapper but the connection is not
-// one it made (TLS, or a wrapper listed after it), and no value where the
-// server has no wrapper at all.
+// one it made or can find (TLS; a wrapper listed before it; one listed
+// after it that does not give its inner connection with Raw), and no value
+// where the server has no wrapper at all.
 type connCtxKey struct{}
 
 // withConn puts the wrapper's connections in their requests' contexts,
@@ -32,16 +33,19 @@ type connCtxKey struct{}
 // connection of a wrapper listed after this one (proxy_protocol's), which
 // passes writes and ReadFrom on to the one it wraps, is looked through.
 func withConn(ctx context.Context, c net.Conn) context.Context {
-	for {
+	// A few levels at most: a Raw that returned its own connection would
+	// otherwise keep the server from accepting.
+	for range 4 {
 		if cc, ok := c.(*conn); ok {
 			return context.WithValue(ctx, connCtxKey{}, cc)
 		}
 		w, ok := c.(interface{ Raw() net.Conn })
 		if !ok {
-			return context.WithValue(ctx, connCtxKey{}, (*conn)(nil))
+			break
 		}
 		c = w.Raw()
 	}
+	return context.WithValue(ctx, connCtxKey{}, (*conn)(nil))
 }
 
 // noWrapper reports whether r came to a server without the listener

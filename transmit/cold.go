@@ -272,6 +272,11 @@ func (s *Sender) sendThroughRing(w http.ResponseWriter, r *http.Request, src Bod
 	if done, err := rs.firstRead(start, length); done {
 		return rs.sent, err
 	}
+	if !rs.sendfile && s.Copied != nil && sendfileBuilt && length > sniffLen && handedDown(w, r, src) {
+		// What is resident is copied, not sent with sendfile, for want of
+		// the wrapper: the handler says so once.
+		s.Copied(r)
+	}
 	for rs.done < length {
 		off := start + rs.done
 		var err error
