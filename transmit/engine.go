@@ -162,7 +162,7 @@ func (s *Sender) Choose(w http.ResponseWriter, r *http.Request, body Body) Trans
 		}
 	}
 	if s.Policy != PolicyCopy && handedDown(w, r, body) {
-		if canSendfile(w, r, body) {
+		if sendfileBuilt && !noWrapper(r) { // canSendfile
 			return Transfer{Engine: EngineSendfile}
 		}
 		// Copied here, through a pooled buffer, rather than handed down
