@@ -1347,13 +1347,8 @@ func (c *Cache) reopen(m *meta, site string) *Entry {
 		if !m.has(flagReopenInline) || m.gone.Load() || c.closed.Load() {
 			return nil
 		}
-		info, f, err, ok := openCached(lookupKey{path: m.path, root: m.rootPath(), mode: m.symlinks}, site)
-		if !ok || err != nil || !f.isOpen() {
-			return nil
-		}
-		if !m.sameFile(info) {
-			// Changed, and its event is not read yet: a miss makes its entry.
-			f.close()
+		f := openSameCached(m, site)
+		if !f.isOpen() {
 			return nil
 		}
 		e := &Entry{meta: m, file: f}

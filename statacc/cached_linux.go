@@ -5,7 +5,9 @@ package statacc
 import (
 	"errors"
 	"io/fs"
+	"strings"
 	"sync/atomic"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -29,25 +31,53 @@ var noCachedOpens atomic.Bool
 // the root, and one that follows links from site's root when the path
 // from "/" met a link (a `current` link that releases are swapped under).
 func openCached(key lookupKey, site string) (info fs.FileInfo, f fileRef, err error, ok bool) {
-	if noCachedOpens.Load() {
-		return nil, fileRef{}, nil, false
-	}
-	if key.mode != SymlinksFollow {
-		return openCachedBelow(key, key.root, unix.RESOLVE_BENEATH|unix.RESOLVE_NO_MAGICLINKS)
-	}
-	info, f, err, ok = openCachedBelow(key, "", 0)
-	if site != "" && errors.Is(err, errCachedLink) {
-		return openCachedBelow(key, site, 0)
+	si := new(statInfo)
+	f, stated, err, ok := openCachedInto(key, site, si)
+	if stated {
+		info = si
 	}
 	return info, f, err, ok
+}
+
+// openCachedInto is openCached that describes the file it opened in si,
+// and reports in stated whether it did: a reopen keeps si on its stack.
+func openCachedInto(key lookupKey, site string, si *statInfo) (f fileRef, stated bool, err error, ok bool) {
+	if noCachedOpens.Load() {
+		return fileRef{}, false, nil, false
+	}
+	if key.mode != SymlinksFollow {
+		return openCachedBelow(key, key.root, unix.RESOLVE_BENEATH|unix.RESOLVE_NO_MAGICLINKS, si)
+	}
+	f, stated, err, ok = openCachedBelow(key, "", 0, si)
+	if site != "" && errors.Is(err, errCachedLink) {
+		return openCachedBelow(key, site, 0, si)
+	}
+	return f, stated, err, ok
+}
+
+// openSameCached opens m's file as openCached does, for a reopen, and
+// returns it only if it is still the file m describes; otherwise nothing
+// is open. Its description stays on the stack: compared, not kept.
+func openSameCached(m *meta, site string) fileRef {
+	var si statInfo
+	f, _, err, ok := openCachedInto(lookupKey{path: m.path, root: m.rootPath(), mode: m.symlinks}, site, &si)
+	if !ok || err != nil || !f.isOpen() {
+		return fileRef{}
+	}
+	if !m.sameAs(statIdentity(&si.st), si.st.Size, si.ModTime()) {
+		// Changed, and its event is not read yet: a miss makes its entry.
+		f.close()
+		return fileRef{}
+	}
+	return f
 }
 
 // errCachedLink: a link on the way refused a cached open.
 var errCachedLink = errors.New("statacc: a link on the way")
 
-// openCachedBelow is openCached from root ("" for "/"), with the resolve
-// flags extra. A link on the way gives errCachedLink and ok false.
-func openCachedBelow(key lookupKey, root string, extra uint64) (info fs.FileInfo, f fileRef, err error, ok bool) {
+// openCachedBelow is openCachedInto from root ("" for "/"), with the
+// resolve flags extra. A link on the way gives errCachedLink and ok false.
+func openCachedBelow(key lookupKey, root string, extra uint64, si *statInfo) (f fileRef, stated bool, err error, ok bool) {
 	how := unix.OpenHow{
 		Flags:   fileio.ReadFlags,
 		Resolve: resolveCachedFlag | unix.RESOLVE_NO_SYMLINKS | extra,
@@ -56,37 +86,61 @@ func openCachedBelow(key lookupKey, root string, extra uint64) (info fs.FileInfo
 	if root != "" {
 		rel, inside := relativeTo(root, key.path)
 		if !inside {
-			return nil, fileRef{}, nil, false
+			return fileRef{}, false, nil, false
 		}
 		// The root may be a link; its dentries are cached.
-		rootFD, err := unix.Openat2(unix.AT_FDCWD, root, &unix.OpenHow{
+		rootFD, err := openat2(unix.AT_FDCWD, root, &unix.OpenHow{
 			Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolveCachedFlag})
 		if err != nil {
 			noteCachedOpenError(err)
-			return nil, fileRef{}, nil, false
+			return fileRef{}, false, nil, false
 		}
 		defer unix.Close(rootFD)
 		dirFD, name, op = rootFD, rel, "openat2"
 	}
-	fd, err := unix.Openat2(dirFD, name, &how)
+	fd, err := openat2(dirFD, name, &how)
 	switch {
 	case err == nil:
 		// A bare descriptor, as the slot's lookup keeps.
 		f := fdRef(fd)
-		info, err := f.stat(key.path)
-		if err != nil || !info.Mode().IsRegular() {
+		if err := statFDInto(fd, key.path, si); err != nil {
 			f.close()
-			return info, fileRef{}, err, true
+			return fileRef{}, false, err, true
 		}
-		return info, f, nil, true
+		if !si.Mode().IsRegular() {
+			f.close()
+			return fileRef{}, true, nil, true
+		}
+		return f, true, nil, true
 	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
 		// A negative dentry: the answer the slot's lookup would give.
-		return nil, fileRef{}, &fs.PathError{Op: op, Path: key.path, Err: err}, true
+		return fileRef{}, false, &fs.PathError{Op: op, Path: key.path, Err: err}, true
 	case errors.Is(err, unix.ELOOP):
-		return nil, fileRef{}, errCachedLink, false
+		return fileRef{}, false, errCachedLink, false
 	}
 	noteCachedOpenError(err)
-	return nil, fileRef{}, nil, false
+	return fileRef{}, false, nil, false
+}
+
+// openat2 is unix.Openat2 with the path copied to the stack when it is
+// short, so that a reopen allocates nothing for it.
+func openat2(dirFD int, path string, how *unix.OpenHow) (int, error) {
+	var buf [512]byte
+	if len(path) >= len(buf) || strings.IndexByte(path, 0) >= 0 {
+		return unix.Openat2(dirFD, path, how) // long: copied to the heap; a NUL: EINVAL
+	}
+	copy(buf[:], path) // and buf[len(path)] is the 0 that ends it
+	for {
+		fd, _, errno := unix.Syscall6(unix.SYS_OPENAT2, uintptr(dirFD), uintptr(unsafe.Pointer(&buf[0])),
+			uintptr(unsafe.Pointer(how)), unsafe.Sizeof(*how), 0, 0)
+		switch errno {
+		case 0:
+			return int(fd), nil
+		case unix.EINTR:
+			continue
+		}
+		return -1, errno
+	}
 }
 
 // noteCachedOpenError turns cached opens off when the kernel does not

@@ -20,9 +20,14 @@ func fileIdentity(info fs.FileInfo) (noBlockDevice bool, id uint64) {
 	if !ok {
 		return false, 0
 	}
-	id = st.Ino*0x9E3779B97F4A7C15 ^ bits.RotateLeft64(uint64(st.Dev), 32)
+	return fileio.NoBlockDevice(info), statIdentity(st)
+}
+
+// statIdentity is fileIdentity's id of what st describes.
+func statIdentity(st *syscall.Stat_t) uint64 {
+	id := st.Ino*0x9E3779B97F4A7C15 ^ bits.RotateLeft64(uint64(st.Dev), 32)
 	if id == 0 {
 		id = 1
 	}
-	return fileio.NoBlockDevice(info), id
+	return id
 }

@@ -405,10 +405,16 @@ func appendStrongETag(b []byte, modTime time.Time, size int64) []byte {
 // known it reports false.
 func (e *meta) sameFile(info fs.FileInfo) bool {
 	_, id := fileIdentity(info)
-	if id == 0 || id != e.fileID || info.Size() != e.size {
+	return e.sameAs(id, info.Size(), info.ModTime())
+}
+
+// sameAs is sameFile of a file whose identity (fileIdentity), size and
+// mtime are given.
+func (e *meta) sameAs(id uint64, size int64, mt time.Time) bool {
+	if id == 0 || id != e.fileID || size != e.size {
 		return false
 	}
-	if mt := info.ModTime(); usefulModTime(mt) {
+	if usefulModTime(mt) {
 		return mt.Unix() == e.modSec && int32(mt.Nanosecond()) == e.modNsec
 	}
 	return e.modSec == 0

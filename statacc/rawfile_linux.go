@@ -101,14 +101,24 @@ func multiplyLinked(info fs.FileInfo) bool {
 // statFD describes the open descriptor fd of path: statx where the kernel
 // has it (4.11), else fstat.
 func statFD(fd int, path string) (*statInfo, error) {
-	si := &statInfo{path: path}
+	si := new(statInfo)
+	if err := statFDInto(fd, path, si); err != nil {
+		return nil, err
+	}
+	return si, nil
+}
+
+// statFDInto is statFD into the caller's si, which can then live on its
+// stack: a reopen compares the answer and keeps none of it.
+func statFDInto(fd int, path string, si *statInfo) error {
+	*si = statInfo{path: path}
 	for !noStatx.Load() {
 		var stx unix.Statx_t
 		err := statxFD(fd, &stx)
 		switch {
 		case err == nil:
 			si.fromStatx(&stx)
-			return si, nil
+			return nil
 		case err == unix.EINTR:
 			continue
 		case err == unix.ENOSYS || err == unix.EPERM || err == unix.EINVAL:
@@ -116,16 +126,16 @@ func statFD(fd int, path string) (*statInfo, error) {
 			// from now on.
 			noStatx.Store(true)
 		default:
-			return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+			return &fs.PathError{Op: "stat", Path: path, Err: err}
 		}
 	}
 	for {
 		err := syscall.Fstat(fd, &si.st)
 		if err == nil {
-			return si, nil
+			return nil
 		}
 		if err != syscall.EINTR {
-			return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+			return &fs.PathError{Op: "stat", Path: path, Err: err}
 		}
 	}
 }
