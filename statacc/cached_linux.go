@@ -31,10 +31,11 @@ var noCachedOpens atomic.Bool
 // the root, and one that follows links from site's root when the path
 // from "/" met a link (a `current` link that releases are swapped under).
 func openCached(key lookupKey, site string) (info fs.FileInfo, f fileRef, err error, ok bool) {
-	si := new(statInfo)
-	f, stated, err, ok := openCachedInto(key, site, si)
+	var si statInfo
+	f, stated, err, ok := openCachedInto(key, site, &si)
 	if stated {
-		info = si
+		kept := si // on the heap only when there is something to keep
+		info = &kept
 	}
 	return info, f, err, ok
 }
@@ -122,12 +123,18 @@ func openCachedBelow(key lookupKey, root string, extra uint64, si *statInfo) (f 
 	return fileRef{}, false, nil, false
 }
 
+// errNulInPath: a path with a NUL, which no system call can be given.
+var errNulInPath = errors.New("statacc: a NUL in the path")
+
 // openat2 is unix.Openat2 with the path copied to the stack when it is
 // short, so that a reopen allocates nothing for it.
 func openat2(dirFD int, path string, how *unix.OpenHow) (int, error) {
 	var buf [512]byte
-	if len(path) >= len(buf) || strings.IndexByte(path, 0) >= 0 {
-		return unix.Openat2(dirFD, path, how) // long: copied to the heap; a NUL: EINVAL
+	if strings.IndexByte(path, 0) >= 0 {
+		return -1, errNulInPath // not the kernel's EINVAL (noteCachedOpenError)
+	}
+	if len(path) >= len(buf) {
+		return unix.Openat2(dirFD, path, how) // copied to the heap
 	}
 	copy(buf[:], path) // and buf[len(path)] is the 0 that ends it
 	for {

@@ -236,3 +236,54 @@ func TestOnlyLocalFilesystemsOpenCached(t *testing.T) {
 		t.Errorf("localFS(%s) on ext4 = false, want true", dir)
 	}
 }
+
+// TestNulInPathKeepsCachedOpens: a request path with a NUL (GET /a%00)
+// while every slot is taken goes to the slots, whose lookup refuses it,
+// and leaves cached opens on for every later miss: the kernel's EINVAL
+// for it would have turned them off until the process restarts.
+func TestNulInPathKeepsCachedOpens(t *testing.T) {
+	dir := t.TempDir()
+	if !localFS(dir) {
+		t.Skipf("%s is not on a filesystem that allows cached opens", dir)
+	}
+	for _, name := range []string{"first", "second"} {
+		write(t, filepath.Join(dir, name), "content of "+name)
+	}
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	defer c.Close()
+	detachFromMountTable(c) // as in TestCachedMissSkipsTheSlots
+	t.Cleanup(func() { noCachedOpens.Store(false) })
+	ctx := context.Background()
+	e, err := c.Get(ctx, filepath.Join(dir, "first")) // watches dir
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Release()
+
+	release := holdSlots(c)
+	defer release()
+	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Get(tctx, filepath.Join(dir, "first\x00x")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a NUL with every slot taken: %v, want DeadlineExceeded (queued for a slot)", err)
+	}
+	if noCachedOpens.Load() {
+		t.Fatal("a NUL in a path turned cached opens off")
+	}
+	tctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	e, err = c.Get(tctx, filepath.Join(dir, "second"))
+	if err != nil {
+		t.Fatalf("a cached miss after the NUL, every slot taken: %v", err)
+	}
+	if string(e.Data()) != "content of second" {
+		t.Fatalf("second: %q", e.Data())
+	}
+	e.Release()
+	release()
+	// The NUL's lookup, once a slot is free, refuses it as the slot's
+	// lookup refuses any such path.
+	if _, err := c.Get(ctx, filepath.Join(dir, "first\x00x")); err == nil {
+		t.Fatal("a path with a NUL was found")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -16,8 +17,8 @@ import (
 // (which costs an epoll_ctl, a finalizer and more allocations), reads
 // through it as os.File.ReadAt does, and closes it when the entry is
 // evicted; a churning miss (with its share of evictions) allocates at most
-// 6 times (5.0 measured with the path and the description on the stack,
-// 7.6 before; 8.9 with an *os.File).
+// 6 times (5.0 measured; 7.6 when this test was written, 8.9 with an
+// *os.File).
 func TestMissKeepsABareDescriptor(t *testing.T) {
 	paths := manyFiles(t, t.TempDir(), 2, 100)
 	// No heads: the second request of an entry would read (and allocate) one.
@@ -95,7 +96,11 @@ func TestMissKeepsABareDescriptor(t *testing.T) {
 // compares the file's description there, so that the only allocation is
 // the new descriptor's Entry (BenchmarkGetReopen).
 func TestReopenAllocatesOnlyItsEntry(t *testing.T) {
-	paths := manyFiles(t, t.TempDir(), 2, 100)
+	dir := t.TempDir()
+	if !localFS(dir) {
+		t.Skipf("%s is not on a filesystem that allows cached opens: nothing reopens inline", dir)
+	}
+	paths := manyFiles(t, dir, 2, 100)
 	c := New(Options{Workers: 2, MaxOpenFiles: 20, Revalidate: time.Hour, MemoryBudget: -1})
 	defer c.Close()
 	ctx := context.Background()
@@ -111,21 +116,26 @@ func TestReopenAllocatesOnlyItsEntry(t *testing.T) {
 			get(p)
 		}
 	}
-	i := 0
+	// Counted exactly (testing.AllocsPerRun rounds down to a whole number
+	// a run), on one P so that the count is of this goroutine's work.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	before := c.Snapshot()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
 	const runs = 400
-	allocs := testing.AllocsPerRun(runs, func() {
+	for i := range runs {
 		get(paths[i%len(paths)])
-		i++
-	})
+	}
+	runtime.ReadMemStats(&m1)
 	s := c.Snapshot()
 	reopens := s[Reopens] - before[Reopens]
-	if reopens < runs || s[Misses] != before[Misses] {
-		t.Fatalf("%d reopens and %d misses in %d lookups: want a reopen each", reopens, s[Misses]-before[Misses], runs+1)
+	if reopens != runs || s[Misses] != before[Misses] {
+		t.Fatalf("%d reopens and %d misses in %d lookups: want a reopen each", reopens, s[Misses]-before[Misses], runs)
 	}
-	// Evictions happen in batches, each with a few of its own: at most
-	// one and a half allocations a reopen on average.
-	if perReopen := allocs * runs / float64(reopens); perReopen > 1.5 {
-		t.Errorf("%.2f allocations per reopen, want 1 (the Entry)", perReopen)
+	perReopen := float64(m1.Mallocs-m0.Mallocs) / float64(reopens)
+	t.Logf("%.3f allocations per reopen", perReopen)
+	// Evictions, in batches, may add a few of their own.
+	if perReopen > 1.1 {
+		t.Errorf("%.3f allocations per reopen, want 1 (the Entry)", perReopen)
 	}
 }
