@@ -62,69 +62,94 @@ const (
 
 // listedMissing reports whether key's path is missing from the fresh
 // listing of a directory on its way, all of them watched (so each is the
-// directory the path names).
+// directory the path names). It is a negative hit: it holds the
+// watcher's lock only for reading, so that 404s answered from listings
+// never wait for each other, only for a change of the tree. A listing
+// found stale is forgotten under the lock held for writing.
 func (w *watcher) listedMissing(key lookupKey, revalidate time.Duration) bool {
 	// A path the kernel refuses before it looks (too long, a NUL)
 	// is not "no such file".
 	if w == nil || !filepath.IsAbs(key.path) || len(key.path) >= unix.PathMax || strings.IndexByte(key.path, 0) >= 0 {
 		return false
 	}
-	confined := key.mode != SymlinksFollow
+	w.mu.RLock()
+	missing, stale := w.listedMissingLocked(key, revalidate, false)
+	w.mu.RUnlock()
+	if !stale {
+		return missing
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	missing, _ = w.listedMissingLocked(key, revalidate, true)
+	return missing
+}
+
+// listedMissingLocked is listedMissing with mu held, for writing if
+// unlist: otherwise a stale listing on the way stops the walk (stale).
+func (w *watcher) listedMissingLocked(key lookupKey, revalidate time.Duration, unlist bool) (missing, stale bool) {
+	confined := key.mode != SymlinksFollow
 	// Most often the path's own directory is listed: found without a
 	// walk from "/". Not for a long path, whose hash costs.
 	if slash := strings.LastIndexByte(key.path, '/'); slash > 0 && slash <= 512 {
 		if n := w.listedNodes[key.path[:slash]]; n != nil && !(confined && linkBelow(n, key.root)) {
-			if missing, known := w.listedLocked(n, key.path[slash+1:], revalidate); known {
-				return missing
+			if missing, known, stale := w.listedLocked(n, key.path[slash+1:], revalidate, unlist); known || stale {
+				return missing, stale
 			}
 		}
 	}
 	n := w.root
 	for rest := strings.Trim(key.path, "/"); n != nil && rest != ""; {
 		if n.dropped || n.state != nodeWatched && n.state != nodeBlind {
-			return false
+			return false, false
 		}
 		if confined && n.link != nil && len(n.path) > len(key.root) {
-			return false // deny and beneath refuse a link below the root
+			return false, false // deny and beneath refuse a link below the root
 		}
 		var name string
 		name, rest, _ = strings.Cut(rest, "/")
-		if missing, known := w.listedLocked(n, name, revalidate); known && missing {
-			return true
-		} else if known && len(name) > nameMax {
-			return false
+		missing, known, stale := w.listedLocked(n, name, revalidate, unlist)
+		switch {
+		case stale:
+			return false, true
+		case known && missing:
+			return true, false
+		case known && len(name) > nameMax:
+			return false, false
 		}
 		n = n.children[name]
 	}
-	return false
+	return false, false
 }
 
 // listedLocked looks name up in n's listing: known says n has a fresh
 // listing, missing that name is not in it (a name over NAME_MAX is
-// refused, not missing). Called with mu held.
-func (w *watcher) listedLocked(n *dirNode, name string, revalidate time.Duration) (missing, known bool) {
+// refused, not missing). A listing read revalidate ago is forgotten if
+// unlist (mu held for writing), else reported stale (mu held at least
+// for reading).
+func (w *watcher) listedLocked(n *dirNode, name string, revalidate time.Duration, unlist bool) (missing, known, stale bool) {
 	l := n.listing
 	if l == nil || n.dropped {
-		return false, false
+		return false, false, false
 	}
 	if nanotime()-l.listedAt >= int64(revalidate) {
+		if !unlist {
+			return false, false, true
+		}
 		// Read again after more misses.
 		w.unlistLocked(n)
 		w.maybeRemoveLocked(n)
-		return false, false
+		return false, false, false
 	}
 	if len(name) > nameMax {
-		return false, true
+		return false, true, false
 	}
 	if _, ok := l.names[maphash.String(w.nameSeed, name)]; ok {
-		return false, true
+		return false, true, false
 	}
 	if !n.used.Load() {
 		n.used.Store(true) // its second chance in the LRU, as a hit's
 	}
-	return true, true
+	return true, true, false
 }
 
 // linkBelow reports whether n or a directory above it, below root, is a
@@ -144,8 +169,8 @@ func (w *watcher) listedAsExisting(dir string) bool {
 	if !filepath.IsAbs(dir) {
 		return false
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.mu.RLock() // it changes nothing
+	defer w.mu.RUnlock()
 	n := w.root
 	for rest := strings.Trim(dir, "/"); n != nil && rest != ""; {
 		if n.dropped || n.state != nodeWatched && n.state != nodeBlind {

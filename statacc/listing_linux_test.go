@@ -4,11 +4,14 @@ package statacc
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -402,5 +405,80 @@ func TestListedDirectoryServesANameMadeJustBefore(t *testing.T) {
 	}
 	if got := describe(t, c, filepath.Join(site, "never-made.html")); got != "missing" {
 		t.Errorf("a name never made: %q, want missing", got)
+	}
+}
+
+// TestListedMissesDoNotWaitForEachOther: a missing name answered from a
+// listing is a negative hit, and holds the watcher's lock only for
+// reading: with another such answer in progress (the lock held for
+// reading here), names in the listed directory and 380 levels below one
+// are still answered, from memory, without waiting for it.
+func TestListedMissesDoNotWaitForEachOther(t *testing.T) {
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	t.Cleanup(func() { c.Close() })
+	site := t.TempDir()
+	write(t, filepath.Join(site, "index.html"), "home")
+	listDirectory(t, c, site)
+	paths := []string{filepath.Join(site, "other.html"), deepPath(site, "nx", 380)}
+
+	c.watch.mu.RLock()
+	done := make(chan int64, 1)
+	go func() {
+		before := c.counts[NegativeHits].Load()
+		for _, p := range paths {
+			if _, err := c.Get(context.Background(), p); errClass(err) != "missing" {
+				t.Errorf("%.40s: %v, want missing", p, err)
+			}
+		}
+		done <- c.counts[NegativeHits].Load() - before
+	}()
+	select {
+	case hits := <-done:
+		c.watch.mu.RUnlock()
+		if hits != int64(len(paths)) {
+			t.Errorf("%d of %d missing names in a listed directory answered from memory", hits, len(paths))
+		}
+	case <-time.After(10 * time.Second):
+		c.watch.mu.RUnlock()
+		<-done
+		t.Fatal("a missing name in a listed directory waited for the watcher's lock held for reading")
+	}
+}
+
+// BenchmarkListedMissParallel: missing names, each new, in 100 listed
+// directories, looked up from every P at once: what a 404 storm of new
+// names costs when the listings answer it.
+func BenchmarkListedMissParallel(b *testing.B) {
+	root := b.TempDir()
+	c := New(Options{Workers: 2, Revalidate: time.Hour})
+	defer c.Close()
+	ctx := context.Background()
+	for k := range 100 {
+		dir := filepath.Join(root, fmt.Sprintf("dir%d", k))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		for i := range c.opts.listAfter {
+			c.Get(ctx, filepath.Join(dir, fmt.Sprintf("list%d", i)))
+		}
+	}
+	if n := c.counts[Listings].Load(); n < 100 {
+		b.Fatalf("%d of 100 directories listed", n)
+	}
+	var next atomic.Int64
+	misses := c.counts[Misses].Load()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := next.Add(1)
+			if _, err := c.Get(ctx, fmt.Sprintf("%s/dir%d/r%09d.html", root, i%100, i)); !errors.Is(err, fs.ErrNotExist) {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.StopTimer()
+	if m := c.counts[Misses].Load() - misses; m != 0 {
+		b.Fatalf("%d misses went to the filesystem", m)
 	}
 }

@@ -51,7 +51,9 @@ type watcher struct {
 	buf       []byte      // events read; guarded by drainTurn
 	limit     int         // the most nodes
 
-	mu   sync.Mutex
+	// mu guards the tree and what hangs off it. Negative hits answered
+	// from a listing hold it only for reading (listedMissing).
+	mu   sync.RWMutex
 	root *dirNode
 	byWD map[int32][]*dirNode // nodes on one watch: one directory reached by several paths
 	// dead holds the watches removed lately: a lookup that added one just
