@@ -151,11 +151,26 @@ func openat2(dirFD int, path string, how *unix.OpenHow) (int, error) {
 }
 
 // noteCachedOpenError turns cached opens off when the kernel does not
-// know the flag (EINVAL) or the call (ENOSYS).
+// know the call (ENOSYS) or the flag (EINVAL, unless the flag works on
+// "/": an EINVAL can be the path's, as a name that is not UTF-8 in a
+// case-insensitive directory with strict encoding, which a client
+// chooses).
 func noteCachedOpenError(err error) {
-	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) && !cachedOpensWork() {
 		noCachedOpens.Store(true)
 	}
+}
+
+// cachedOpensWork reports whether openat2 takes RESOLVE_CACHED here, by
+// opening "/", which needs no lookup.
+func cachedOpensWork() bool {
+	fd, err := openat2(unix.AT_FDCWD, "/", &unix.OpenHow{
+		Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolveCachedFlag})
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
 }
 
 // localFS reports whether dir is on a local disk or memory filesystem,

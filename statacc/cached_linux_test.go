@@ -249,6 +249,9 @@ func TestNulInPathKeepsCachedOpens(t *testing.T) {
 	for _, name := range []string{"first", "second"} {
 		write(t, filepath.Join(dir, name), "content of "+name)
 	}
+	if noCachedOpens.Load() || !cachedOpensWork() {
+		t.Skip("this kernel refuses RESOLVE_CACHED: no cached opens to keep")
+	}
 	c := New(Options{Workers: 2, Revalidate: time.Hour})
 	defer c.Close()
 	detachFromMountTable(c) // as in TestCachedMissSkipsTheSlots
@@ -285,5 +288,24 @@ func TestNulInPathKeepsCachedOpens(t *testing.T) {
 	// lookup refuses any such path.
 	if _, err := c.Get(ctx, filepath.Join(dir, "first\x00x")); err == nil {
 		t.Fatal("a path with a NUL was found")
+	}
+}
+
+// TestPathsEINVALKeepsCachedOpens: an EINVAL from a cached open turns
+// cached opens off only where openat2 refuses RESOLVE_CACHED itself; on a
+// kernel that takes it, the EINVAL was the path's (a name that is not
+// UTF-8 in a case-insensitive directory with strict encoding).
+func TestPathsEINVALKeepsCachedOpens(t *testing.T) {
+	if noCachedOpens.Load() || !cachedOpensWork() {
+		t.Skip("this kernel refuses RESOLVE_CACHED")
+	}
+	t.Cleanup(func() { noCachedOpens.Store(false) })
+	noteCachedOpenError(&fs.PathError{Op: "openat2", Path: "/x", Err: unix.EINVAL})
+	if noCachedOpens.Load() {
+		t.Fatal("an EINVAL for one path turned cached opens off")
+	}
+	noteCachedOpenError(unix.ENOSYS)
+	if !noCachedOpens.Load() {
+		t.Fatal("ENOSYS left cached opens on")
 	}
 }

@@ -5,6 +5,7 @@ package statacc
 import (
 	"context"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -117,25 +118,29 @@ func TestReopenAllocatesOnlyItsEntry(t *testing.T) {
 		}
 	}
 	// Counted exactly (testing.AllocsPerRun rounds down to a whole number
-	// a run), on one P so that the count is of this goroutine's work.
+	// a run), on one P. The count is the process's: the least of three
+	// passes leaves out what the watcher allocated for events meanwhile.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	before := c.Snapshot()
-	var m0, m1 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	const runs = 400
-	for i := range runs {
-		get(paths[i%len(paths)])
+	least := math.Inf(1)
+	for range 3 {
+		before := c.Snapshot()
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		const runs = 400
+		for i := range runs {
+			get(paths[i%len(paths)])
+		}
+		runtime.ReadMemStats(&m1)
+		s := c.Snapshot()
+		reopens := s[Reopens] - before[Reopens]
+		if reopens != runs || s[Misses] != before[Misses] {
+			t.Fatalf("%d reopens and %d misses in %d lookups: want a reopen each", reopens, s[Misses]-before[Misses], runs)
+		}
+		least = min(least, float64(m1.Mallocs-m0.Mallocs)/float64(reopens))
 	}
-	runtime.ReadMemStats(&m1)
-	s := c.Snapshot()
-	reopens := s[Reopens] - before[Reopens]
-	if reopens != runs || s[Misses] != before[Misses] {
-		t.Fatalf("%d reopens and %d misses in %d lookups: want a reopen each", reopens, s[Misses]-before[Misses], runs)
-	}
-	perReopen := float64(m1.Mallocs-m0.Mallocs) / float64(reopens)
-	t.Logf("%.3f allocations per reopen", perReopen)
+	t.Logf("%.3f allocations per reopen", least)
 	// Evictions, in batches, may add a few of their own.
-	if perReopen > 1.1 {
-		t.Errorf("%.3f allocations per reopen, want 1 (the Entry)", perReopen)
+	if least > 1.1 {
+		t.Errorf("%.3f allocations per reopen, want 1 (the Entry)", least)
 	}
 }
