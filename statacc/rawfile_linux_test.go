@@ -95,7 +95,7 @@ func TestMissKeepsABareDescriptor(t *testing.T) {
 // TestReopenAllocatesOnlyItsEntry: a hit whose descriptor the clock
 // closed opens the file again with its path copied on the stack and
 // compares the file's description there, so that the only allocation is
-// the new descriptor's Entry (BenchmarkGetReopen).
+// the new descriptor's Entry (BenchmarkMissChurn/reopen).
 func TestReopenAllocatesOnlyItsEntry(t *testing.T) {
 	dir := t.TempDir()
 	if !localFS(dir) {
