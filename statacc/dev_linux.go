@@ -14,7 +14,7 @@ import (
 // anonymous device, as FUSE, NFS and tmpfs use) and the file's device
 // and inode mixed into one nonzero number, in which no bit of either is
 // lost: devices numbered one apart (loop0 and loop1, two tmpfs mounts) with
-// the same inode numbers give other ids (meta.sameFile).
+// the same inode numbers give other ids (meta.sameAs).
 func fileIdentity(info fs.FileInfo) (noBlockDevice bool, id uint64) {
 	st, ok := info.Sys().(*syscall.Stat_t)
 	if !ok {

@@ -399,17 +399,10 @@ func appendStrongETag(b []byte, modTime time.Time, size int64) []byte {
 	return append(b, '"')
 }
 
-// sameFile reports whether info describes the file e was made from: the
-// same device and inode, size and mtime, as nginx's open_file_cache
-// compares them before it trusts a cached node. Where the inode is not
-// known it reports false.
-func (e *meta) sameFile(info fs.FileInfo) bool {
-	_, id := fileIdentity(info)
-	return e.sameAs(id, info.Size(), info.ModTime())
-}
-
-// sameAs is sameFile of a file whose identity (fileIdentity), size and
-// mtime are given.
+// sameAs reports whether a file whose identity (fileIdentity), size and
+// mtime are given is the file e was made from: the same device and
+// inode, size and mtime, as nginx's open_file_cache compares them before
+// it trusts a cached node. Where the inode is not known it reports false.
 func (e *meta) sameAs(id uint64, size int64, mt time.Time) bool {
 	if id == 0 || id != e.fileID || size != e.size {
 		return false
